@@ -1,0 +1,251 @@
+//! Backends: where a namespace's commands are executed.
+//!
+//! A backend takes one request and returns the reply frame or a [`BackendError`] that says,
+//! by its variant, whether the request had been handed to a connection. It never retries on
+//! its own (fred's replay is switched off); every dispatch is the retry loop's to count.
+
+pub mod fake;
+pub mod redis;
+
+use crate::config::{BackendConfig, Config};
+use bytes::Bytes;
+use redis_protocol::resp3::types::BytesFrame as Frame;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The protocol version the client speaks, and so the one its replies must be in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Proto {
+    /// RESP2 (the default until `HELLO 3`).
+    Resp2,
+    /// RESP3.
+    Resp3,
+}
+
+/// One command as the backend sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    /// The arguments, the command name first.
+    pub args: &'a [Bytes],
+    /// The client's protocol: replies must come back in it.
+    pub proto: Proto,
+    /// The client connection's id: a backend pins a client to one of its connections, so
+    /// `WAIT` counts that client's writes.
+    pub pin: u64,
+    /// The command blocks its connection (BLPOP, ...): no response timeout.
+    pub blocking: bool,
+}
+
+/// Why a backend did not produce a reply. The variant, not the text, carries the meaning.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// No connected backend connection within the acquire timeout: nothing was sent.
+    #[error("no backend connection within {waited:?}")]
+    AcquireTimeout {
+        /// How long the attempt waited.
+        waited: Duration,
+    },
+    /// Connecting (or the connection handshake) failed: nothing was sent.
+    #[error("cannot connect to the backend")]
+    Connect {
+        /// The client library's error.
+        #[source]
+        source: fred::error::Error,
+    },
+    /// The request was handed to a connection and then failed: it may have been applied.
+    #[error("the backend connection failed after the request was sent")]
+    Sent {
+        /// The client library's error.
+        #[source]
+        source: fred::error::Error,
+    },
+    /// The backend answered with an error reply.
+    #[error("backend replied with an error: {prefix}")]
+    Reply {
+        /// The first word of the reply (`WRONGTYPE`, `READONLY`, ...).
+        prefix: String,
+        /// The reply itself, passed to the client unchanged when it is an answer (boxed:
+        /// errors travel often and should be small).
+        frame: Box<Frame>,
+    },
+    /// The backend cannot serve this command or kind at all.
+    #[error("{what}")]
+    Unsupported {
+        /// What is not supported.
+        what: String,
+    },
+}
+
+impl BackendError {
+    /// An error reply with text `text` (without the leading `-`).
+    pub fn reply(text: Bytes) -> BackendError {
+        let prefix = text
+            .split(|b| *b == b' ')
+            .next()
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .unwrap_or_default();
+        let frame = Frame::SimpleError {
+            data: bytes_utils::Str::from_inner(text.clone()).unwrap_or_else(|_| {
+                bytes_utils::Str::from(String::from_utf8_lossy(&text).into_owned())
+            }),
+            attributes: None,
+        };
+        BackendError::Reply {
+            prefix,
+            frame: Box::new(frame),
+        }
+    }
+
+    /// Turns an error reply frame into [`BackendError::Reply`]; other frames pass.
+    pub fn check_reply(frame: Frame) -> Result<Frame, BackendError> {
+        let text = match &frame {
+            Frame::SimpleError { data, .. } => data.as_bytes(),
+            Frame::BlobError { data, .. } => data,
+            _ => return Ok(frame),
+        };
+        let prefix = text
+            .split(|b| *b == b' ')
+            .next()
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .unwrap_or_default();
+        Err(BackendError::Reply {
+            prefix,
+            frame: Box::new(frame),
+        })
+    }
+}
+
+/// A configured backend.
+pub enum Backend {
+    /// Redis standalone through fred.
+    Redis(redis::RedisBackend),
+}
+
+impl Backend {
+    /// Builds the backend `name`; connections are opened in the background so holdfast can
+    /// start before its backends do.
+    ///
+    /// # Errors
+    /// [`BackendError::Unsupported`] for a kind this build cannot serve yet.
+    pub fn build(name: &str, config: &BackendConfig) -> Result<Backend, BackendError> {
+        match config {
+            BackendConfig::Redis(redis) => {
+                Ok(Backend::Redis(redis::RedisBackend::new(name, redis)?))
+            }
+            other => Err(BackendError::Unsupported {
+                what: format!(
+                    "backends.{name}: kind `{}` is not available in this build yet",
+                    other.kind()
+                ),
+            }),
+        }
+    }
+
+    /// The configured name.
+    pub fn name(&self) -> &str {
+        match self {
+            Backend::Redis(r) => r.name(),
+        }
+    }
+
+    /// Sends one request; `acquire_timeout` bounds the wait for a connected connection.
+    ///
+    /// # Errors
+    /// [`BackendError`]; its variant says whether the request was sent.
+    pub async fn dispatch(
+        &self,
+        request: &Request<'_>,
+        acquire_timeout: Duration,
+    ) -> Result<Frame, BackendError> {
+        match self {
+            Backend::Redis(r) => r.dispatch(request, acquire_timeout).await,
+        }
+    }
+
+    /// Opens a connection of its own for connection-bound commands (blocking, WATCH/MULTI).
+    ///
+    /// # Errors
+    /// [`BackendError::Connect`] or [`BackendError::AcquireTimeout`].
+    pub async fn dedicated(
+        &self,
+        proto: Proto,
+        acquire_timeout: Duration,
+    ) -> Result<Dedicated, BackendError> {
+        match self {
+            Backend::Redis(r) => r
+                .dedicated(proto, acquire_timeout)
+                .await
+                .map(Dedicated::Redis),
+        }
+    }
+
+    /// Whether the backend answers a PING within `timeout` (`/readyz`).
+    pub async fn ready(&self, timeout: Duration) -> bool {
+        match self {
+            Backend::Redis(r) => r.ready(timeout).await,
+        }
+    }
+}
+
+/// A backend connection owned by one client connection.
+pub enum Dedicated {
+    /// A fred client of its own.
+    Redis(redis::DedicatedRedis),
+}
+
+impl Dedicated {
+    /// Sends one request on this connection; never retried.
+    ///
+    /// # Errors
+    /// [`BackendError`].
+    pub async fn send(&self, request: &Request<'_>) -> Result<Frame, BackendError> {
+        match self {
+            Dedicated::Redis(r) => r.send(request).await,
+        }
+    }
+
+    /// Closes the connection.
+    pub async fn close(self) {
+        match self {
+            Dedicated::Redis(r) => r.close().await,
+        }
+    }
+}
+
+/// Every configured backend that some namespace uses, by name.
+pub struct Backends {
+    by_name: BTreeMap<String, Arc<Backend>>,
+}
+
+impl Backends {
+    /// Builds the backends the namespaces refer to.
+    ///
+    /// # Errors
+    /// The first backend that cannot be built.
+    pub fn build(config: &Config) -> Result<Backends, BackendError> {
+        let mut by_name = BTreeMap::new();
+        for ns in &config.namespaces {
+            if by_name.contains_key(&ns.backend) {
+                continue;
+            }
+            if let Some(bc) = config.backends.get(&ns.backend) {
+                by_name.insert(
+                    ns.backend.clone(),
+                    Arc::new(Backend::build(&ns.backend, bc)?),
+                );
+            }
+        }
+        Ok(Backends { by_name })
+    }
+
+    /// The backend called `name`.
+    pub fn get(&self, name: &str) -> Option<&Arc<Backend>> {
+        self.by_name.get(name)
+    }
+
+    /// Every backend.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Backend>> {
+        self.by_name.values()
+    }
+}

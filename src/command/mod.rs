@@ -1,0 +1,126 @@
+//! Commands: a request's arguments checked against the command table (name, subcommand,
+//! arity) and its idempotence class for this invocation. Errors are worded exactly as Redis
+//! words them, so a client cannot tell holdfast's refusal from the server's.
+
+pub mod rows;
+pub mod table;
+
+use bytes::Bytes;
+use table::{Exec, Idempotence, Spec};
+
+/// A request that passed the table.
+#[derive(Debug, Clone)]
+pub struct Command {
+    /// Its row (the subcommand's row for containers).
+    pub spec: &'static Spec,
+    /// The arguments, the name first.
+    pub args: Vec<Bytes>,
+    /// The class of this invocation.
+    pub class: Idempotence,
+}
+
+/// A request the table refuses; the connection answers with [`CommandError::reply`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CommandError {
+    /// No row.
+    #[error("unknown command")]
+    Unknown {
+        /// The arguments as sent.
+        args: Vec<Bytes>,
+    },
+    /// A container without a row for the subcommand.
+    #[error("unknown subcommand")]
+    UnknownSubcommand {
+        /// The container's name.
+        container: &'static str,
+        /// The subcommand as sent.
+        sub: Bytes,
+    },
+    /// Wrong number of arguments.
+    #[error("wrong number of arguments")]
+    Arity {
+        /// The row's name.
+        name: &'static str,
+    },
+}
+
+/// Redis truncates echoed arguments to this many bytes.
+const ECHO_MAX: usize = 128;
+
+fn clip(b: &[u8]) -> String {
+    String::from_utf8_lossy(&b[..b.len().min(ECHO_MAX)]).into_owned()
+}
+
+impl CommandError {
+    /// The error reply's text, without `-`.
+    pub fn reply(&self) -> String {
+        match self {
+            CommandError::Unknown { args } => {
+                let name = args.first().map(|a| clip(a)).unwrap_or_default();
+                let mut text = format!("ERR unknown command '{name}', with args beginning with: ");
+                for arg in args.iter().skip(1) {
+                    text.push_str(&format!("'{}' ", clip(arg)));
+                }
+                text
+            }
+            CommandError::UnknownSubcommand { container, sub } => format!(
+                "ERR unknown subcommand '{}'. Try {container} HELP.",
+                clip(sub)
+            ),
+            CommandError::Arity { name } => format!(
+                "ERR wrong number of arguments for '{}' command",
+                name.to_ascii_lowercase()
+            ),
+        }
+    }
+}
+
+impl Command {
+    /// Checks `args` against the table.
+    ///
+    /// # Errors
+    /// [`CommandError`] for an unknown command or subcommand or a wrong arity.
+    pub fn parse(args: Vec<Bytes>) -> Result<Command, CommandError> {
+        let Some(name) = args.first() else {
+            return Err(CommandError::Unknown { args });
+        };
+        let Some(mut spec) = table::lookup(name) else {
+            return Err(CommandError::Unknown { args });
+        };
+        if spec.container {
+            if !spec.arity_ok(args.len()) {
+                return Err(CommandError::Arity { name: spec.name });
+            }
+            let sub = args.get(1).cloned().unwrap_or_default();
+            spec = table::lookup_sub(spec, &sub).ok_or(CommandError::UnknownSubcommand {
+                container: spec.name,
+                sub,
+            })?;
+        }
+        if !spec.arity_ok(args.len()) {
+            return Err(CommandError::Arity { name: spec.name });
+        }
+        let class = spec.class_of(&args);
+        Ok(Command { spec, args, class })
+    }
+
+    /// The key arguments.
+    pub fn keys(&self) -> impl Iterator<Item = &Bytes> {
+        table::key_indices(self.spec.keys, &self.args)
+            .into_iter()
+            .filter_map(|i| self.args.get(i))
+    }
+
+    /// Whether holdfast answers it itself.
+    pub fn local(&self) -> Option<table::Local> {
+        match self.spec.exec {
+            Exec::Local(local) => Some(local),
+            Exec::Forward => None,
+        }
+    }
+
+    /// The bounded-cardinality label for metrics: the row's name in lower case.
+    pub fn label(&self) -> &'static str {
+        self.spec.name
+    }
+}

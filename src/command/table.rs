@@ -1,0 +1,334 @@
+//! The command table: one row per command holdfast serves.
+//!
+//! A row is data: the name, Redis's arity, where the keys are, the idempotence class, and how
+//! the command is executed. Routing and retry read only this table, so adding a command is
+//! adding a row in `rows.rs`. Arguments that change a command's class (`SET ... NX`,
+//! `XADD key *`) are handled by the row's `refine` function, never by special cases elsewhere.
+
+use bytes::Bytes;
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+/// What repeating a command does, which decides what the retry loop may do with it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Idempotence {
+    /// No effect: retried on NotAttempted and Transient.
+    Read,
+    /// Repeating it leaves the same state and the same reply.
+    Idempotent,
+    /// Repeating it leaves the same state, but the reply says whether this call changed it.
+    IdempotentEffect,
+    /// Repeating it changes the state again: retried on NotAttempted only.
+    NonIdempotent,
+    /// Needs a backend connection of its own (blocking, transactions); never retried.
+    ConnectionBound,
+}
+
+impl Idempotence {
+    /// The label used in metrics and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Idempotence::Read => "read",
+            Idempotence::Idempotent => "idempotent",
+            Idempotence::IdempotentEffect => "idempotent_effect",
+            Idempotence::NonIdempotent => "non_idempotent",
+            Idempotence::ConnectionBound => "connection_bound",
+        }
+    }
+}
+
+/// Where a command's keys are among its arguments (index 0 is the command name).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keys {
+    /// The command touches no key; it goes to the catch-all namespace.
+    None,
+    /// Redis's `(first, last, step)` convention; a negative `last` counts from the end
+    /// (-1 is the last argument).
+    Range {
+        /// Index of the first key.
+        first: usize,
+        /// Index of the last key; negative counts from the end.
+        last: isize,
+        /// Distance between two keys.
+        step: usize,
+    },
+    /// A key count at `at`, followed by that many keys (EVAL, LMPOP, SINTERCARD, ...).
+    /// With `dest`, argument 1 is a key too (ZUNIONSTORE dest numkeys key ...).
+    Numkeys {
+        /// Index of the count argument.
+        at: usize,
+        /// Whether argument 1 is a destination key.
+        dest: bool,
+    },
+    /// XREAD / XREADGROUP: the first half of the arguments after the `STREAMS` token.
+    Streams,
+}
+
+/// Commands holdfast answers itself instead of forwarding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Local {
+    /// `PING [message]`
+    Ping,
+    /// `ECHO message`
+    Echo,
+    /// `HELLO [protover [AUTH user pass] [SETNAME name]]`
+    Hello,
+    /// `AUTH [user] pass`
+    Auth,
+    /// `SELECT db`
+    Select,
+    /// `CLIENT ID | SETNAME | GETNAME | SETINFO | INFO | ...`
+    Client,
+    /// `INFO [section ...]`
+    Info,
+    /// `COMMAND [COUNT | INFO | DOCS | LIST]`
+    Command,
+    /// `QUIT`
+    Quit,
+    /// `RESET`
+    Reset,
+    /// `MULTI`: start queueing.
+    Multi,
+    /// `EXEC`: run the queue as one transaction on a connection of its own.
+    Exec,
+    /// `DISCARD`
+    Discard,
+    /// `WATCH key ...`: kept on the client's own backend connection.
+    Watch,
+    /// `UNWATCH`
+    Unwatch,
+    /// `READONLY` / `READWRITE`: cluster-client courtesy, answered OK.
+    Ok,
+}
+
+/// How a command is executed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exec {
+    /// Sent to the backend of its namespace through the retry loop.
+    Forward,
+    /// Answered by the connection itself.
+    Local(Local),
+}
+
+/// Decides a class from the arguments, for commands whose class depends on them.
+pub type Refine = fn(&[Bytes]) -> Idempotence;
+
+/// One row of the table.
+#[derive(Clone, Copy, Debug)]
+pub struct Spec {
+    /// Upper-case name; container subcommands are written `CONFIG|GET`.
+    pub name: &'static str,
+    /// Redis's arity: positive is exact, negative is a minimum; counts the name itself.
+    pub arity: i32,
+    /// Where the keys are.
+    pub keys: Keys,
+    /// The class when `refine` is absent or before it runs.
+    pub class: Idempotence,
+    /// Arguments that change the class.
+    pub refine: Option<Refine>,
+    /// Local or forwarded.
+    pub exec: Exec,
+    /// A nil reply is a RESP2 null array (`*-1`), not a null bulk string (`$-1`), when the
+    /// command has at least this many arguments (0: never). `LPOP key` answers `$-1`, but
+    /// `LPOP key count` answers `*-1`.
+    pub null_array_from: u8,
+    /// The name is a container: the real row is `NAME|SUBCOMMAND`.
+    pub container: bool,
+}
+
+impl Spec {
+    /// A forwarded command with fixed class.
+    pub const fn new(name: &'static str, arity: i32, keys: Keys, class: Idempotence) -> Spec {
+        Spec {
+            name,
+            arity,
+            keys,
+            class,
+            refine: None,
+            exec: Exec::Forward,
+            null_array_from: 0,
+            container: false,
+        }
+    }
+
+    /// A command holdfast answers itself.
+    pub const fn local(name: &'static str, arity: i32, local: Local) -> Spec {
+        let mut spec = Spec::new(name, arity, Keys::None, Idempotence::Read);
+        spec.exec = Exec::Local(local);
+        spec
+    }
+
+    /// A container whose subcommands have rows of their own (`CONFIG` → `CONFIG|GET`).
+    pub const fn container(name: &'static str) -> Spec {
+        let mut spec = Spec::new(name, -2, Keys::None, Idempotence::Read);
+        spec.container = true;
+        spec
+    }
+
+    /// Sets the function that refines the class from the arguments.
+    pub const fn refine(mut self, refine: Refine) -> Spec {
+        self.refine = Some(refine);
+        self
+    }
+
+    /// Marks a RESP2 nil reply as a null array.
+    pub const fn null_array(mut self) -> Spec {
+        self.null_array_from = 1;
+        self
+    }
+
+    /// Marks a RESP2 nil reply as a null array from `argc` arguments on.
+    pub const fn null_array_from(mut self, argc: u8) -> Spec {
+        self.null_array_from = argc;
+        self
+    }
+
+    /// Whether a nil reply to `argc` arguments is written `*-1` in RESP2.
+    pub fn nil_is_array(&self, argc: usize) -> bool {
+        self.null_array_from != 0 && argc >= usize::from(self.null_array_from)
+    }
+
+    /// The class of this invocation.
+    pub fn class_of(&self, args: &[Bytes]) -> Idempotence {
+        match self.refine {
+            Some(refine) => refine(args),
+            None => self.class,
+        }
+    }
+
+    /// Whether `argc` arguments (name included) satisfy the arity.
+    pub fn arity_ok(&self, argc: usize) -> bool {
+        let argc = argc as i64;
+        let arity = i64::from(self.arity);
+        if arity >= 0 {
+            argc == arity
+        } else {
+            argc >= -arity
+        }
+    }
+}
+
+/// Shorthand for rows: one key at argument 1.
+pub const KEY1: Keys = Keys::Range {
+    first: 1,
+    last: 1,
+    step: 1,
+};
+/// Every argument from 1 on is a key (DEL, MGET, EXISTS, ...).
+pub const KEYS_ALL: Keys = Keys::Range {
+    first: 1,
+    last: -1,
+    step: 1,
+};
+/// Key-value pairs from argument 1 on (MSET, MSETNX).
+pub const KEYS_PAIRS: Keys = Keys::Range {
+    first: 1,
+    last: -1,
+    step: 2,
+};
+/// Two keys at arguments 1 and 2 (RENAME, LMOVE, SMOVE, COPY, ...).
+pub const KEYS_1_2: Keys = Keys::Range {
+    first: 1,
+    last: 2,
+    step: 1,
+};
+/// No key.
+pub const NO_KEYS: Keys = Keys::None;
+
+fn index() -> &'static HashMap<&'static str, &'static Spec> {
+    static INDEX: OnceLock<HashMap<&'static str, &'static Spec>> = OnceLock::new();
+    INDEX.get_or_init(|| {
+        super::rows::ROWS
+            .iter()
+            .map(|spec| (spec.name, spec))
+            .collect()
+    })
+}
+
+/// Finds the row for a command name, case-insensitively. Container commands need their
+/// subcommand: `lookup(b"CONFIG", Some(b"get"))` finds `CONFIG|GET`.
+pub fn lookup(name: &[u8]) -> Option<&'static Spec> {
+    let upper = upper_ascii(name)?;
+    index().get(upper.as_str()).copied()
+}
+
+/// Finds the row of a container's subcommand.
+pub fn lookup_sub(container: &Spec, sub: &[u8]) -> Option<&'static Spec> {
+    let sub = upper_ascii(sub)?;
+    let name = format!("{}|{}", container.name, sub);
+    index().get(name.as_str()).copied()
+}
+
+/// Every row, for `COMMAND` and tests.
+pub fn all() -> &'static [Spec] {
+    super::rows::ROWS
+}
+
+fn upper_ascii(name: &[u8]) -> Option<String> {
+    // Command names are short ASCII words; anything else cannot be in the table.
+    if name.len() > 64 {
+        return None;
+    }
+    let text = std::str::from_utf8(name).ok()?;
+    Some(text.to_ascii_uppercase())
+}
+
+/// Returns the indices of the key arguments of `args` (index 0 is the name).
+///
+/// Malformed key counts (a NUMKEYS larger than the arguments) yield the keys that exist; the
+/// backend then answers the syntax error itself.
+pub fn key_indices(keys: Keys, args: &[Bytes]) -> Vec<usize> {
+    let argc = args.len();
+    match keys {
+        Keys::None => Vec::new(),
+        Keys::Range { first, last, step } => {
+            let last = if last < 0 {
+                argc as isize + last
+            } else {
+                last.min(argc as isize - 1)
+            };
+            if last < first as isize || step == 0 {
+                return Vec::new();
+            }
+            (first..=last as usize).step_by(step).collect()
+        }
+        Keys::Numkeys { at, dest } => {
+            let mut out = Vec::new();
+            if dest && argc > 1 {
+                out.push(1);
+            }
+            let count = args
+                .get(at)
+                .and_then(|a| std::str::from_utf8(a).ok())
+                .and_then(|s| s.parse::<usize>().ok())
+                .unwrap_or(0);
+            out.extend((at + 1..argc).take(count));
+            out
+        }
+        Keys::Streams => {
+            // XREADGROUP GROUP group consumer: a group or consumer may be named STREAMS.
+            let from = if args
+                .get(1)
+                .is_some_and(|a| a.eq_ignore_ascii_case(b"GROUP"))
+            {
+                4
+            } else {
+                1
+            };
+            let Some(pos) = args
+                .iter()
+                .skip(from)
+                .position(|a| a.eq_ignore_ascii_case(b"STREAMS"))
+                .map(|p| p + from)
+            else {
+                return Vec::new();
+            };
+            let rest = argc - pos - 1;
+            (pos + 1..pos + 1 + rest / 2).collect()
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "table_tests.rs"]
+mod tests;

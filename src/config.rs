@@ -1,0 +1,570 @@
+//! Configuration: figment layers (built-in defaults → TOML file → `HOLDFAST_` environment),
+//! the typed shape of DESIGN.md section 10, and `validate()`, which runs before any port is
+//! bound so a bad configuration exits with a message naming the offending key.
+
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::Figment;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+/// A configuration that could not be loaded or does not make sense.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The layers could not be read or do not fit the shape (figment names the key).
+    #[error("{0}")]
+    Load(#[source] Box<figment::Error>),
+    /// A value is well-formed but not acceptable.
+    #[error("{key}: {message}")]
+    Invalid {
+        /// The dotted path of the offending key.
+        key: String,
+        /// What is wrong with it.
+        message: String,
+    },
+}
+
+fn invalid(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.into(),
+        message: message.into(),
+    }
+}
+
+/// The whole configuration.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Listener, metrics port, client authentication.
+    #[serde(default)]
+    pub server: ServerConfig,
+    /// Policy every namespace inherits unless it overrides a key.
+    #[serde(default)]
+    pub defaults: Defaults,
+    /// The process-wide retry budget (shared by every namespace).
+    #[serde(default)]
+    pub retry_budget: BudgetConfig,
+    /// Named backends.
+    #[serde(default)]
+    pub backends: BTreeMap<String, BackendConfig>,
+    /// Key-prefix namespaces; exactly one has no prefixes and takes every other key.
+    #[serde(default)]
+    pub namespaces: Vec<NamespaceConfig>,
+}
+
+/// `[server]`
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// The Redis endpoint clients connect to. Loopback unless configured otherwise.
+    pub listen: SocketAddr,
+    /// `/metrics`, `/healthz`, `/readyz`.
+    pub metrics_listen: SocketAddr,
+    /// When set, clients must `AUTH` (or `HELLO ... AUTH`) with it before anything else.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requirepass: Option<String>,
+    /// Client connections beyond this are refused with an error.
+    pub max_clients: usize,
+    /// Largest request (one command with its arguments) accepted, in bytes; a larger one
+    /// closes that connection, since its framing cannot be trusted to be skipped.
+    pub max_request_bytes: usize,
+    /// How long shutdown waits for held requests before closing connections.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 6380)),
+            metrics_listen: SocketAddr::from(([127, 0, 0, 1], 9380)),
+            requirepass: None,
+            max_clients: 10_000,
+            max_request_bytes: 64 * 1024 * 1024,
+            shutdown_grace: Duration::from_secs(30),
+        }
+    }
+}
+
+/// How a namespace answers IdempotentEffect and NonIdempotent commands after a retry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReplyMode {
+    /// Retry per the idempotence class; a retried reply may under-count.
+    Fast,
+    /// Settle existence with a read before dispatching.
+    Settled,
+    /// Exactly-once replies through a per-request token.
+    Exact,
+}
+
+/// `[defaults]`: every namespace inherits these.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Defaults {
+    /// fast | settled | exact.
+    pub reply_mode: ReplyMode,
+    /// Longest one attempt may wait for a backend connection.
+    #[serde(with = "humantime_serde")]
+    pub acquire_timeout: Duration,
+    /// Backoff between attempts.
+    pub retry: RetryConfig,
+}
+
+impl Default for Defaults {
+    fn default() -> Self {
+        Defaults {
+            reply_mode: ReplyMode::Settled,
+            acquire_timeout: Duration::from_secs(5),
+            retry: RetryConfig::default(),
+        }
+    }
+}
+
+/// `retry`: the per-request failover budget.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryConfig {
+    /// Attempts in all, the first included.
+    pub max_attempts: u32,
+    /// Delay before the second attempt.
+    #[serde(with = "humantime_serde")]
+    pub min_delay: Duration,
+    /// Each delay is the previous one times this.
+    pub multiplier: f64,
+    /// No delay is longer than this (before jitter).
+    #[serde(with = "humantime_serde")]
+    pub max_delay: Duration,
+    /// Proportional jitter: each delay `d` is drawn uniformly from `[d, d·(1+jitter)]`, so
+    /// held requests of one outage do not return in lock-step. 0 disables it.
+    pub jitter: f64,
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        RetryConfig {
+            max_attempts: 15,
+            min_delay: Duration::from_millis(200),
+            multiplier: 2.0,
+            max_delay: Duration::from_secs(10),
+            jitter: 0.15,
+        }
+    }
+}
+
+/// A namespace's partial override of `[defaults.retry]`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryOverride {
+    /// See [`RetryConfig::max_attempts`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_attempts: Option<u32>,
+    /// See [`RetryConfig::min_delay`].
+    #[serde(
+        default,
+        with = "humantime_serde",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub min_delay: Option<Duration>,
+    /// See [`RetryConfig::multiplier`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub multiplier: Option<f64>,
+    /// See [`RetryConfig::max_delay`].
+    #[serde(
+        default,
+        with = "humantime_serde",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_delay: Option<Duration>,
+    /// See [`RetryConfig::jitter`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter: Option<f64>,
+}
+
+impl RetryConfig {
+    fn overridden(&self, o: &RetryOverride) -> RetryConfig {
+        RetryConfig {
+            max_attempts: o.max_attempts.unwrap_or(self.max_attempts),
+            min_delay: o.min_delay.unwrap_or(self.min_delay),
+            multiplier: o.multiplier.unwrap_or(self.multiplier),
+            max_delay: o.max_delay.unwrap_or(self.max_delay),
+            jitter: o.jitter.unwrap_or(self.jitter),
+        }
+    }
+}
+
+/// `[retry_budget]`: a process-wide cap on retries, in the spirit of tower's retry budget.
+/// When it is empty a held request skips that dispatch and waits for its next backoff step
+/// instead of hammering a sick backend; it fails only when its own attempts run out.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetConfig {
+    /// Retries always allowed per second, whatever the request rate.
+    pub min_per_second: u32,
+    /// Retries allowed as a fraction of recent requests (0.2 = one retry per five requests).
+    pub ratio: f32,
+    /// How long a request counts toward `ratio`.
+    #[serde(with = "humantime_serde")]
+    pub ttl: Duration,
+}
+
+impl Default for BudgetConfig {
+    fn default() -> Self {
+        BudgetConfig {
+            min_per_second: 100,
+            ratio: 0.2,
+            ttl: Duration::from_secs(10),
+        }
+    }
+}
+
+/// `[backends.NAME]`, tagged by `kind`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+pub enum BackendConfig {
+    /// A standalone Redis.
+    Redis(RedisConfig),
+    /// A Sentinel-managed Redis.
+    Sentinel {
+        /// The master's name in Sentinel.
+        master_name: String,
+        /// `host:port` of each sentinel.
+        sentinels: Vec<String>,
+    },
+    /// A Redis Cluster.
+    Cluster {
+        /// Seed nodes, `host:port`.
+        nodes: Vec<String>,
+    },
+    /// PostgreSQL.
+    Postgres {
+        /// libpq URL, multi-host form allowed.
+        url: String,
+    },
+    /// SQLite in a local file.
+    Sqlite {
+        /// Path of the database file.
+        path: String,
+    },
+}
+
+impl BackendConfig {
+    /// The `kind` key's value.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            BackendConfig::Redis(_) => "redis",
+            BackendConfig::Sentinel { .. } => "sentinel",
+            BackendConfig::Cluster { .. } => "cluster",
+            BackendConfig::Postgres { .. } => "postgres",
+            BackendConfig::Sqlite { .. } => "sqlite",
+        }
+    }
+}
+
+/// `kind = "redis"`
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisConfig {
+    /// `redis://[user:pass@]host:port/db`
+    pub url: String,
+    /// Backend connections; each client connection is pinned to one of them.
+    #[serde(default = "default_pool_size")]
+    pub pool_size: usize,
+    /// Longest a TCP connect plus handshake may take.
+    #[serde(default = "default_connection_timeout", with = "humantime_serde")]
+    pub connection_timeout: Duration,
+    /// Longest a sent command may wait for its reply before it counts as Transient.
+    #[serde(default = "default_response_timeout", with = "humantime_serde")]
+    pub response_timeout: Duration,
+}
+
+fn default_pool_size() -> usize {
+    8
+}
+fn default_connection_timeout() -> Duration {
+    Duration::from_secs(2)
+}
+fn default_response_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+/// `[[namespaces]]`
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NamespaceConfig {
+    /// Used in metrics and errors.
+    pub name: String,
+    /// Key prefixes; none makes this the catch-all.
+    #[serde(default)]
+    pub prefixes: Vec<String>,
+    /// A key of `[backends]`.
+    pub backend: String,
+    /// Overrides `[defaults] reply_mode`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_mode: Option<ReplyMode>,
+    /// Overrides `[defaults] acquire_timeout`.
+    #[serde(
+        default,
+        with = "humantime_serde",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub acquire_timeout: Option<Duration>,
+    /// Overrides keys of `[defaults.retry]`.
+    #[serde(default)]
+    pub retry: RetryOverride,
+}
+
+/// A namespace's policy after `[defaults]` is applied.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EffectivePolicy {
+    /// fast | settled | exact.
+    pub reply_mode: ReplyMode,
+    /// Per-attempt wait for a backend connection.
+    pub acquire_timeout: Duration,
+    /// Backoff.
+    pub retry: RetryConfig,
+}
+
+impl NamespaceConfig {
+    /// This namespace's policy with `[defaults]` filled in.
+    pub fn effective(&self, defaults: &Defaults) -> EffectivePolicy {
+        EffectivePolicy {
+            reply_mode: self.reply_mode.unwrap_or(defaults.reply_mode),
+            acquire_timeout: self.acquire_timeout.unwrap_or(defaults.acquire_timeout),
+            retry: defaults.retry.overridden(&self.retry),
+        }
+    }
+}
+
+impl Default for Config {
+    /// The built-in default: the SQLite backend `local` as the only, catch-all namespace.
+    fn default() -> Self {
+        let mut backends = BTreeMap::new();
+        backends.insert(
+            "local".to_string(),
+            BackendConfig::Sqlite {
+                path: "data/holdfast.db".to_string(),
+            },
+        );
+        Config {
+            server: ServerConfig::default(),
+            defaults: Defaults::default(),
+            retry_budget: BudgetConfig::default(),
+            backends,
+            namespaces: vec![NamespaceConfig {
+                name: "default".to_string(),
+                prefixes: Vec::new(),
+                backend: "local".to_string(),
+                reply_mode: None,
+                acquire_timeout: None,
+                retry: RetryOverride::default(),
+            }],
+        }
+    }
+}
+
+impl Config {
+    /// Loads defaults, then `file` (when given), then `HOLDFAST_` variables (`__` nests:
+    /// `HOLDFAST_SERVER__LISTEN`), and validates the result.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the offending key.
+    pub fn load(file: Option<&Path>) -> Result<Config, ConfigError> {
+        let mut figment = Figment::new();
+        match file {
+            Some(path) => {
+                // A file named on the command line must exist; a missing one is a mistake,
+                // not a request for the built-in default.
+                if !path.exists() {
+                    return Err(invalid(
+                        "--config",
+                        format!("{} does not exist", path.display()),
+                    ));
+                }
+                // The file replaces the built-in backends and namespaces instead of merging
+                // with them, so `local` does not linger beside a file's own backends.
+                let base = Config {
+                    backends: BTreeMap::new(),
+                    namespaces: Vec::new(),
+                    ..Config::default()
+                };
+                figment = figment
+                    .merge(Serialized::defaults(base))
+                    .merge(Toml::file(path));
+            }
+            None => figment = figment.merge(Serialized::defaults(Config::default())),
+        }
+        figment = figment.merge(Env::prefixed("HOLDFAST_").split("__"));
+        Self::from_figment(figment)
+    }
+
+    /// Parses a TOML string over the built-in server and policy defaults (tests, examples).
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the offending key.
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        let base = Config {
+            backends: BTreeMap::new(),
+            namespaces: Vec::new(),
+            ..Config::default()
+        };
+        Self::from_figment(
+            Figment::new()
+                .merge(Serialized::defaults(base))
+                .merge(Toml::string(text)),
+        )
+    }
+
+    fn from_figment(figment: Figment) -> Result<Config, ConfigError> {
+        let config: Config = figment
+            .extract()
+            .map_err(|e| ConfigError::Load(Box::new(e)))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks what the types cannot: references, ranges, one catch-all, unique prefixes.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.server.max_clients == 0 {
+            return Err(invalid("server.max_clients", "must be at least 1"));
+        }
+        if self.server.max_request_bytes < 1024 {
+            return Err(invalid("server.max_request_bytes", "must be at least 1024"));
+        }
+        check_retry("defaults.retry", &self.defaults.retry)?;
+        check_acquire("defaults.acquire_timeout", self.defaults.acquire_timeout)?;
+        if !(self.retry_budget.ratio >= 0.0 && self.retry_budget.ratio <= 1000.0) {
+            return Err(invalid("retry_budget.ratio", "must be between 0 and 1000"));
+        }
+        if self.retry_budget.ttl < Duration::from_secs(1)
+            || self.retry_budget.ttl > Duration::from_secs(60)
+        {
+            return Err(invalid("retry_budget.ttl", "must be between 1s and 60s"));
+        }
+        for (name, backend) in &self.backends {
+            if let BackendConfig::Redis(redis) = backend {
+                let key = format!("backends.{name}");
+                if redis.pool_size == 0 || redis.pool_size > 1024 {
+                    return Err(invalid(
+                        format!("{key}.pool_size"),
+                        "must be between 1 and 1024",
+                    ));
+                }
+                if let Err(e) = fred::types::config::Config::from_url(&redis.url) {
+                    return Err(invalid(format!("{key}.url"), e.details().to_string()));
+                }
+            }
+        }
+        if self.namespaces.is_empty() {
+            return Err(invalid("namespaces", "at least one namespace is required"));
+        }
+        let mut catch_all = None;
+        let mut names = std::collections::HashSet::new();
+        let mut prefixes: BTreeMap<&str, &str> = BTreeMap::new();
+        for (i, ns) in self.namespaces.iter().enumerate() {
+            let key = format!("namespaces[{i}]");
+            if ns.name.is_empty() {
+                return Err(invalid(format!("{key}.name"), "must not be empty"));
+            }
+            if !names.insert(ns.name.as_str()) {
+                return Err(invalid(
+                    format!("{key}.name"),
+                    format!("`{}` is used by two namespaces", ns.name),
+                ));
+            }
+            if !self.backends.contains_key(&ns.backend) {
+                return Err(invalid(
+                    format!("{key}.backend"),
+                    format!("no backend named `{}` in [backends]", ns.backend),
+                ));
+            }
+            if ns.prefixes.is_empty() {
+                if let Some(other) = catch_all.replace(ns.name.as_str()) {
+                    return Err(invalid(
+                        format!("{key}.prefixes"),
+                        format!("`{other}` and `{}` both have no prefixes; only one namespace may be the catch-all", ns.name),
+                    ));
+                }
+            }
+            for prefix in &ns.prefixes {
+                if prefix.is_empty() {
+                    return Err(invalid(
+                        format!("{key}.prefixes"),
+                        "an empty prefix; leave `prefixes` out for the catch-all",
+                    ));
+                }
+                if let Some(other) = prefixes.insert(prefix, ns.name.as_str()) {
+                    return Err(invalid(
+                        format!("{key}.prefixes"),
+                        format!("prefix `{prefix}` is claimed by `{other}` too"),
+                    ));
+                }
+            }
+            let policy = ns.effective(&self.defaults);
+            check_retry(&format!("{key}.retry"), &policy.retry)?;
+            check_acquire(&format!("{key}.acquire_timeout"), policy.acquire_timeout)?;
+        }
+        if catch_all.is_none() {
+            return Err(invalid(
+                "namespaces",
+                "one namespace must have no prefixes: it takes every key the others do not",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The effective configuration as TOML, secrets redacted (`check-config`).
+    pub fn to_toml_redacted(&self) -> String {
+        let mut shown = self.clone();
+        if shown.server.requirepass.is_some() {
+            shown.server.requirepass = Some("<redacted>".to_string());
+        }
+        for backend in shown.backends.values_mut() {
+            match backend {
+                BackendConfig::Redis(redis) => redis.url = redact_url(&redis.url),
+                BackendConfig::Postgres { url } => *url = redact_url(url),
+                _ => {}
+            }
+        }
+        toml::to_string_pretty(&shown).unwrap_or_else(|e| format!("# cannot print: {e}\n"))
+    }
+}
+
+/// Replaces the password of `scheme://user:pass@host` with `<redacted>`.
+pub fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_string();
+    };
+    let rest = &url[scheme_end + 3..];
+    let Some(at) = rest.find('@') else {
+        return url.to_string();
+    };
+    let userinfo = &rest[..at];
+    let user = userinfo.split(':').next().unwrap_or("");
+    if !userinfo.contains(':') {
+        return url.to_string();
+    }
+    format!("{}{user}:<redacted>{}", &url[..scheme_end + 3], &rest[at..])
+}
+
+fn check_retry(key: &str, retry: &RetryConfig) -> Result<(), ConfigError> {
+    crate::retry::backoff::Backoff::new(retry)
+        .map(|_| ())
+        .map_err(|e| invalid(format!("{key}.{}", e.key()), e.to_string()))
+}
+
+fn check_acquire(key: &str, timeout: Duration) -> Result<(), ConfigError> {
+    if timeout.is_zero() || timeout > Duration::from_secs(300) {
+        return Err(invalid(key, "must be between 1ms and 300s"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[path = "config_tests.rs"]
+mod tests;

@@ -1,0 +1,283 @@
+//! The three classes of failure and `classify`, the only place that assigns one.
+//!
+//! The class decides what the retry policy may do (DESIGN.md section 2). It is read from typed
+//! facts only: which [`BackendError`] variant the adapter returned (it knows whether the
+//! request had been handed to a connection), fred's `ErrorKind`, and the first word of a
+//! Redis error reply. Message text is never matched.
+
+use crate::backend::BackendError;
+use fred::error::ErrorKind;
+use std::error::Error as StdError;
+
+/// What a failure says about whether the request may have been applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorClass {
+    /// Failed before the backend could apply anything: always safe to retry.
+    NotAttempted,
+    /// May or may not have been applied: retried only for idempotent effects.
+    Transient,
+    /// An answer, not an outage: goes to the client as it is.
+    Other,
+}
+
+impl ErrorClass {
+    /// The metric and log label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorClass::NotAttempted => "not_attempted",
+            ErrorClass::Transient => "transient",
+            ErrorClass::Other => "other",
+        }
+    }
+}
+
+/// Redis error-reply prefixes that mean "turned away, nothing executed".
+///
+/// `READONLY` is a write that reached a demoted replica; `NOREPLICAS` a write refused because
+/// too few replicas are connected; the rest are the server not serving yet or right now.
+const TURNED_AWAY: &[&str] = &[
+    "LOADING",
+    "MASTERDOWN",
+    "READONLY",
+    "TRYAGAIN",
+    "CLUSTERDOWN",
+    "BUSY",
+    "NOSCRIPT",
+    "NOREPLICAS",
+];
+
+/// Maps any failure to its class by walking the `source()` chain to the first error holdfast
+/// knows; an error it does not know is Other, which is never retried.
+pub fn classify(error: &(dyn StdError + 'static)) -> ErrorClass {
+    let mut current = Some(error);
+    while let Some(e) = current {
+        if let Some(backend) = e.downcast_ref::<BackendError>() {
+            return classify_backend(backend);
+        }
+        current = e.source();
+    }
+    ErrorClass::Other
+}
+
+fn classify_backend(error: &BackendError) -> ErrorClass {
+    match error {
+        BackendError::AcquireTimeout { .. } => ErrorClass::NotAttempted,
+        BackendError::Connect { source } => match source.kind() {
+            // A wrong password or URL will not heal by waiting.
+            ErrorKind::Auth | ErrorKind::Config | ErrorKind::Url | ErrorKind::InvalidArgument => {
+                ErrorClass::Other
+            }
+            _ => ErrorClass::NotAttempted,
+        },
+        BackendError::Sent { source } => sent_kind(source.kind()),
+        BackendError::Reply { prefix, .. } => reply_prefix(prefix),
+        BackendError::Unsupported { .. } => ErrorClass::Other,
+    }
+}
+
+/// A request that was handed to a connection and failed there.
+fn sent_kind(kind: &ErrorKind) -> ErrorClass {
+    match kind {
+        // fred refuses before writing when its buffer is full.
+        ErrorKind::Backpressure => ErrorClass::NotAttempted,
+        ErrorKind::IO | ErrorKind::Timeout | ErrorKind::Canceled | ErrorKind::Unknown => {
+            ErrorClass::Transient
+        }
+        _ => ErrorClass::Other,
+    }
+}
+
+/// The class of a Redis error reply, from its first word.
+pub fn reply_prefix(prefix: &str) -> ErrorClass {
+    if TURNED_AWAY.contains(&prefix) {
+        ErrorClass::NotAttempted
+    } else {
+        ErrorClass::Other
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::BackendError;
+    use bytes::Bytes;
+    use fred::error::Error as FredError;
+    use std::time::Duration;
+
+    fn fred(kind: ErrorKind) -> FredError {
+        FredError::new(kind, "x")
+    }
+
+    fn reply(text: &str) -> BackendError {
+        BackendError::reply(Bytes::copy_from_slice(text.as_bytes()))
+    }
+
+    #[test]
+    fn table() {
+        let cases: Vec<(BackendError, ErrorClass)> = vec![
+            (
+                BackendError::AcquireTimeout {
+                    waited: Duration::from_secs(5),
+                },
+                ErrorClass::NotAttempted,
+            ),
+            (
+                BackendError::Connect {
+                    source: fred(ErrorKind::IO),
+                },
+                ErrorClass::NotAttempted,
+            ),
+            (
+                BackendError::Connect {
+                    source: fred(ErrorKind::Timeout),
+                },
+                ErrorClass::NotAttempted,
+            ),
+            (
+                BackendError::Connect {
+                    source: fred(ErrorKind::Canceled),
+                },
+                ErrorClass::NotAttempted,
+            ),
+            (
+                BackendError::Connect {
+                    source: fred(ErrorKind::Auth),
+                },
+                ErrorClass::Other,
+            ),
+            (
+                BackendError::Connect {
+                    source: fred(ErrorKind::Config),
+                },
+                ErrorClass::Other,
+            ),
+            (
+                BackendError::Sent {
+                    source: fred(ErrorKind::IO),
+                },
+                ErrorClass::Transient,
+            ),
+            (
+                BackendError::Sent {
+                    source: fred(ErrorKind::Timeout),
+                },
+                ErrorClass::Transient,
+            ),
+            (
+                BackendError::Sent {
+                    source: fred(ErrorKind::Canceled),
+                },
+                ErrorClass::Transient,
+            ),
+            (
+                BackendError::Sent {
+                    source: fred(ErrorKind::Unknown),
+                },
+                ErrorClass::Transient,
+            ),
+            (
+                BackendError::Sent {
+                    source: fred(ErrorKind::Backpressure),
+                },
+                ErrorClass::NotAttempted,
+            ),
+            (
+                BackendError::Sent {
+                    source: fred(ErrorKind::Protocol),
+                },
+                ErrorClass::Other,
+            ),
+            (
+                BackendError::Sent {
+                    source: fred(ErrorKind::InvalidArgument),
+                },
+                ErrorClass::Other,
+            ),
+            (
+                BackendError::Sent {
+                    source: fred(ErrorKind::Auth),
+                },
+                ErrorClass::Other,
+            ),
+            (
+                reply("LOADING Redis is loading the dataset in memory"),
+                ErrorClass::NotAttempted,
+            ),
+            (
+                reply("MASTERDOWN Link with MASTER is down"),
+                ErrorClass::NotAttempted,
+            ),
+            (
+                reply("READONLY You can't write against a read only replica."),
+                ErrorClass::NotAttempted,
+            ),
+            (
+                reply("TRYAGAIN Multiple keys request during rehashing of slot"),
+                ErrorClass::NotAttempted,
+            ),
+            (
+                reply("CLUSTERDOWN The cluster is down"),
+                ErrorClass::NotAttempted,
+            ),
+            (
+                reply("BUSY Redis is busy running a script."),
+                ErrorClass::NotAttempted,
+            ),
+            (
+                reply("NOSCRIPT No matching script."),
+                ErrorClass::NotAttempted,
+            ),
+            (
+                reply("NOREPLICAS Not enough good replicas to write."),
+                ErrorClass::NotAttempted,
+            ),
+            // Prefixes that merely start like a turned-away one are answers.
+            (
+                reply("BUSYKEY Target key name already exists."),
+                ErrorClass::Other,
+            ),
+            (
+                reply("BUSYGROUP Consumer Group name already exists"),
+                ErrorClass::Other,
+            ),
+            (
+                reply("WRONGTYPE Operation against a key holding the wrong kind of value"),
+                ErrorClass::Other,
+            ),
+            (reply("ERR syntax error"), ErrorClass::Other),
+            (
+                reply("OOM command not allowed when used memory > 'maxmemory'."),
+                ErrorClass::Other,
+            ),
+            (reply("NOAUTH Authentication required."), ErrorClass::Other),
+            // The text after the prefix does not matter, only the prefix.
+            (reply("ERR LOADING is in this message"), ErrorClass::Other),
+            (reply(""), ErrorClass::Other),
+        ];
+        for (error, class) in cases {
+            assert_eq!(classify(&error), class, "{error:?}");
+        }
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("wrapped")]
+    struct Wrapper(#[source] BackendError);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("unrelated")]
+    struct Unrelated;
+
+    #[test]
+    fn the_source_chain_is_walked() {
+        let inner = BackendError::Sent {
+            source: fred(ErrorKind::IO),
+        };
+        let wrapped = Wrapper(inner);
+        // The wrapper itself is not a BackendError; the class comes from its source.
+        assert!((&wrapped as &dyn StdError)
+            .downcast_ref::<BackendError>()
+            .is_none());
+        assert_eq!(classify(&wrapped), ErrorClass::Transient);
+        assert_eq!(classify(&Unrelated), ErrorClass::Other);
+    }
+}

@@ -1,0 +1,86 @@
+//! The metrics port: `/metrics` (Prometheus text), `/healthz` (the process is up) and
+//! `/readyz` (every backend answered a PING). A deliberately tiny HTTP/1.1 responder: one
+//! request per connection, GET only, no body.
+
+use crate::server::Shared;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// Largest request head read; anything longer is refused.
+const MAX_HEAD: usize = 8 * 1024;
+/// How long a readiness probe waits for each backend.
+const READY_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Serves the metrics port until the task is dropped.
+pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
+    let handle = crate::metrics::install();
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(Duration::from_secs(10), respond(stream, &shared, handle))
+                .await;
+        });
+    }
+}
+
+async fn respond(
+    mut stream: TcpStream,
+    shared: &Shared,
+    handle: &metrics_exporter_prometheus::PrometheusHandle,
+) -> std::io::Result<()> {
+    let mut head = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 || head.len() + n > MAX_HEAD {
+            return Ok(());
+        }
+        head.extend_from_slice(&chunk[..n]);
+    }
+    let line = head.split(|b| *b == b'\r').next().unwrap_or_default();
+    let mut parts = line.split(|b| *b == b' ');
+    let method = parts.next().unwrap_or_default();
+    let path = parts.next().unwrap_or_default();
+    let (status, body) = if method != b"GET" {
+        ("405 Method Not Allowed", "GET only\n".to_string())
+    } else {
+        match path {
+            b"/metrics" => ("200 OK", handle.render()),
+            b"/healthz" => ("200 OK", "ok\n".to_string()),
+            b"/readyz" => readiness(shared).await,
+            _ => ("404 Not Found", "not found\n".to_string()),
+        }
+    };
+    let response = format!(
+        "HTTP/1.1 {status}\r\ncontent-type: text/plain; version=0.0.4\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(response.as_bytes()).await?;
+    stream.shutdown().await
+}
+
+async fn readiness(shared: &Shared) -> (&'static str, String) {
+    let mut body = String::new();
+    let mut all = true;
+    for backend in shared.backends.iter() {
+        let up = backend.ready(READY_TIMEOUT).await;
+        crate::metrics::backend_up(backend.name(), up);
+        all &= up;
+        body.push_str(&format!(
+            "{} {}\n",
+            backend.name(),
+            if up { "up" } else { "down" }
+        ));
+    }
+    if all {
+        ("200 OK", body)
+    } else {
+        ("503 Service Unavailable", body)
+    }
+}

@@ -1,0 +1,62 @@
+//! holdfast: a sidecar that speaks the Redis protocol, forwards each command to the backend of
+//! its key's namespace, and decides per command and per failure whether a failed request can
+//! be tried again without changing what the client sees.
+//!
+//! # Layout
+//!
+//! A request flows down this list; no module calls one above it.
+//!
+//! - [`server`]: accept loop, connection limit, graceful drain.
+//! - [`connection`]: one client: framing, HELLO/AUTH/CLIENT/MULTI, in-order execution.
+//! - [`resp`]: request decoding with limits, reply encoding in RESP2 or RESP3.
+//! - [`command`]: the command table (name, arity, keys, idempotence) and parsing against it.
+//! - [`namespace`]: key prefix → namespace → backend and retry policy.
+//! - [`retry`]: the retry loop, its policy (no I/O), backoff and the process-wide budget.
+//! - [`error`]: the three failure classes and `classify`, the only place that assigns one.
+//! - [`backend`]: Redis through fred; a scripted fake for unit tests.
+//! - [`metrics`] and [`http`]: every metric declared in one place; `/metrics`, `/healthz`,
+//!   `/readyz`.
+//! - [`config`]: figment layers and validation.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod backend;
+pub mod command;
+pub mod config;
+pub mod connection;
+pub mod error;
+pub mod http;
+pub mod metrics;
+pub mod namespace;
+pub mod resp;
+pub mod retry;
+pub mod server;
+
+use std::future::Future;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+
+/// The Redis version holdfast reports in HELLO and INFO: the command set it serves.
+pub const REDIS_VERSION: &str = "7.0.0";
+
+/// Runs holdfast on already bound listeners until `shutdown` completes, then drains.
+/// Tests bind `127.0.0.1:0` and pass the listeners in.
+///
+/// # Errors
+/// [`server::StartError`] when backends or namespaces cannot be built.
+pub async fn run(
+    config: config::Config,
+    listener: TcpListener,
+    metrics_listener: Option<TcpListener>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), server::StartError> {
+    metrics::install();
+    let shared = Arc::new(server::Shared::build(config)?);
+    let http = metrics_listener.map(|l| tokio::spawn(http::serve(l, shared.clone())));
+    server::run(shared, listener, shutdown).await;
+    if let Some(http) = http {
+        http.abort();
+    }
+    Ok(())
+}
