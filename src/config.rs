@@ -455,6 +455,12 @@ impl Config {
                         "must be between 1 and 1024",
                     ));
                 }
+                if !redis.url.starts_with("redis://") {
+                    return Err(invalid(
+                        format!("{key}.url"),
+                        "must start with redis:// (TLS to backends is not built yet)",
+                    ));
+                }
                 if let Err(e) = fred::types::config::Config::from_url(&redis.url) {
                     return Err(invalid(format!("{key}.url"), e.details().to_string()));
                 }

@@ -1,1 +1,169 @@
+use super::*;
+use figment::Jail;
 
+/// DESIGN.md section 10, verbatim: the product's interface must parse as written.
+const SECTION_10: &str = r#"
+[server]
+listen = "127.0.0.1:6380"          # the Redis endpoint clients connect to
+metrics_listen = "127.0.0.1:9380"  # /metrics, /healthz, /readyz
+
+[defaults]                         # applies to every namespace unless it overrides
+reply_mode = "settled"             # fast | settled | exact
+acquire_timeout = "5s"
+[defaults.retry]
+max_attempts = 15
+min_delay = "200ms"
+multiplier = 2.0
+max_delay = "10s"
+jitter = 0.15                      # fraction; document what it means
+
+[backends.local]
+kind = "sqlite"                    # sqlite | postgres | redis | sentinel | cluster
+path = "data/holdfast.db"
+
+[backends.cache]
+kind = "redis"
+url = "redis://127.0.0.1:6379/0"
+pool_size = 8
+
+[backends.pg]
+kind = "postgres"
+url = "postgres://holdfast@127.0.0.1:5432,127.0.0.1:5433/holdfast"
+
+[backends.ha]
+kind = "sentinel"
+master_name = "mymaster"
+sentinels = ["127.0.0.1:26379", "127.0.0.1:26380", "127.0.0.1:26381"]
+
+[backends.big]
+kind = "cluster"
+nodes = ["127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002"]
+
+[[namespaces]]
+name = "workers"
+prefixes = ["worker:"]
+backend = "cache"
+reply_mode = "exact"               # any [defaults] key may be overridden here
+[namespaces.retry]
+max_attempts = 20
+
+[[namespaces]]
+name = "default"                   # the catch-all: no prefixes
+backend = "local"
+"#;
+
+fn err(text: &str) -> String {
+    match Config::from_toml(text) {
+        Ok(_) => panic!("accepted:\n{text}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn the_documented_configuration_parses() {
+    let config = Config::from_toml(SECTION_10).unwrap();
+    assert_eq!(config.backends.len(), 5);
+    let workers = config.namespaces[0].effective(&config.defaults);
+    assert_eq!(workers.reply_mode, ReplyMode::Exact);
+    assert_eq!(workers.retry.max_attempts, 20);
+    // Keys the namespace does not override come from [defaults].
+    assert_eq!(workers.retry.min_delay, Duration::from_millis(200));
+    assert_eq!(workers.acquire_timeout, Duration::from_secs(5));
+    let default = config.namespaces[1].effective(&config.defaults);
+    assert_eq!(default.retry.max_attempts, 15);
+    assert_eq!(default.reply_mode, ReplyMode::Settled);
+}
+
+#[test]
+fn the_built_in_default_is_sqlite_as_the_catch_all() {
+    // In a jail: another test sets HOLDFAST_ variables.
+    Jail::expect_with(|_| {
+        let config = Config::load(None).map_err(|e| e.to_string())?;
+        assert_eq!(config.server.listen.to_string(), "127.0.0.1:6380");
+        assert_eq!(config.namespaces.len(), 1);
+        assert!(config.namespaces[0].prefixes.is_empty());
+        assert!(matches!(
+            config.backends.get("local"),
+            Some(BackendConfig::Sqlite { path }) if path == "data/holdfast.db"
+        ));
+        Ok(())
+    });
+}
+
+const MINIMAL: &str = r#"
+[backends.cache]
+kind = "redis"
+url = "redis://127.0.0.1:6379"
+[[namespaces]]
+name = "default"
+backend = "cache"
+"#;
+
+#[test]
+fn bad_configurations_name_the_key() {
+    assert!(Config::from_toml(MINIMAL).is_ok());
+    let cases = [
+        (format!("[server]\nlisten_typo = 1\n{MINIMAL}"), "listen_typo"),
+        (MINIMAL.replace("backend = \"cache\"", "backend = \"nope\""), "namespaces[0].backend"),
+        (format!("{MINIMAL}\n[[namespaces]]\nname = \"b\"\nbackend = \"cache\"\n"), "namespaces[1].prefixes"),
+        (format!("{MINIMAL}\n[[namespaces]]\nname = \"default\"\nprefixes = [\"a\"]\nbackend = \"cache\"\n"), "namespaces[1].name"),
+        (
+            format!("{MINIMAL}\n[[namespaces]]\nname = \"a\"\nprefixes = [\"x:\"]\nbackend = \"cache\"\n[[namespaces]]\nname = \"b\"\nprefixes = [\"x:\"]\nbackend = \"cache\"\n"),
+            "namespaces[2].prefixes",
+        ),
+        (format!("[defaults.retry]\njitter = 2.0\n{MINIMAL}"), "defaults.retry.jitter"),
+        (format!("[defaults]\nacquire_timeout = \"soon\"\n{MINIMAL}"), "acquire_timeout"),
+        (format!("{MINIMAL}[namespaces.retry]\nmin_delay = \"20s\"\n"), "namespaces[0].retry.min_delay"),
+        (MINIMAL.replace("redis://127.0.0.1:6379", "nope://x"), "backends.cache.url"),
+        (MINIMAL.replace("kind = \"redis\"", "kind = \"memcached\""), "memcached"),
+        ("[server]\nmax_clients = 0\n".to_string() + MINIMAL, "server.max_clients"),
+    ];
+    for (text, key) in cases {
+        let message = err(&text);
+        assert!(message.contains(key), "expected `{key}` in: {message}");
+    }
+}
+
+#[test]
+fn a_file_then_the_environment_override_the_defaults() {
+    Jail::expect_with(|jail| {
+        jail.create_file("holdfast.toml", &format!("[server]\nlisten = \"127.0.0.1:7001\"\n{MINIMAL}"))?;
+        let config = Config::load(Some(Path::new("holdfast.toml"))).map_err(|e| e.to_string())?;
+        assert_eq!(config.server.listen.to_string(), "127.0.0.1:7001");
+        // The file's backends replace the built-in `local`.
+        assert!(!config.backends.contains_key("local"));
+
+        jail.set_env("HOLDFAST_SERVER__LISTEN", "127.0.0.1:7000");
+        jail.set_env("HOLDFAST_DEFAULTS__RETRY__MAX_ATTEMPTS", "3");
+        let config = Config::load(Some(Path::new("holdfast.toml"))).map_err(|e| e.to_string())?;
+        assert_eq!(config.server.listen.to_string(), "127.0.0.1:7000");
+        assert_eq!(config.defaults.retry.max_attempts, 3);
+
+        jail.set_env("HOLDFAST_DEFAULTS__RETRY__MAX_ATTEMPTS", "0");
+        let message = Config::load(Some(Path::new("holdfast.toml"))).unwrap_err().to_string();
+        assert!(message.contains("defaults.retry.max_attempts"), "{message}");
+        Ok(())
+    });
+}
+
+#[test]
+fn a_missing_file_is_an_error_not_the_default() {
+    let message = Config::load(Some(Path::new("/nonexistent/holdfast.toml")))
+        .unwrap_err()
+        .to_string();
+    assert!(message.contains("does not exist"), "{message}");
+}
+
+#[test]
+fn secrets_are_redacted_when_printed() {
+    let text = format!(
+        "[server]\nrequirepass = \"hunter2\"\n{}",
+        MINIMAL.replace("redis://127.0.0.1:6379", "redis://app:s3cret@127.0.0.1:6379")
+    );
+    let shown = Config::from_toml(&text).unwrap().to_toml_redacted();
+    assert!(!shown.contains("hunter2"), "{shown}");
+    assert!(!shown.contains("s3cret"), "{shown}");
+    assert!(shown.contains("redis://app:<redacted>@127.0.0.1:6379"), "{shown}");
+    // What is printed is itself a valid configuration.
+    assert!(Config::from_toml(&shown).is_ok());
+}

@@ -1,1 +1,180 @@
+use super::*;
+use proptest::prelude::*;
 
+fn decode_all(input: &[u8], max: usize) -> (Vec<Vec<Bytes>>, Result<(), ProtocolError>, usize) {
+    let mut buf = BytesMut::from(input);
+    let mut out = Vec::new();
+    loop {
+        match decode_request(&mut buf, max) {
+            Ok(Some(args)) => out.push(args),
+            Ok(None) => return (out, Ok(()), buf.len()),
+            Err(e) => return (out, Err(e), buf.len()),
+        }
+    }
+}
+
+fn words(args: &[Bytes]) -> Vec<String> {
+    args.iter().map(|a| String::from_utf8_lossy(a).into_owned()).collect()
+}
+
+#[test]
+fn multibulk_pipelines_and_partial_frames() {
+    let input = b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n*1\r\n$4\r\nPING\r\n*2\r\n$3\r\nGET";
+    let (requests, result, left) = decode_all(input, 1 << 20);
+    assert!(result.is_ok());
+    assert_eq!(requests.len(), 2);
+    assert_eq!(words(&requests[0]), ["GET", "k"]);
+    assert_eq!(words(&requests[1]), ["PING"]);
+    // The incomplete third request stays buffered, untouched.
+    assert_eq!(left, b"*2\r\n$3\r\nGET".len());
+}
+
+#[test]
+fn every_split_point_yields_the_same_requests() {
+    let input = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nv\r\nxy\r\nPING\r\n*1\r\n$4\r\nPING\r\n";
+    let (whole, _, _) = decode_all(input, 1 << 20);
+    assert_eq!(whole.len(), 3);
+    for split in 0..input.len() {
+        let mut buf = BytesMut::from(&input[..split]);
+        let mut got = Vec::new();
+        while let Ok(Some(args)) = decode_request(&mut buf, 1 << 20) {
+            got.push(args);
+        }
+        buf.extend_from_slice(&input[split..]);
+        while let Ok(Some(args)) = decode_request(&mut buf, 1 << 20) {
+            got.push(args);
+        }
+        assert_eq!(got, whole, "split at {split}");
+    }
+}
+
+#[test]
+fn inline_commands_follow_redis_quoting() {
+    let (requests, result, _) = decode_all(
+        b"SET k \"a b\\n\\x41\"\r\nGET 'it\\'s'\n\r\n   \r\nPING\r\n",
+        1 << 20,
+    );
+    assert!(result.is_ok());
+    assert_eq!(words(&requests[0]), ["SET", "k", "a b\nA"]);
+    assert_eq!(words(&requests[1]), ["GET", "it's"]);
+    // Blank lines are skipped, as Redis does.
+    assert_eq!(words(&requests[2]), ["PING"]);
+    assert_eq!(requests.len(), 3);
+}
+
+#[test]
+fn unbalanced_quotes_lose_framing() {
+    let (_, result, _) = decode_all(b"SET k \"oops\r\n", 1 << 20);
+    assert!(matches!(result, Err(ProtocolError::Malformed(_))));
+}
+
+#[test]
+fn empty_multibulk_is_skipped() {
+    let (requests, result, _) = decode_all(b"*0\r\n*-1\r\n*1\r\n$4\r\nPING\r\n", 1 << 20);
+    assert!(result.is_ok());
+    assert_eq!(requests.len(), 1);
+}
+
+#[test]
+fn a_non_bulk_element_is_a_protocol_error() {
+    let (_, result, _) = decode_all(b"*1\r\n:1\r\n", 1 << 20);
+    assert_eq!(
+        result,
+        Err(ProtocolError::Malformed("expected '$', got ':'".to_string()))
+    );
+}
+
+#[test]
+fn garbage_is_a_protocol_error() {
+    let (_, result, _) = decode_all(b"*x\r\n", 1 << 20);
+    assert!(matches!(result, Err(ProtocolError::Malformed(_))));
+}
+
+#[test]
+fn a_request_over_the_limit_is_refused_before_it_is_complete() {
+    // A bulk string that announces 2^40 bytes: refused once the buffer passes the limit,
+    // without waiting for (or allocating) the rest.
+    let mut input = b"*2\r\n$3\r\nSET\r\n$1099511627776\r\n".to_vec();
+    input.extend(std::iter::repeat_n(b'x', 5000));
+    let (_, result, _) = decode_all(&input, 4096);
+    assert_eq!(result, Err(ProtocolError::TooLarge(4096)));
+    // Below the limit the same prefix is merely incomplete.
+    let (_, result, _) = decode_all(&input[..100], 4096);
+    assert!(result.is_ok());
+}
+
+#[test]
+fn an_endless_inline_line_is_refused() {
+    let input = vec![b'a'; MAX_INLINE + 10];
+    let (_, result, _) = decode_all(&input, 1 << 30);
+    assert_eq!(result, Err(ProtocolError::InlineTooLarge));
+}
+
+fn encode2(frame: &Frame, null_array: bool) -> String {
+    let mut out = BytesMut::new();
+    encode_reply(&mut out, frame, Proto::Resp2, null_array);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[test]
+fn resp3_replies_become_what_redis_sends_a_resp2_client() {
+    let map = Frame::Map {
+        data: [(
+            Frame::BlobString { data: "f".into(), attributes: None },
+            Frame::Double { data: 1.5, attributes: None },
+        )]
+        .into_iter()
+        .collect(),
+        attributes: None,
+    };
+    assert_eq!(encode2(&map, false), "*2\r\n$1\r\nf\r\n$3\r\n1.5\r\n");
+    assert_eq!(encode2(&Frame::Boolean { data: true, attributes: None }, false), ":1\r\n");
+    assert_eq!(encode2(&Frame::Null, false), "$-1\r\n");
+    assert_eq!(encode2(&Frame::Null, true), "*-1\r\n");
+    assert_eq!(
+        encode2(&Frame::Double { data: f64::INFINITY, attributes: None }, false),
+        "$3\r\ninf\r\n"
+    );
+}
+
+proptest! {
+    #[test]
+    fn arbitrary_input_never_panics_and_never_overreads(input in proptest::collection::vec(any::<u8>(), 0..512)) {
+        let mut buf = BytesMut::from(&input[..]);
+        for _ in 0..600 {
+            let before = buf.len();
+            match decode_request(&mut buf, 1024) {
+                Ok(Some(_)) => prop_assert!(buf.len() < before),
+                Ok(None) | Err(_) => break,
+            }
+        }
+    }
+
+    #[test]
+    fn any_arguments_round_trip(args in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..64), 1..8)) {
+        let mut wire = format!("*{}\r\n", args.len()).into_bytes();
+        for arg in &args {
+            wire.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+            wire.extend_from_slice(arg);
+            wire.extend_from_slice(b"\r\n");
+        }
+        let mut buf = BytesMut::from(&wire[..]);
+        let decoded = decode_request(&mut buf, 1 << 20).unwrap().unwrap();
+        let decoded: Vec<Vec<u8>> = decoded.iter().map(|b| b.to_vec()).collect();
+        prop_assert_eq!(decoded, args);
+        prop_assert!(buf.is_empty());
+    }
+}
+
+#[test]
+fn a_huge_multibulk_count_allocates_nothing_up_front() {
+    let mut input = b"*1099511627776\r\n".to_vec();
+    for _ in 0..100 {
+        input.extend_from_slice(b"$1\r\na\r\n");
+    }
+    let (requests, result, _) = decode_all(&input, 1 << 20);
+    assert!(requests.is_empty());
+    assert!(result.is_ok(), "incomplete, not an error, below the limit");
+    let (_, result, _) = decode_all(&input, 1024);
+    assert_eq!(result, Err(ProtocolError::TooLarge(1024)));
+}

@@ -1,0 +1,138 @@
+//! Shared support for the integration tests: real `redis-server`s, a fault-injecting relay,
+//! raw RESP helpers, and holdfast itself started in-process on `127.0.0.1:0`.
+#![allow(dead_code)]
+
+pub mod redis;
+pub mod relay;
+pub mod resp;
+
+pub use redis::RedisServer;
+pub use relay::Relay;
+pub use resp::{encode, encode_str, roundtrip, RawConn};
+
+use holdfast::config::Config;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// A holdfast running in this test process.
+pub struct Proxy {
+    /// `127.0.0.1:P` of the Redis endpoint.
+    pub addr: String,
+    /// `127.0.0.1:P` of the metrics port.
+    pub metrics_addr: String,
+    /// Port of the Redis endpoint.
+    pub port: u16,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Proxy {
+    /// Starts holdfast on `config` (TOML; its `[server] listen` is replaced by a free port).
+    pub async fn start(toml: &str) -> Proxy {
+        let mut config = Config::from_toml(toml).unwrap_or_else(|e| panic!("bad test config: {e}"));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let metrics = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let metrics_addr = metrics.local_addr().unwrap();
+        config.server.listen = addr;
+        config.server.metrics_listen = metrics_addr;
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let shutdown = async {
+                let _ = stopped.await;
+            };
+            holdfast::run(config, listener, Some(metrics), shutdown)
+                .await
+                .expect("holdfast runs");
+        });
+        Proxy {
+            addr: addr.to_string(),
+            metrics_addr: metrics_addr.to_string(),
+            port: addr.port(),
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    /// A raw connection to the proxy.
+    pub async fn connect(&self) -> RawConn {
+        RawConn::connect(&self.addr).await
+    }
+
+    /// GET `path` on the metrics port: (status line, body).
+    pub async fn http(&self, path: &str) -> (String, String) {
+        let mut stream = TcpStream::connect(&self.metrics_addr).await.unwrap();
+        stream
+            .write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut text = String::new();
+        stream.read_to_string(&mut text).await.unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+        let status = head.lines().next().unwrap_or("").to_string();
+        (status, body.to_string())
+    }
+
+    /// The value of the metric line that starts with `series` (name and labels), 0 if absent.
+    pub async fn metric(&self, series: &str) -> f64 {
+        let (_, body) = self.http("/metrics").await;
+        metric_value(&body, series)
+    }
+
+    /// Stops the proxy and waits for it to drain.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// Finds `series` (e.g. `holdfast_retries_total{namespace="x",command="GET",class="transient"}`)
+/// in Prometheus text; labels may come in any order, so each `k="v"` of `series` is matched.
+pub fn metric_value(body: &str, series: &str) -> f64 {
+    let (name, labels) = match series.split_once('{') {
+        Some((name, rest)) => (name, rest.trim_end_matches('}')),
+        None => (series, ""),
+    };
+    let wanted: Vec<&str> = labels.split(',').filter(|l| !l.is_empty()).collect();
+    body.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter(|line| {
+            line.split(['{', ' ']).next() == Some(name)
+                && wanted.iter().all(|label| line.contains(label))
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// A config with one Redis backend as the catch-all namespace `ns`; `ns_extra` is appended
+/// to the namespace (`acquire_timeout = "1s"`, a `[namespaces.retry]` table, ...).
+pub fn one_backend(url: &str, ns: &str, ns_extra: &str) -> String {
+    format!(
+        r#"
+[defaults]
+reply_mode = "fast"
+[backends.main]
+kind = "redis"
+url = "{url}"
+pool_size = 2
+[[namespaces]]
+name = "{ns}"
+backend = "main"
+{ns_extra}
+"#
+    )
+}
