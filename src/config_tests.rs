@@ -1,3 +1,6 @@
+// figment::Jail closures must return figment::Error, which is large.
+#![allow(clippy::result_large_err)]
+
 use super::*;
 use figment::Jail;
 
@@ -127,7 +130,10 @@ fn bad_configurations_name_the_key() {
 #[test]
 fn a_file_then_the_environment_override_the_defaults() {
     Jail::expect_with(|jail| {
-        jail.create_file("holdfast.toml", &format!("[server]\nlisten = \"127.0.0.1:7001\"\n{MINIMAL}"))?;
+        jail.create_file(
+            "holdfast.toml",
+            &format!("[server]\nlisten = \"127.0.0.1:7001\"\n{MINIMAL}"),
+        )?;
         let config = Config::load(Some(Path::new("holdfast.toml"))).map_err(|e| e.to_string())?;
         assert_eq!(config.server.listen.to_string(), "127.0.0.1:7001");
         // The file's backends replace the built-in `local`.
@@ -140,7 +146,9 @@ fn a_file_then_the_environment_override_the_defaults() {
         assert_eq!(config.defaults.retry.max_attempts, 3);
 
         jail.set_env("HOLDFAST_DEFAULTS__RETRY__MAX_ATTEMPTS", "0");
-        let message = Config::load(Some(Path::new("holdfast.toml"))).unwrap_err().to_string();
+        let message = Config::load(Some(Path::new("holdfast.toml")))
+            .unwrap_err()
+            .to_string();
         assert!(message.contains("defaults.retry.max_attempts"), "{message}");
         Ok(())
     });
@@ -158,12 +166,18 @@ fn a_missing_file_is_an_error_not_the_default() {
 fn secrets_are_redacted_when_printed() {
     let text = format!(
         "[server]\nrequirepass = \"hunter2\"\n{}",
-        MINIMAL.replace("redis://127.0.0.1:6379", "redis://app:s3cret@127.0.0.1:6379")
+        MINIMAL.replace(
+            "redis://127.0.0.1:6379",
+            "redis://app:s3cret@127.0.0.1:6379"
+        )
     );
     let shown = Config::from_toml(&text).unwrap().to_toml_redacted();
     assert!(!shown.contains("hunter2"), "{shown}");
     assert!(!shown.contains("s3cret"), "{shown}");
-    assert!(shown.contains("redis://app:<redacted>@127.0.0.1:6379"), "{shown}");
+    assert!(
+        shown.contains("redis://app:<redacted>@127.0.0.1:6379"),
+        "{shown}"
+    );
     // What is printed is itself a valid configuration.
     assert!(Config::from_toml(&shown).is_ok());
 }

@@ -63,10 +63,9 @@ fn classify_backend(error: &BackendError) -> ErrorClass {
     match error {
         BackendError::AcquireTimeout { .. } => ErrorClass::NotAttempted,
         BackendError::Connect { source } => match source.kind() {
-            // A wrong password or URL will not heal by waiting.
-            ErrorKind::Auth | ErrorKind::Config | ErrorKind::Url | ErrorKind::InvalidArgument => {
-                ErrorClass::Other
-            }
+            // A wrong password or URL will not heal by waiting. (fred's Config kind is not
+            // here: it also means "the last dial is still being torn down", which heals.)
+            ErrorKind::Auth | ErrorKind::Url | ErrorKind::InvalidArgument => ErrorClass::Other,
             _ => ErrorClass::NotAttempted,
         },
         BackendError::Sent { source } => sent_kind(source.kind()),
@@ -148,6 +147,12 @@ mod tests {
             (
                 BackendError::Connect {
                     source: fred(ErrorKind::Config),
+                },
+                ErrorClass::NotAttempted,
+            ),
+            (
+                BackendError::Connect {
+                    source: fred(ErrorKind::Url),
                 },
                 ErrorClass::Other,
             ),

@@ -1,25 +1,68 @@
 //! The Redis backend (standalone) through fred.
 //!
-//! fred's own replay is off (`max_command_attempts = 1`, fail fast): a command that was
-//! written and lost comes back as an error for the retry loop to count, never re-sent below
-//! it. Connections reconnect in the background; a dispatch that finds its connection down
-//! waits for it at most the acquire timeout and then fails as not sent. Each client
-//! connection is pinned to one backend connection, so `WAIT` sees that client's writes.
+//! fred's own replay is off (`max_command_attempts = 1`, fail fast, no reconnect policy): a
+//! command that was written and lost comes back as an error for the retry loop to count, never
+//! re-sent below it. Holdfast re-dials a dropped connection itself, on demand: fred's reconnect
+//! loop queues commands while it sleeps between dials instead of failing them, which would turn
+//! "not sent" into a response timeout. Each client connection is pinned to one backend
+//! connection, so `WAIT` sees that client's writes.
 
 use super::{BackendError, Proto, Request};
 use crate::config::RedisConfig;
-use fred::interfaces::{ClientLike, EventInterface};
-use fred::prelude::{Client, ReconnectPolicy};
+use fred::interfaces::ClientLike;
+use fred::prelude::Client;
 use fred::types::config::{
     ConnectionConfig, Options, PerformanceConfig, TcpConfig, UnresponsiveConfig,
 };
 use fred::types::{ClusterHash, CustomCommand, RespVersion, Value};
 use redis_protocol::resp3::types::BytesFrame as Frame;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::OnceCell;
+use tokio::sync::{Mutex, OnceCell};
+use tokio::task::JoinHandle;
 
-/// How often a dropped backend connection is re-dialled.
-const RECONNECT_DELAY_MS: u32 = 100;
+/// One pooled connection and the dial that (re)opens it.
+struct Slot {
+    /// The connection.
+    client: Client,
+    /// True from a successful dial until fred's connection task ends. fred's own
+    /// `is_connected` stays true after a connection drops unexpectedly, so it is not used.
+    up: Arc<AtomicBool>,
+    /// A dial in progress; kept here so a waiter that gives up does not abandon it, and the
+    /// next waiter joins it instead of starting a second one.
+    dialing: Mutex<Option<JoinHandle<Result<(), fred::error::Error>>>>,
+}
+
+impl Slot {
+    fn new(client: Client) -> Slot {
+        Slot {
+            client,
+            up: Arc::new(AtomicBool::new(false)),
+            dialing: Mutex::new(None),
+        }
+    }
+
+    fn is_up(&self) -> bool {
+        self.up.load(Ordering::Acquire)
+    }
+
+    /// Starts one dial in a task of its own; on success, a watcher marks the slot down the
+    /// moment fred's connection task ends.
+    fn dial(&self) -> JoinHandle<Result<(), fred::error::Error>> {
+        let client = self.client.clone();
+        let up = self.up.clone();
+        tokio::spawn(async move {
+            let task = client.init().await?;
+            up.store(true, Ordering::Release);
+            tokio::spawn(async move {
+                let _ = task.await;
+                up.store(false, Ordering::Release);
+            });
+            Ok(())
+        })
+    }
+}
 
 /// A standalone Redis with one pool per protocol version.
 pub struct RedisBackend {
@@ -33,14 +76,15 @@ pub struct RedisBackend {
     response_timeout: Duration,
     /// Pool size, per protocol.
     pool_size: usize,
-    /// RESP2 connections, opened at start.
-    resp2: Vec<Client>,
-    /// RESP3 connections, opened when the first RESP3 client needs one.
-    resp3: OnceCell<Vec<Client>>,
+    /// RESP2 connections, dialled at start.
+    resp2: Vec<Slot>,
+    /// RESP3 connections, dialled when the first RESP3 client needs one.
+    resp3: OnceCell<Vec<Slot>>,
 }
 
 impl RedisBackend {
-    /// Builds the pool and starts connecting in the background.
+    /// Builds the pool and starts dialling in the background (holdfast may start before its
+    /// backend does).
     ///
     /// # Errors
     /// [`BackendError::Unsupported`] when the URL does not parse.
@@ -74,36 +118,30 @@ impl RedisBackend {
             resp3: OnceCell::new(),
         };
         backend.resp2 = backend.open_pool(RespVersion::RESP2);
+        for slot in &backend.resp2 {
+            if let Ok(mut dialing) = slot.dialing.try_lock() {
+                *dialing = Some(slot.dial());
+            }
+        }
         Ok(backend)
     }
 
     fn client(&self, version: RespVersion) -> Client {
         let mut config = self.config.clone();
         config.version = version;
-        // The client keeps re-dialling from its first connect on, even when the backend is down
-        // at start (fred's client-level fail_fast would give up after one try); each command
-        // still fails fast (see `send`) instead of waiting in fred's queue for a reconnect.
-        config.fail_fast = false;
+        // One dial, no reconnect policy: a dropped connection fails what was in flight and is
+        // re-dialled by `ensure_connected`.
+        config.fail_fast = true;
         let perf = PerformanceConfig {
             default_command_timeout: Duration::ZERO,
             ..PerformanceConfig::default()
         };
-        Client::new(
-            config,
-            Some(perf),
-            Some(self.connection.clone()),
-            Some(ReconnectPolicy::new_constant(0, RECONNECT_DELAY_MS)),
-        )
+        Client::new(config, Some(perf), Some(self.connection.clone()), None)
     }
 
-    fn open_pool(&self, version: RespVersion) -> Vec<Client> {
+    fn open_pool(&self, version: RespVersion) -> Vec<Slot> {
         (0..self.pool_size)
-            .map(|_| {
-                let client = self.client(version.clone());
-                // The handle is not awaited: the connection task lives as long as the client.
-                let _task = client.connect();
-                client
-            })
+            .map(|_| Slot::new(self.client(version.clone())))
             .collect()
     }
 
@@ -112,7 +150,7 @@ impl RedisBackend {
         &self.name
     }
 
-    async fn pinned(&self, proto: Proto, pin: u64) -> &Client {
+    async fn pinned(&self, proto: Proto, pin: u64) -> &Slot {
         let pool = match proto {
             Proto::Resp2 => &self.resp2,
             Proto::Resp3 => {
@@ -135,9 +173,9 @@ impl RedisBackend {
         request: &Request<'_>,
         acquire_timeout: Duration,
     ) -> Result<Frame, BackendError> {
-        let client = self.pinned(request.proto, request.pin).await;
-        ensure_connected(client, acquire_timeout).await?;
-        send(client, request, self.response_timeout).await
+        let slot = self.pinned(request.proto, request.pin).await;
+        ensure_connected(slot, acquire_timeout).await?;
+        send(&slot.client, request, self.response_timeout).await
     }
 
     /// A connection of its own, connected, for connection-bound commands.
@@ -153,23 +191,20 @@ impl RedisBackend {
             Proto::Resp2 => RespVersion::RESP2,
             Proto::Resp3 => RespVersion::RESP3,
         };
-        let mut config = self.config.clone();
-        config.version = version;
-        config.fail_fast = true;
-        // No reconnect: a dedicated connection that breaks loses its WATCH or blocking
-        // state, which the client must learn about, not have silently replaced.
-        let client = Client::new(config, None, Some(self.connection.clone()), None);
-        let _task = client.connect();
-        ensure_connected(&client, acquire_timeout).await?;
+        // Never re-dialled once it breaks: it carries WATCH or blocking state, which the
+        // client must learn is gone, not have silently replaced.
+        let slot = Slot::new(self.client(version));
+        ensure_connected(&slot, acquire_timeout).await?;
         Ok(DedicatedRedis {
-            client,
+            client: slot.client,
+            up: slot.up,
             response_timeout: self.response_timeout,
         })
     }
 
     /// Whether a PING is answered within `timeout`.
     pub async fn ready(&self, timeout: Duration) -> bool {
-        let Some(client) = self.resp2.first() else {
+        let Some(slot) = self.resp2.first() else {
             return false;
         };
         let args = [bytes::Bytes::from_static(b"PING")];
@@ -180,34 +215,36 @@ impl RedisBackend {
             blocking: false,
         };
         let attempt = async {
-            ensure_connected(client, timeout).await?;
-            send(client, &request, timeout).await
+            ensure_connected(slot, timeout).await?;
+            send(&slot.client, &request, timeout).await
         };
         matches!(tokio::time::timeout(timeout, attempt).await, Ok(Ok(_)))
     }
 }
 
-/// Waits until `client` is connected, at most `acquire_timeout`. A reconnect attempt that
-/// fails meanwhile (refused, timed out) ends the wait at once as not sent, so a backend that
-/// refuses connections during a failover costs a backoff step, not a whole acquire timeout.
-async fn ensure_connected(client: &Client, acquire_timeout: Duration) -> Result<(), BackendError> {
-    if client.is_connected() {
+/// Makes sure `slot` is connected, dialling if it is not, within `acquire_timeout`. A dial
+/// that fails (refused, handshake error) ends the wait at once as not sent, so a backend that
+/// refuses connections during a failover costs a backoff step, not a whole acquire timeout;
+/// one that blackholes them costs the acquire timeout.
+async fn ensure_connected(slot: &Slot, acquire_timeout: Duration) -> Result<(), BackendError> {
+    if slot.is_up() {
         return Ok(());
     }
-    let mut errors = client.error_rx();
     let wait = async {
-        tokio::select! {
-            connected = client.wait_for_connect() => {
-                connected.map_err(|source| BackendError::Connect { source })
-            }
-            failed = errors.recv() => match failed {
-                Ok((source, _)) => Err(BackendError::Connect { source }),
-                // The event stream closed or lagged: fall back to waiting for the connection.
-                Err(_) => client
-                    .wait_for_connect()
-                    .await
-                    .map_err(|source| BackendError::Connect { source }),
-            },
+        let mut dialing = slot.dialing.lock().await;
+        if slot.is_up() {
+            *dialing = None;
+            return Ok(());
+        }
+        let handle = dialing.get_or_insert_with(|| slot.dial());
+        let result = handle.await;
+        *dialing = None;
+        match result {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(source)) => Err(BackendError::Connect { source }),
+            Err(join) => Err(BackendError::Connect {
+                source: fred::error::Error::new(fred::error::ErrorKind::Canceled, join.to_string()),
+            }),
         }
     };
     match tokio::time::timeout(acquire_timeout, wait).await {
@@ -258,6 +295,8 @@ async fn send(
 pub struct DedicatedRedis {
     /// The connection.
     client: Client,
+    /// False once the connection task has ended.
+    up: Arc<AtomicBool>,
     /// Reply timeout for non-blocking commands.
     response_timeout: Duration,
 }
@@ -268,9 +307,12 @@ impl DedicatedRedis {
     /// # Errors
     /// [`BackendError`].
     pub async fn send(&self, request: &Request<'_>) -> Result<Frame, BackendError> {
-        if !self.client.is_connected() {
-            return Err(BackendError::AcquireTimeout {
-                waited: Duration::ZERO,
+        if !self.up.load(Ordering::Acquire) {
+            return Err(BackendError::Connect {
+                source: fred::error::Error::new(
+                    fred::error::ErrorKind::IO,
+                    "the dedicated connection is closed",
+                ),
             });
         }
         send(&self.client, request, self.response_timeout).await

@@ -14,7 +14,9 @@ fn decode_all(input: &[u8], max: usize) -> (Vec<Vec<Bytes>>, Result<(), Protocol
 }
 
 fn words(args: &[Bytes]) -> Vec<String> {
-    args.iter().map(|a| String::from_utf8_lossy(a).into_owned()).collect()
+    args.iter()
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect()
 }
 
 #[test]
@@ -80,7 +82,9 @@ fn a_non_bulk_element_is_a_protocol_error() {
     let (_, result, _) = decode_all(b"*1\r\n:1\r\n", 1 << 20);
     assert_eq!(
         result,
-        Err(ProtocolError::Malformed("expected '$', got ':'".to_string()))
+        Err(ProtocolError::Malformed(
+            "expected '$', got ':'".to_string()
+        ))
     );
 }
 
@@ -120,19 +124,40 @@ fn encode2(frame: &Frame, null_array: bool) -> String {
 fn resp3_replies_become_what_redis_sends_a_resp2_client() {
     let map = Frame::Map {
         data: [(
-            Frame::BlobString { data: "f".into(), attributes: None },
-            Frame::Double { data: 1.5, attributes: None },
+            Frame::BlobString {
+                data: "f".into(),
+                attributes: None,
+            },
+            Frame::Double {
+                data: 1.5,
+                attributes: None,
+            },
         )]
         .into_iter()
         .collect(),
         attributes: None,
     };
     assert_eq!(encode2(&map, false), "*2\r\n$1\r\nf\r\n$3\r\n1.5\r\n");
-    assert_eq!(encode2(&Frame::Boolean { data: true, attributes: None }, false), ":1\r\n");
+    assert_eq!(
+        encode2(
+            &Frame::Boolean {
+                data: true,
+                attributes: None
+            },
+            false
+        ),
+        ":1\r\n"
+    );
     assert_eq!(encode2(&Frame::Null, false), "$-1\r\n");
     assert_eq!(encode2(&Frame::Null, true), "*-1\r\n");
     assert_eq!(
-        encode2(&Frame::Double { data: f64::INFINITY, attributes: None }, false),
+        encode2(
+            &Frame::Double {
+                data: f64::INFINITY,
+                attributes: None
+            },
+            false
+        ),
         "$3\r\ninf\r\n"
     );
 }

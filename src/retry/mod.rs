@@ -106,8 +106,10 @@ where
                     let class = classify(&error);
                     hooks.failed(class);
                     // A Transient failure is a dispatch that may have landed; NotAttempted
-                    // proves this one did not, and is not counted.
-                    maybe_applied |= class == ErrorClass::Transient;
+                    // proves this one did not, and is not counted. A read has nothing to
+                    // land, so it is never in doubt.
+                    maybe_applied |=
+                        class == ErrorClass::Transient && idempotence != Idempotence::Read;
                     last = Some((error, class));
                 }
             }

@@ -123,7 +123,10 @@ async fn transient_is_retried_for_idempotent_effects() {
     for idempotence in [Read, Idempotent, IdempotentEffect] {
         let script = Script::new(vec![reset_after_send(), pong()]);
         let mut hooks = Recorder::default();
-        assert!(drive(&script, idempotence, 15, &mut hooks).await.is_ok(), "{idempotence:?}");
+        assert!(
+            drive(&script, idempotence, 15, &mut hooks).await.is_ok(),
+            "{idempotence:?}"
+        );
         assert_eq!(script.dispatches(), 2, "{idempotence:?}");
     }
 }
@@ -219,6 +222,20 @@ async fn an_empty_budget_skips_dispatches_but_keeps_the_schedule() {
     )
     .await;
     assert!(matches!(result, Err(Failure::Unavailable(ref g)) if g.attempts == 4));
-    assert_eq!(script.dispatches(), 1, "the budget must keep the backend from being hit");
+    assert_eq!(
+        script.dispatches(),
+        1,
+        "the budget must keep the backend from being hit"
+    );
     assert_eq!(hooks.denied, 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_read_is_never_in_doubt() {
+    let script = Script::new(vec![reset_after_send(), refused()]);
+    let mut hooks = Recorder::default();
+    assert!(matches!(
+        drive(&script, Read, 2, &mut hooks).await,
+        Err(Failure::Unavailable(_))
+    ));
 }

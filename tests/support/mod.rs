@@ -31,6 +31,13 @@ pub struct Proxy {
 impl Proxy {
     /// Starts holdfast on `config` (TOML; its `[server] listen` is replaced by a free port).
     pub async fn start(toml: &str) -> Proxy {
+        // HOLDFAST_TEST_LOG=holdfast=debug,fred=debug shows what the proxy did.
+        if let Ok(filter) = std::env::var("HOLDFAST_TEST_LOG") {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+                .with_test_writer()
+                .try_init();
+        }
         let mut config = Config::from_toml(toml).unwrap_or_else(|e| panic!("bad test config: {e}"));
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let metrics = TcpListener::bind("127.0.0.1:0").await.unwrap();

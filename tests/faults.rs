@@ -1,0 +1,282 @@
+//! Failures of a real Redis under holdfast: killed and restarted, down past the budget, a
+//! reply lost after the request was applied (a relay of our own), and a write turned away by
+//! a replica until it is promoted.
+
+mod support;
+
+use std::time::Duration;
+use support::*;
+use tokio::time::{sleep, timeout, Instant};
+
+fn text(reply: &[u8]) -> String {
+    String::from_utf8_lossy(reply).into_owned()
+}
+
+/// Several connections, each sequential on its own keys, through a SIGKILL of Redis and a
+/// restart 3 s later: every idempotent request completes with the right reply, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_killed_and_restarted_is_a_slow_reply_not_an_error() {
+    // appendfsync always: what Redis acknowledged survives its SIGKILL, so a wrong reply
+    // after the restart can only be holdfast's fault.
+    let mut redis = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let proxy = Proxy::start(&one_backend(&redis.url(), "killed", "")).await;
+    let stop_at = Instant::now() + Duration::from_secs(7);
+    let mut clients = Vec::new();
+    for client in 0..4 {
+        let addr = proxy.addr.clone();
+        clients.push(tokio::spawn(async move {
+            let mut conn = RawConn::connect(&addr).await;
+            let mut done = 0u32;
+            while Instant::now() < stop_at {
+                let key = format!("k{client}");
+                let value = done.to_string();
+                // Pipelined: SET then GET; the GET must see this SET, not an older one.
+                let mut batch = encode_str(&["SET", &key, &value]);
+                batch.extend(encode_str(&["GET", &key]));
+                batch.extend(encode_str(&["MGET", &key, "absent"]));
+                conn.send(&batch).await;
+                let replies = conn.read_replies(3).await;
+                assert_eq!(
+                    text(&replies[0]),
+                    "+OK\r\n",
+                    "client {client} request {done}"
+                );
+                assert_eq!(
+                    text(&replies[1]),
+                    format!("${}\r\n{value}\r\n", value.len()),
+                    "client {client} request {done}"
+                );
+                assert_eq!(
+                    text(&replies[2]),
+                    format!("*2\r\n${}\r\n{value}\r\n$-1\r\n", value.len()),
+                    "client {client} request {done}"
+                );
+                done += 1;
+            }
+            done
+        }));
+    }
+    sleep(Duration::from_secs(1)).await;
+    redis.kill();
+    sleep(Duration::from_secs(3)).await;
+    redis.restart();
+    let mut total = 0;
+    for client in clients {
+        total += timeout(Duration::from_secs(60), client)
+            .await
+            .expect("clients finish")
+            .expect("no client saw a wrong reply");
+    }
+    assert!(total > 40, "only {total} rounds");
+    // The outage was held, not passed through: retries happened and nothing gave up.
+    let retries = proxy
+        .metric(r#"holdfast_retries_total{namespace="killed""#)
+        .await;
+    assert!(retries >= 4.0, "retries {retries}");
+    assert_eq!(
+        proxy
+            .metric(r#"holdfast_budget_exhaustions_total{namespace="killed""#)
+            .await,
+        0.0
+    );
+    proxy.stop().await;
+}
+
+/// Down for longer than a small budget: a clear UNAVAILABLE error after the budget, not a
+/// hang; served again as soon as Redis is back.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_outage_past_the_budget_fails_cleanly_and_recovers() {
+    let mut redis = RedisServer::start();
+    let proxy = Proxy::start(&one_backend(
+        &redis.url(),
+        "outage",
+        "acquire_timeout = \"500ms\"\n[namespaces.retry]\nmax_attempts = 4\nmin_delay = \"100ms\"\nmax_delay = \"200ms\"\njitter = 0.0\n",
+    ))
+    .await;
+    let mut conn = proxy.connect().await;
+    assert_eq!(conn.command(&["SET", "k", "v"]).await, b"+OK\r\n");
+    redis.kill();
+    let started = Instant::now();
+    let reply = text(&conn.command(&["GET", "k"]).await);
+    let took = started.elapsed();
+    assert!(reply.starts_with("-UNAVAILABLE not applied"), "{reply}");
+    assert!(reply.contains("4 attempts"), "{reply}");
+    assert!(reply.contains("namespace 'outage'"), "{reply}");
+    // Backoff 100+200+200 ms, plus at most an acquire timeout per attempt.
+    assert!(took >= Duration::from_millis(500), "{took:?}");
+    assert!(took < Duration::from_secs(4), "{took:?}");
+    // A non-idempotent command is just as safe to retry when nothing was sent.
+    let reply = text(&conn.command(&["INCR", "n"]).await);
+    assert!(reply.starts_with("-UNAVAILABLE"), "{reply}");
+
+    redis.restart();
+    let back = Instant::now();
+    let reply = text(&conn.command(&["SET", "k", "again"]).await);
+    assert_eq!(reply, "+OK\r\n");
+    assert!(
+        back.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        back.elapsed()
+    );
+    assert_eq!(
+        proxy
+            .metric(r#"holdfast_budget_exhaustions_total{namespace="outage",command="GET",class="not_attempted"}"#)
+            .await,
+        1.0
+    );
+    proxy.stop().await;
+}
+
+/// Waits until the pinned backend connection has been re-dialled after a dropped one, so the
+/// relay's next one-shot fault hits the test's command and not the dial's handshake.
+async fn settle(conn: &mut RawConn) {
+    assert_eq!(conn.command(&["PING"]).await, b"+PONG\r\n");
+    assert_eq!(conn.command(&["EXISTS", "counter"]).await, b":1\r\n");
+    sleep(Duration::from_millis(200)).await;
+}
+
+/// The relay applies the request and drops the connection before the reply: a Transient
+/// failure. INCR must not be sent again (it answers INDOUBT, and counts once); GET and SET
+/// are retried and answer correctly.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lost_reply_is_retried_only_for_idempotent_commands() {
+    let redis = RedisServer::start();
+    let relay = Relay::start(&redis.addr()).await;
+    let url = format!("redis://{}", relay.addr());
+    let proxy = Proxy::start(&one_backend(&url, "lossy", "")).await;
+    let mut conn = proxy.connect().await;
+    assert_eq!(conn.command(&["SET", "counter", "10"]).await, b"+OK\r\n");
+
+    relay.drop_after_request();
+    let reply = text(&conn.command(&["INCR", "counter"]).await);
+    assert_eq!(relay.fired(), 1);
+    assert!(
+        reply.starts_with("-INDOUBT may have been applied"),
+        "{reply}"
+    );
+    assert!(reply.contains("1 attempt "), "{reply}");
+    // Applied exactly once: the relay let it through, holdfast did not repeat it.
+    assert_eq!(redis.cmd(&["GET", "counter"]), "$2\r\n11\r\n");
+
+    settle(&mut conn).await;
+    relay.drop_after_request();
+    assert_eq!(conn.command(&["GET", "counter"]).await, b"$2\r\n11\r\n");
+    assert_eq!(relay.fired(), 2);
+
+    settle(&mut conn).await;
+    relay.drop_after_request();
+    assert_eq!(conn.command(&["SET", "other", "x"]).await, b"+OK\r\n");
+    assert_eq!(relay.fired(), 3);
+    assert_eq!(redis.cmd(&["GET", "other"]), "$1\r\nx\r\n");
+
+    let series = |command: &str| {
+        format!(
+            r#"holdfast_retries_total{{namespace="lossy",command="{command}",class="transient"}}"#
+        )
+    };
+    assert_eq!(proxy.metric(&series("GET")).await, 1.0);
+    assert_eq!(proxy.metric(&series("SET")).await, 1.0);
+    assert_eq!(proxy.metric(&series("INCR")).await, 0.0);
+    assert_eq!(
+        proxy
+            .metric(r#"holdfast_budget_exhaustions_total{namespace="lossy",command="INCR",class="transient"}"#)
+            .await,
+        1.0
+    );
+    proxy.stop().await;
+}
+
+/// A namespace pointed at a replica: INCR is turned away (`READONLY`, nothing executed), held,
+/// and applied once when the replica is promoted.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_write_turned_away_by_a_replica_is_held_until_promotion() {
+    let master = RedisServer::start();
+    let port = master.port().to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    assert_eq!(master.cmd(&["SET", "c", "5"]), "+OK\r\n");
+    let synced = Instant::now();
+    while replica.cmd(&["GET", "c"]) != "$1\r\n5\r\n" {
+        assert!(
+            synced.elapsed() < Duration::from_secs(10),
+            "replica never synced"
+        );
+        sleep(Duration::from_millis(50)).await;
+    }
+    let proxy = Proxy::start(&one_backend(&replica.url(), "promote", "")).await;
+    let addr = proxy.addr.clone();
+    let incr = tokio::spawn(async move {
+        let mut conn = RawConn::connect(&addr).await;
+        conn.command(&["INCR", "c"]).await
+    });
+    sleep(Duration::from_millis(1500)).await;
+    assert!(!incr.is_finished(), "INCR must be held, not answered");
+    assert_eq!(
+        proxy
+            .metric(r#"holdfast_held_requests{namespace="promote"}"#)
+            .await,
+        1.0
+    );
+    assert_eq!(
+        replica.cmd(&["GET", "c"]),
+        "$1\r\n5\r\n",
+        "nothing applied while held"
+    );
+
+    assert_eq!(replica.cmd(&["REPLICAOF", "NO", "ONE"]), "+OK\r\n");
+    let reply = timeout(Duration::from_secs(30), incr)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(text(&reply), ":6\r\n");
+    assert_eq!(replica.cmd(&["GET", "c"]), "$1\r\n6\r\n", "applied once");
+    assert_eq!(
+        proxy
+            .metric(r#"holdfast_held_requests{namespace="promote"}"#)
+            .await,
+        0.0
+    );
+    let retries = proxy
+        .metric(
+            r#"holdfast_retries_total{namespace="promote",command="INCR",class="not_attempted"}"#,
+        )
+        .await;
+    assert!(retries >= 1.0, "{retries}");
+    proxy.stop().await;
+}
+
+/// With nothing failing, the retry metrics stay at zero while the request counters move.
+#[tokio::test(flavor = "multi_thread")]
+async fn retry_metrics_stay_at_zero_when_nothing_fails() {
+    let redis = RedisServer::start();
+    let proxy = Proxy::start(&one_backend(&redis.url(), "calm", "")).await;
+    let mut conn = proxy.connect().await;
+    for i in 0..50 {
+        let key = format!("k{i}");
+        assert_eq!(conn.command(&["SET", &key, "v"]).await, b"+OK\r\n");
+    }
+    assert_eq!(
+        proxy
+            .metric(r#"holdfast_requests_total{namespace="calm",command="SET",outcome="ok"}"#)
+            .await,
+        50.0
+    );
+    assert_eq!(
+        proxy
+            .metric(r#"holdfast_retries_total{namespace="calm""#)
+            .await,
+        0.0
+    );
+    assert_eq!(
+        proxy
+            .metric(r#"holdfast_dispatches_total{namespace="calm",class="not_attempted""#)
+            .await,
+        0.0
+    );
+    assert_eq!(
+        proxy
+            .metric(r#"holdfast_budget_exhaustions_total{namespace="calm""#)
+            .await,
+        0.0
+    );
+    proxy.stop().await;
+}
