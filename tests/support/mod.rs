@@ -8,6 +8,7 @@ pub mod resp;
 
 pub use redis::RedisServer;
 pub use relay::Relay;
+#[allow(unused_imports)]
 pub use resp::{encode, encode_str, roundtrip, RawConn};
 
 use holdfast::config::Config;
