@@ -1,0 +1,385 @@
+//! The front end against hostile and unusual clients, authentication, namespaces, limits,
+//! the metrics port and the command line.
+
+mod support;
+
+use std::time::Duration;
+use support::*;
+use tokio::io::AsyncWriteExt;
+use tokio::time::{sleep, timeout, Instant};
+
+fn text(reply: &[u8]) -> String {
+    String::from_utf8_lossy(reply).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn broken_framing_closes_that_connection_only() {
+    let redis = RedisServer::start();
+    let proxy = Proxy::start(&one_backend(&redis.url(), "framing", "")).await;
+    let mut good = proxy.connect().await;
+    assert_eq!(good.command(&["SET", "k", "v"]).await, b"+OK\r\n");
+
+    for garbage in [
+        &b"*1\r\n:5\r\n"[..],
+        b"*x\r\n",
+        b"*2\r\n$3\r\nGET\r\n$-5\r\n",
+        b"SET k \"unclosed\r\n",
+    ] {
+        let mut bad = proxy.connect().await;
+        bad.send(garbage).await;
+        let reply = text(&bad.read_reply().await);
+        assert!(
+            reply.starts_with("-ERR Protocol error"),
+            "{garbage:?} → {reply}"
+        );
+        bad.expect_disconnect(Duration::from_secs(5)).await;
+    }
+    // A request over the limit, announced by its header, is refused before it arrives.
+    let mut big = proxy.connect().await;
+    big.send(b"*2\r\n$3\r\nGET\r\n$1099511627776\r\n").await;
+    let chunk = vec![b'x'; 1024 * 1024];
+    let mut sent = 0;
+    while sent < 100 && big.try_send(&chunk).await.is_ok() {
+        sent += 1;
+    }
+    // holdfast closes at 64 MiB (the default limit) without reading the rest; the error
+    // reply may be lost to the reset that unread input causes, the close may not.
+    assert!(sent < 100, "holdfast kept reading past its limit");
+    match big.try_read_reply(Duration::from_secs(5)).await {
+        Ok(reply) => {
+            assert!(
+                text(&reply).contains("request larger than"),
+                "{}",
+                text(&reply)
+            );
+            big.expect_disconnect(Duration::from_secs(5)).await;
+        }
+        Err(e) => assert!(e.is_disconnect(), "{e:?}"),
+    }
+
+    assert_eq!(good.command(&["GET", "k"]).await, b"$1\r\nv\r\n");
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn inline_commands_and_split_frames_work() {
+    let redis = RedisServer::start();
+    let proxy = Proxy::start(&one_backend(&redis.url(), "inline", "")).await;
+    let mut conn = proxy.connect().await;
+    conn.send(b"SET greeting \"hello world\"\r\nGET greeting\r\n")
+        .await;
+    assert_eq!(conn.read_reply().await, b"+OK\r\n");
+    assert_eq!(conn.read_reply().await, b"$11\r\nhello world\r\n");
+    // One byte per packet.
+    let request = encode_str(&["GET", "greeting"]);
+    for byte in &request {
+        conn.stream().write_all(&[*byte]).await.unwrap();
+        conn.stream().flush().await.unwrap();
+        sleep(Duration::from_millis(2)).await;
+    }
+    assert_eq!(conn.read_reply().await, b"$11\r\nhello world\r\n");
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deep_pipeline_is_answered_in_order() {
+    let redis = RedisServer::start();
+    let proxy = Proxy::start(&one_backend(&redis.url(), "pipeline", "")).await;
+    let mut conn = proxy.connect().await;
+    let mut batch = Vec::new();
+    for i in 0..2000 {
+        batch.extend(encode_str(&["RPUSH", "list", &i.to_string()]));
+        batch.extend(encode_str(&["LLEN", "list"]));
+    }
+    conn.send(&batch).await;
+    let replies = conn.read_replies(4000).await;
+    for (i, pair) in replies.chunks(2).enumerate() {
+        let n = i + 1;
+        assert_eq!(text(&pair[0]), format!(":{n}\r\n"));
+        assert_eq!(text(&pair[1]), format!(":{n}\r\n"));
+    }
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn requirepass_is_required_and_compared() {
+    let redis = RedisServer::start();
+    let config = format!(
+        "[server]\nrequirepass = \"s3cret\"\n{}",
+        one_backend(&redis.url(), "auth", "")
+    );
+    let proxy = Proxy::start(&config).await;
+    let mut conn = proxy.connect().await;
+    assert_eq!(
+        text(&conn.command(&["GET", "k"]).await),
+        "-NOAUTH Authentication required.\r\n"
+    );
+    assert_eq!(
+        text(&conn.command(&["AUTH", "wrong"]).await),
+        "-WRONGPASS invalid username-password pair or user is disabled.\r\n"
+    );
+    assert!(text(&conn.command(&["HELLO", "3"]).await).starts_with("-NOAUTH HELLO must be called"));
+    assert_eq!(conn.command(&["AUTH", "s3cret"]).await, b"+OK\r\n");
+    assert_eq!(conn.command(&["SET", "k", "v"]).await, b"+OK\r\n");
+
+    // HELLO with AUTH authenticates and switches to RESP3 in one step.
+    let mut fresh = proxy.connect().await;
+    let hello = text(
+        &fresh
+            .command(&["HELLO", "3", "AUTH", "default", "s3cret"])
+            .await,
+    );
+    assert!(hello.starts_with('%'), "{hello}");
+    assert_eq!(fresh.command(&["GET", "k"]).await, b"$1\r\nv\r\n");
+    assert_eq!(fresh.command(&["GET", "nope"]).await, b"_\r\n");
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn connection_commands_are_answered_by_holdfast() {
+    let redis = RedisServer::start();
+    let proxy = Proxy::start(&one_backend(&redis.url(), "conn", "")).await;
+    let mut conn = proxy.connect().await;
+    assert_eq!(conn.command(&["PING"]).await, b"+PONG\r\n");
+    assert_eq!(conn.command(&["PING", "hi"]).await, b"$2\r\nhi\r\n");
+    assert_eq!(conn.command(&["ECHO", "x"]).await, b"$1\r\nx\r\n");
+    assert_eq!(conn.command(&["SELECT", "0"]).await, b"+OK\r\n");
+    assert_eq!(
+        text(&conn.command(&["SELECT", "3"]).await),
+        "-ERR DB index is out of range\r\n"
+    );
+    let id = text(&conn.command(&["CLIENT", "ID"]).await);
+    assert!(id.starts_with(':'), "{id}");
+    assert_eq!(conn.command(&["CLIENT", "GETNAME"]).await, b"$-1\r\n");
+    assert_eq!(
+        conn.command(&["CLIENT", "SETNAME", "worker-1"]).await,
+        b"+OK\r\n"
+    );
+    assert_eq!(
+        conn.command(&["CLIENT", "GETNAME"]).await,
+        b"$8\r\nworker-1\r\n"
+    );
+    assert_eq!(
+        conn.command(&["CLIENT", "SETINFO", "LIB-NAME", "redis-py"])
+            .await,
+        b"+OK\r\n"
+    );
+    let info = text(&conn.command(&["INFO"]).await);
+    for section in [
+        "# Server",
+        "redis_version:",
+        "# Replication",
+        "role:master",
+        "# Holdfast",
+        "namespace_conn:backend=main",
+    ] {
+        assert!(info.contains(section), "{section} missing from {info}");
+    }
+    let only = text(&conn.command(&["INFO", "replication"]).await);
+    assert!(
+        only.contains("# Replication") && !only.contains("# Server"),
+        "{only}"
+    );
+    let count = text(&conn.command(&["COMMAND", "COUNT"]).await);
+    let count: usize = count.trim_start_matches(':').trim().parse().unwrap();
+    assert!(count > 150, "{count}");
+    let get = text(&conn.command(&["COMMAND", "INFO", "get"]).await);
+    assert!(get.starts_with("*1\r\n*10\r\n$3\r\nget\r\n:2\r\n"), "{get}");
+    assert_eq!(conn.command(&["QUIT"]).await, b"+OK\r\n");
+    conn.expect_disconnect(Duration::from_secs(5)).await;
+    proxy.stop().await;
+}
+
+/// Longest prefix wins; a command whose keys span namespaces is refused with nothing applied.
+#[tokio::test(flavor = "multi_thread")]
+async fn namespaces_route_by_longest_prefix_and_refuse_spanning_commands() {
+    let a = RedisServer::start();
+    let b = RedisServer::start();
+    let config = format!(
+        r#"
+[defaults]
+reply_mode = "fast"
+[backends.a]
+kind = "redis"
+url = "{}"
+[backends.b]
+kind = "redis"
+url = "{}"
+[[namespaces]]
+name = "workers"
+prefixes = ["w:"]
+backend = "a"
+[[namespaces]]
+name = "special"
+prefixes = ["w:special:"]
+backend = "b"
+[[namespaces]]
+name = "rest"
+backend = "b"
+"#,
+        a.url(),
+        b.url()
+    );
+    let proxy = Proxy::start(&config).await;
+    let mut conn = proxy.connect().await;
+    for key in ["w:1", "w:special:1", "other"] {
+        assert_eq!(conn.command(&["SET", key, key]).await, b"+OK\r\n");
+    }
+    assert_eq!(a.cmd(&["KEYS", "*"]), "*1\r\n$3\r\nw:1\r\n");
+    assert_eq!(b.cmd(&["EXISTS", "w:special:1", "other"]), ":2\r\n");
+    assert_eq!(b.cmd(&["EXISTS", "w:1"]), ":0\r\n");
+
+    let refused = text(&conn.command(&["MSET", "w:2", "x", "other2", "y"]).await);
+    assert!(refused.starts_with("-CROSSNAMESPACE"), "{refused}");
+    assert!(
+        refused.contains("'workers'") && refused.contains("'rest'"),
+        "{refused}"
+    );
+    assert_eq!(a.cmd(&["EXISTS", "w:2"]), ":0\r\n");
+    assert_eq!(b.cmd(&["EXISTS", "other2"]), ":0\r\n");
+    // Two namespaces on one backend are still two namespaces.
+    let refused = text(&conn.command(&["DEL", "w:special:1", "other"]).await);
+    assert!(refused.starts_with("-CROSSNAMESPACE"), "{refused}");
+    assert_eq!(b.cmd(&["EXISTS", "w:special:1", "other"]), ":2\r\n");
+    // Keys within one namespace go through together.
+    assert_eq!(
+        conn.command(&["MGET", "w:1", "w:3"]).await,
+        b"*2\r\n$3\r\nw:1\r\n$-1\r\n"
+    );
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn clients_beyond_the_limit_are_refused() {
+    let redis = RedisServer::start();
+    let config = format!(
+        "[server]\nmax_clients = 2\n{}",
+        one_backend(&redis.url(), "limit", "")
+    );
+    let proxy = Proxy::start(&config).await;
+    let mut one = proxy.connect().await;
+    let mut two = proxy.connect().await;
+    assert_eq!(one.command(&["PING"]).await, b"+PONG\r\n");
+    assert_eq!(two.command(&["PING"]).await, b"+PONG\r\n");
+    let mut three = proxy.connect().await;
+    assert_eq!(
+        text(&three.read_reply().await),
+        "-ERR max number of clients reached\r\n"
+    );
+    three.expect_disconnect(Duration::from_secs(5)).await;
+    drop(one);
+    // The slot frees once the first connection is gone.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut again = proxy.connect().await;
+        again.send(&encode_str(&["PING"])).await;
+        if again.read_reply().await == b"+PONG\r\n" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the freed slot was never reused");
+        sleep(Duration::from_millis(50)).await;
+    }
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn health_and_readiness_follow_the_backend() {
+    let mut redis = RedisServer::start();
+    let proxy = Proxy::start(&one_backend(&redis.url(), "ready", "")).await;
+    let (status, _) = proxy.http("/healthz").await;
+    assert!(status.contains("200"), "{status}");
+    let (status, body) = proxy.http("/readyz").await;
+    assert!(status.contains("200"), "{status} {body}");
+    redis.kill();
+    let (status, body) = proxy.http("/readyz").await;
+    assert!(status.contains("503"), "{status}");
+    assert!(body.contains("main down"), "{body}");
+    let (status, _) = proxy.http("/healthz").await;
+    assert!(status.contains("200"), "the process is still up: {status}");
+    redis.restart();
+    let (status, _) = proxy.http("/readyz").await;
+    assert!(status.contains("200"), "{status}");
+    let (_, metrics) = proxy.http("/metrics").await;
+    assert!(
+        metrics.contains("# HELP holdfast_requests_total"),
+        "{metrics}"
+    );
+    proxy.stop().await;
+}
+
+/// Shutdown lets a held request finish, then closes connections between commands.
+#[tokio::test(flavor = "multi_thread")]
+async fn shutdown_waits_for_held_requests() {
+    let mut redis = RedisServer::start();
+    let proxy = Proxy::start(&one_backend(&redis.url(), "drain", "")).await;
+    let mut idle = proxy.connect().await;
+    assert_eq!(idle.command(&["PING"]).await, b"+PONG\r\n");
+    let mut conn = proxy.connect().await;
+    assert_eq!(conn.command(&["SET", "k", "v"]).await, b"+OK\r\n");
+    redis.kill();
+    conn.send(&encode_str(&["SET", "k", "w"])).await;
+    sleep(Duration::from_millis(500)).await;
+    let addr = proxy.addr.clone();
+    let stopping = tokio::spawn(proxy.stop());
+    sleep(Duration::from_millis(500)).await;
+    assert!(
+        !stopping.is_finished(),
+        "shutdown must wait for the held SET"
+    );
+    // New connections are no longer accepted.
+    assert!(RawConn::try_connect(&addr, Duration::from_secs(1))
+        .await
+        .is_err());
+    redis.restart();
+    assert_eq!(conn.read_reply().await, b"+OK\r\n");
+    timeout(Duration::from_secs(10), stopping)
+        .await
+        .unwrap()
+        .unwrap();
+    idle.expect_disconnect(Duration::from_secs(5)).await;
+    assert_eq!(redis.cmd(&["GET", "k"]), "$1\r\nw\r\n");
+}
+
+#[test]
+fn check_config_names_the_bad_key_and_exits_64() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    std::fs::write(
+        &path,
+        "[backends.c]\nkind = \"redis\"\nurl = \"redis://127.0.0.1:1\"\n[[namespaces]]\nname = \"d\"\nbackend = \"missing\"\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_holdfast"))
+        .arg("check-config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("namespaces[0].backend"), "{stderr}");
+
+    std::fs::write(
+        &path,
+        "[server]\nrequirepass = \"topsecret\"\n[backends.c]\nkind = \"redis\"\nurl = \"redis://127.0.0.1:1\"\n[[namespaces]]\nname = \"d\"\nbackend = \"c\"\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_holdfast"))
+        .arg("check-config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("[backends.c]") && !stdout.contains("topsecret"),
+        "{stdout}"
+    );
+
+    // The binary refuses to start on a bad file, before binding anything.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_holdfast"))
+        .arg("--config")
+        .arg(dir.path().join("missing.toml"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+}
