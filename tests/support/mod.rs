@@ -6,7 +6,10 @@ pub mod redis;
 pub mod relay;
 pub mod resp;
 
+// Each test binary uses its own part of the support code.
+#[allow(unused_imports)]
 pub use redis::RedisServer;
+#[allow(unused_imports)]
 pub use relay::Relay;
 #[allow(unused_imports)]
 pub use resp::{encode, encode_str, roundtrip, RawConn};
