@@ -1,0 +1,85 @@
+//! The request path without I/O: decoding a pipeline of requests, looking each up in the
+//! command table, routing its keys, and the retry policy's decision. Run with
+//! `cargo bench --bench hot_path`. The load benchmark against direct Redis and twemproxy is
+//! separate work (see the performance issue).
+
+use bytes::{Bytes, BytesMut};
+use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
+use holdfast::backend::Proto;
+use holdfast::command::table::Idempotence;
+use holdfast::command::Command;
+use holdfast::config::RetryConfig;
+use holdfast::error::ErrorClass;
+use holdfast::resp::{decode_request, encode_reply};
+use holdfast::retry::backoff::Backoff;
+use holdfast::retry::policy::Policy;
+use redis_protocol::resp3::types::BytesFrame as Frame;
+
+fn pipeline(n: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    for i in 0..n {
+        let key = format!("worker:{i}");
+        let value = "x".repeat(100);
+        for args in [
+            vec!["SET", key.as_str(), value.as_str()],
+            vec!["GET", key.as_str()],
+        ] {
+            out.extend(format!("*{}\r\n", args.len()).as_bytes());
+            for a in args {
+                out.extend(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+            }
+        }
+    }
+    out
+}
+
+fn decode_and_parse(c: &mut Criterion) {
+    let wire = pipeline(16);
+    let mut group = c.benchmark_group("request");
+    group.throughput(Throughput::Elements(32));
+    group.bench_function("decode+table, 32 pipelined SET/GET", |b| {
+        b.iter(|| {
+            let mut buf = BytesMut::from(&wire[..]);
+            let mut n = 0;
+            while let Ok(Some(args)) = decode_request(&mut buf, 1 << 20) {
+                let command = Command::parse(args).expect("known command");
+                n += command.keys().count();
+            }
+            black_box(n)
+        })
+    });
+    group.finish();
+}
+
+fn encode(c: &mut Criterion) {
+    let frame = Frame::BlobString {
+        data: Bytes::from(vec![b'x'; 100]),
+        attributes: None,
+    };
+    c.bench_function("reply encode, 100-byte bulk, RESP2", |b| {
+        let mut out = BytesMut::with_capacity(4096);
+        b.iter(|| {
+            out.clear();
+            encode_reply(&mut out, black_box(&frame), Proto::Resp2, false);
+            black_box(out.len())
+        })
+    });
+}
+
+fn policy(c: &mut Criterion) {
+    let policy = Policy::new(Backoff::new(&RetryConfig::default()).expect("valid"));
+    let mut rng = rand::thread_rng();
+    c.bench_function("retry policy decision", |b| {
+        b.iter(|| {
+            black_box(policy.decide(
+                black_box(ErrorClass::Transient),
+                black_box(Idempotence::Idempotent),
+                black_box(3),
+                &mut rng,
+            ))
+        })
+    });
+}
+
+criterion_group!(benches, decode_and_parse, encode, policy);
+criterion_main!(benches);
