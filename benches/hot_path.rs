@@ -5,12 +5,12 @@
 
 use bytes::{Bytes, BytesMut};
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
-use holdfast::backend::Proto;
+use holdfast::backend::{DoubleStyle, Proto};
 use holdfast::command::table::Idempotence;
 use holdfast::command::Command;
 use holdfast::config::RetryConfig;
 use holdfast::error::ErrorClass;
-use holdfast::resp::{decode_request, encode_reply};
+use holdfast::resp::{decode_request, encode_reply, Nils};
 use holdfast::retry::backoff::Backoff;
 use holdfast::retry::policy::Policy;
 use redis_protocol::resp3::types::BytesFrame as Frame;
@@ -60,7 +60,13 @@ fn encode(c: &mut Criterion) {
         let mut out = BytesMut::with_capacity(4096);
         b.iter(|| {
             out.clear();
-            encode_reply(&mut out, black_box(&frame), Proto::Resp2, false);
+            encode_reply(
+                &mut out,
+                black_box(&frame),
+                Proto::Resp2,
+                Nils::default(),
+                DoubleStyle::default(),
+            );
             black_box(out.len())
         })
     });

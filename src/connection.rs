@@ -7,13 +7,14 @@
 //! sent and a held command holds only the commands behind it on this connection. Replies to
 //! one batch of pipelined requests are flushed with one write.
 
+use crate::backend::DoubleStyle;
 use crate::backend::{Backend, BackendError, Dedicated, Proto, Request};
 use crate::command::table::{self, Idempotence, Local};
 use crate::command::{Command, CommandError};
 use crate::error::{classify, ErrorClass};
 use crate::metrics::{self as m, RequestHooks};
 use crate::namespace::Namespace;
-use crate::resp::{decode_request, encode_reply, ProtocolError};
+use crate::resp::{decode_request, encode_reply, Nils, ProtocolError};
 use crate::retry::{self, Failure, GaveUp};
 use crate::server::Shared;
 use bytes::{Bytes, BytesMut};
@@ -196,8 +197,30 @@ impl From<ProtocolError> for Frame {
 }
 
 impl Conn {
-    fn reply(&self, out: &mut BytesMut, frame: &Frame, null_array: bool) {
-        encode_reply(out, frame, self.proto, null_array);
+    /// Writes a reply holdfast made itself.
+    fn reply(&self, out: &mut BytesMut, frame: &Frame) {
+        encode_reply(
+            out,
+            frame,
+            self.proto,
+            Nils::default(),
+            DoubleStyle::default(),
+        );
+    }
+
+    /// Writes a backend's reply to `command`: its nils as the command's row says, its doubles
+    /// as the backend spells them.
+    fn reply_to(&self, out: &mut BytesMut, frame: &Frame, command: &Command, doubles: DoubleStyle) {
+        let nils = Nils {
+            top: command.spec.nil_is_array(command.args.len()),
+            nested: command.spec.nested_nil_array,
+        };
+        let doubles = if command.spec.human_doubles {
+            DoubleStyle::Human
+        } else {
+            doubles
+        };
+        encode_reply(out, frame, self.proto, nils, doubles);
     }
 
     async fn handle(&mut self, args: Vec<Bytes>, out: &mut BytesMut) -> Flow {
@@ -214,7 +237,7 @@ impl Conn {
                     CommandError::Arity { name } => name,
                 };
                 m::request("", label, "refused", started.elapsed());
-                self.reply(out, &error(e.reply()), false);
+                self.reply(out, &error(e.reply()));
                 return Flow::Continue;
             }
         };
@@ -225,7 +248,7 @@ impl Conn {
                 Some(Local::Auth | Local::Hello | Local::Quit | Local::Reset)
             )
         {
-            self.reply(out, &error("NOAUTH Authentication required."), false);
+            self.reply(out, &error("NOAUTH Authentication required."));
             return Flow::Continue;
         }
         if let Some(multi) = self.multi.as_mut() {
@@ -241,34 +264,34 @@ impl Conn {
                 )
             ) {
                 multi.queue.push(command);
-                self.reply(out, &simple("QUEUED"), false);
+                self.reply(out, &simple("QUEUED"));
                 return Flow::Continue;
             }
         }
         match local {
             Some(local) => self.local(local, command, out).await,
             None => {
-                let null_array = command.spec.nil_is_array(command.args.len());
-                let frame = self.forward(command, started).await;
-                self.reply(out, &frame, null_array);
+                let (frame, doubles) = self.forward(&command, started).await;
+                self.reply_to(out, &frame, &command, doubles);
                 Flow::Continue
             }
         }
     }
 
     /// Sends a command to its namespace's backend through the retry loop.
-    async fn forward(&mut self, command: Command, started: Instant) -> Frame {
+    async fn forward(&mut self, command: &Command, started: Instant) -> (Frame, DoubleStyle) {
         let shared = self.shared.clone();
         let keys: Vec<&[u8]> = command.keys().map(|k| k.as_ref()).collect();
         let namespace = match shared.router.route(keys) {
             Ok(ns) => ns.clone(),
             Err(e) => {
                 m::request("", command.label(), "refused", started.elapsed());
-                return error(e.to_string());
+                return (error(e.to_string()), DoubleStyle::default());
             }
         };
+        let doubles = namespace.backend.double_style();
         if command.class == Idempotence::ConnectionBound {
-            return self.bound(&namespace, &command, started).await;
+            return (self.bound(&namespace, command, started).await, doubles);
         }
         let request = Request {
             args: &command.args,
@@ -297,7 +320,7 @@ impl Conn {
         drop(hooks);
         let (frame, outcome) = failure_reply(result, &namespace);
         m::request(&namespace.name, command.label(), outcome, started.elapsed());
-        frame
+        (frame, namespace.backend.double_style())
     }
 
     /// A connection-bound command: on this client's own backend connection, never retried.
@@ -379,7 +402,7 @@ impl Conn {
             Local::Echo => bulk(args.get(1).cloned().unwrap_or_default()),
             Local::Ok => ok(),
             Local::Quit => {
-                self.reply(out, &ok(), false);
+                self.reply(out, &ok());
                 return Flow::Close;
             }
             Local::Hello => self.hello(args),
@@ -435,7 +458,7 @@ impl Conn {
             }
             Local::Exec => return self.exec(out).await,
         };
-        self.reply(out, &frame, false);
+        self.reply(out, &frame);
         Flow::Continue
     }
 
@@ -467,7 +490,7 @@ impl Conn {
             } else {
                 return error(format!(
                     "ERR Syntax error in HELLO option '{}'",
-                    String::from_utf8_lossy(option)
+                    crate::command::echo(option)
                 ));
             }
         }
@@ -563,7 +586,7 @@ impl Conn {
             }
             _ => error(format!(
                 "ERR unknown subcommand '{}'. Try CLIENT HELP.",
-                String::from_utf8_lossy(args.get(1).map(|b| b.as_ref()).unwrap_or(b""))
+                crate::command::echo(args.get(1).map(|b| b.as_ref()).unwrap_or(b""))
             )),
         }
     }
@@ -679,7 +702,7 @@ impl Conn {
     async fn exec(&mut self, out: &mut BytesMut) -> Flow {
         let started = Instant::now();
         let Some(multi) = self.multi.take() else {
-            self.reply(out, &error("ERR EXEC without MULTI"), false);
+            self.reply(out, &error("ERR EXEC without MULTI"));
             return Flow::Continue;
         };
         if multi.dirty {
@@ -687,7 +710,6 @@ impl Conn {
             self.reply(
                 out,
                 &error("EXECABORT Transaction discarded because of previous errors."),
-                false,
             );
             return Flow::Continue;
         }
@@ -702,7 +724,7 @@ impl Conn {
             Ok(ns) => ns,
             Err(e) => {
                 self.unwatch().await;
-                self.reply(out, &error(e.to_string()), false);
+                self.reply(out, &error(e.to_string()));
                 return Flow::Continue;
             }
         };
@@ -713,7 +735,6 @@ impl Conn {
                     self.reply(
                         out,
                         &error("ERR holdfast: WATCH and EXEC keys must live on one backend"),
-                        false,
                     );
                     return Flow::Continue;
                 }
@@ -726,20 +747,31 @@ impl Conn {
             Err(failure) => {
                 let (frame, outcome) = failure_reply(Err(failure), &namespace);
                 m::request(&namespace.name, "EXEC", outcome, started.elapsed());
-                self.reply(out, &frame, false);
+                self.reply(out, &frame);
                 return Flow::Continue;
             }
         };
         m::request(&namespace.name, "EXEC", "ok", started.elapsed());
-        match (&frame, self.proto) {
-            // Each element's RESP2 nil follows its own command's row.
-            (Frame::Array { data, .. }, Proto::Resp2) if data.len() == multi.queue.len() => {
+        let doubles = namespace.backend.double_style();
+        match &frame {
+            // Each element is its own command's reply, nils and all.
+            Frame::Array { data, .. } if data.len() == multi.queue.len() => {
                 let _ = write!(ErrSink(out), "*{}\r\n", data.len());
                 for (item, command) in data.iter().zip(&multi.queue) {
-                    self.reply(out, item, command.spec.nil_is_array(command.args.len()));
+                    self.reply_to(out, item, command, doubles);
                 }
             }
-            _ => self.reply(out, &frame, true),
+            // A nil EXEC (a WATCHed key changed) is a null array.
+            _ => encode_reply(
+                out,
+                &frame,
+                self.proto,
+                Nils {
+                    top: true,
+                    nested: None,
+                },
+                doubles,
+            ),
         }
         Flow::Continue
     }
@@ -899,7 +931,7 @@ fn command_reply(args: &[Bytes]) -> Frame {
         },
         _ => error(format!(
             "ERR unknown subcommand '{}'. Try COMMAND HELP.",
-            String::from_utf8_lossy(args.get(1).map(|b| b.as_ref()).unwrap_or(b""))
+            crate::command::echo(args.get(1).map(|b| b.as_ref()).unwrap_or(b""))
         )),
     }
 }

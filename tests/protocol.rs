@@ -299,6 +299,9 @@ async fn health_and_readiness_follow_the_backend() {
     redis.restart();
     let (status, _) = proxy.http("/readyz").await;
     assert!(status.contains("200"), "{status}");
+    // A series appears, with its help text, once something is recorded in it.
+    let mut conn = proxy.connect().await;
+    assert_eq!(conn.command(&["SET", "k", "v"]).await, b"+OK\r\n");
     let (_, metrics) = proxy.http("/metrics").await;
     assert!(
         metrics.contains("# HELP holdfast_requests_total"),

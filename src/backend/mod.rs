@@ -23,6 +23,19 @@ pub enum Proto {
     Resp3,
 }
 
+/// How the backend spells a RESP3 double, which the decoded value no longer shows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DoubleStyle {
+    /// `%.17g`, as Redis up to 7.1 writes it: `0.10000000000000001`.
+    #[default]
+    G17,
+    /// The shortest digits that read back as the same double, as Redis 7.2 on writes them.
+    Shortest,
+    /// Fixed, 17 decimals, trailing zeros dropped: Redis's "human" long double, used for
+    /// geo coordinates (`13.36138933897018433`).
+    Human,
+}
+
 /// One command as the backend sees it.
 #[derive(Debug, Clone, Copy)]
 pub struct Request<'a> {
@@ -146,6 +159,13 @@ impl Backend {
     pub fn name(&self) -> &str {
         match self {
             Backend::Redis(r) => r.name(),
+        }
+    }
+
+    /// How the backend spells RESP3 doubles.
+    pub fn double_style(&self) -> DoubleStyle {
+        match self {
+            Backend::Redis(r) => r.double_style(),
         }
     }
 

@@ -7,7 +7,7 @@
 //! "not sent" into a response timeout. Each client connection is pinned to one backend
 //! connection, so `WAIT` sees that client's writes.
 
-use super::{BackendError, Proto, Request};
+use super::{BackendError, DoubleStyle, Proto, Request};
 use crate::config::RedisConfig;
 use fred::interfaces::ClientLike;
 use fred::prelude::Client;
@@ -32,14 +32,17 @@ struct Slot {
     /// A dial in progress; kept here so a waiter that gives up does not abandon it, and the
     /// next waiter joins it instead of starting a second one.
     dialing: Mutex<Option<JoinHandle<Result<(), fred::error::Error>>>>,
+    /// The backend's double spelling, learnt from its version at each dial.
+    doubles: Arc<AtomicBool>,
 }
 
 impl Slot {
-    fn new(client: Client) -> Slot {
+    fn new(client: Client, doubles: Arc<AtomicBool>) -> Slot {
         Slot {
             client,
             up: Arc::new(AtomicBool::new(false)),
             dialing: Mutex::new(None),
+            doubles,
         }
     }
 
@@ -52,8 +55,14 @@ impl Slot {
     fn dial(&self) -> JoinHandle<Result<(), fred::error::Error>> {
         let client = self.client.clone();
         let up = self.up.clone();
+        let doubles = self.doubles.clone();
         tokio::spawn(async move {
             let task = client.init().await?;
+            // Redis 7.2 moved from %.17g to the shortest round-trip spelling.
+            if let Some(version) = client.server_version() {
+                let shortest = (version.major, version.minor) >= (7, 2);
+                doubles.store(shortest, Ordering::Relaxed);
+            }
             up.store(true, Ordering::Release);
             tokio::spawn(async move {
                 let _ = task.await;
@@ -80,6 +89,8 @@ pub struct RedisBackend {
     resp2: Vec<Slot>,
     /// RESP3 connections, dialled when the first RESP3 client needs one.
     resp3: OnceCell<Vec<Slot>>,
+    /// True when the backend spells doubles the shortest way (7.2 on).
+    doubles: Arc<AtomicBool>,
 }
 
 impl RedisBackend {
@@ -116,6 +127,7 @@ impl RedisBackend {
             pool_size: config.pool_size,
             resp2: Vec::new(),
             resp3: OnceCell::new(),
+            doubles: Arc::new(AtomicBool::new(false)),
         };
         backend.resp2 = backend.open_pool(RespVersion::RESP2);
         for slot in &backend.resp2 {
@@ -141,13 +153,22 @@ impl RedisBackend {
 
     fn open_pool(&self, version: RespVersion) -> Vec<Slot> {
         (0..self.pool_size)
-            .map(|_| Slot::new(self.client(version.clone())))
+            .map(|_| Slot::new(self.client(version.clone()), self.doubles.clone()))
             .collect()
     }
 
     /// The `[backends]` key.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// How this backend spells RESP3 doubles.
+    pub fn double_style(&self) -> DoubleStyle {
+        if self.doubles.load(Ordering::Relaxed) {
+            DoubleStyle::Shortest
+        } else {
+            DoubleStyle::G17
+        }
     }
 
     async fn pinned(&self, proto: Proto, pin: u64) -> &Slot {
@@ -193,7 +214,7 @@ impl RedisBackend {
         };
         // Never re-dialled once it breaks: it carries WATCH or blocking state, which the
         // client must learn is gone, not have silently replaced.
-        let slot = Slot::new(self.client(version));
+        let slot = Slot::new(self.client(version), self.doubles.clone());
         ensure_connected(&slot, acquire_timeout).await?;
         Ok(DedicatedRedis {
             client: slot.client,
@@ -286,8 +307,36 @@ async fn send(
         .custom_raw(command, args)
         .await
     {
+        // Maps only exist in RESP3.
+        Ok(frame) if request.proto == Proto::Resp3 => {
+            BackendError::check_reply(restore_map_order(frame))
+        }
         Ok(frame) => BackendError::check_reply(frame),
         Err(source) => Err(BackendError::Sent { source }),
+    }
+}
+
+/// redis-protocol 6 builds a decoded map by popping pairs off the end, so its entries come out
+/// last first; this puts them back in the order Redis sent (HGETALL, CONFIG GET, XINFO).
+fn restore_map_order(frame: Frame) -> Frame {
+    match frame {
+        Frame::Map { data, attributes } => Frame::Map {
+            data: data
+                .into_iter()
+                .rev()
+                .map(|(k, v)| (restore_map_order(k), restore_map_order(v)))
+                .collect(),
+            attributes,
+        },
+        Frame::Array { data, attributes } => Frame::Array {
+            data: data.into_iter().map(restore_map_order).collect(),
+            attributes,
+        },
+        Frame::Push { data, attributes } => Frame::Push {
+            data: data.into_iter().map(restore_map_order).collect(),
+            attributes,
+        },
+        other => other,
     }
 }
 

@@ -44,28 +44,45 @@ pub enum CommandError {
     },
 }
 
-/// Redis truncates echoed arguments to this many bytes.
+/// Redis echoes at most this many bytes of a name, and of the arguments together.
 const ECHO_MAX: usize = 128;
 
-fn clip(b: &[u8]) -> String {
-    String::from_utf8_lossy(&b[..b.len().min(ECHO_MAX)]).into_owned()
+/// An argument as Redis echoes it in an error: printed with C's `%.*s`, so it ends at its
+/// first NUL byte, and at most `max` bytes. (CR and LF become spaces when the error is
+/// written; see `resp::encode_reply`.)
+fn clip(b: &[u8], max: usize) -> String {
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len()).min(max);
+    String::from_utf8_lossy(&b[..end]).into_owned()
+}
+
+/// An argument echoed in an error reply, as Redis echoes one.
+pub fn echo(arg: &[u8]) -> String {
+    clip(arg, ECHO_MAX)
 }
 
 impl CommandError {
     /// The error reply's text, without `-`.
     pub fn reply(&self) -> String {
+        // Redis's wording, byte for byte (its `processCommand` and
+        // `addReplySubcommandSyntaxError`).
         match self {
             CommandError::Unknown { args } => {
-                let name = args.first().map(|a| clip(a)).unwrap_or_default();
-                let mut text = format!("ERR unknown command '{name}', with args beginning with: ");
+                let name = args.first().map(|a| clip(a, ECHO_MAX)).unwrap_or_default();
+                // Redis appends `'arg' ` while what it has appended is under 128 bytes, each
+                // argument cut to what is left of the 128.
+                let mut echoed = String::new();
                 for arg in args.iter().skip(1) {
-                    text.push_str(&format!("'{}' ", clip(arg)));
+                    if echoed.len() >= ECHO_MAX {
+                        break;
+                    }
+                    let room = ECHO_MAX - echoed.len();
+                    echoed.push_str(&format!("'{}' ", clip(arg, room)));
                 }
-                text
+                format!("ERR unknown command '{name}', with args beginning with: {echoed}")
             }
             CommandError::UnknownSubcommand { container, sub } => format!(
                 "ERR unknown subcommand '{}'. Try {container} HELP.",
-                clip(sub)
+                clip(sub, ECHO_MAX)
             ),
             CommandError::Arity { name } => format!(
                 "ERR wrong number of arguments for '{}' command",

@@ -196,8 +196,9 @@ pub(super) static ROWS: &[Spec] = &[
     // ---- stream ----
     Spec::new("XACK", -4, KEY1, IdempotentEffect),
     Spec::new("XADD", -5, KEY1, NonIdempotent).refine(refine_xadd),
-    Spec::new("XAUTOCLAIM", -6, KEY1, NonIdempotent),
-    Spec::new("XCLAIM", -6, KEY1, NonIdempotent),
+    // A claimed entry that was deleted meanwhile is `[id, *-1]`.
+    Spec::new("XAUTOCLAIM", -6, KEY1, NonIdempotent).nested_nil_array(|p| matches!(p, [1, _, 1])),
+    Spec::new("XCLAIM", -6, KEY1, NonIdempotent).nested_nil_array(|p| matches!(p, [_, 1])),
     Spec::new("XDEL", -3, KEY1, IdempotentEffect),
     Spec::container("XGROUP"),
     // A repeat answers BUSYGROUP and changes nothing: the reply says whether this call created
@@ -215,16 +216,20 @@ pub(super) static ROWS: &[Spec] = &[
     Spec::new("XINFO|HELP", 2, NO_KEYS, Read),
     Spec::new("XINFO|STREAM", -3, KEY2, Read),
     Spec::new("XLEN", 2, KEY1, Read),
-    Spec::new("XPENDING", -3, KEY1, Read),
-    Spec::new("XRANGE", -4, KEY1, Read),
+    // The summary of an empty group ends with a null array of consumers.
+    Spec::new("XPENDING", -3, KEY1, Read).nested_nil_array(|p| p == [3]),
+    // `COUNT 0` answers a null array.
+    Spec::new("XRANGE", -4, KEY1, Read).null_array(),
     Spec::new("XREAD", -4, Keys::Streams, ConnectionBound)
         .refine(refine_xread)
         .null_array(),
     // Without BLOCK it still moves the group's last-delivered id and the pending list.
+    // A pending entry deleted since it was delivered reads back as `[id, *-1]`.
     Spec::new("XREADGROUP", -7, Keys::Streams, ConnectionBound)
         .refine(refine_xreadgroup)
-        .null_array(),
-    Spec::new("XREVRANGE", -4, KEY1, Read),
+        .null_array()
+        .nested_nil_array(|p| matches!(p, [_, 1, _, 1])),
+    Spec::new("XREVRANGE", -4, KEY1, Read).null_array(),
     // Setting the same last id again is accepted and answers OK.
     Spec::new("XSETID", -3, KEY1, Idempotent),
     Spec::new("XTRIM", -4, KEY1, IdempotentEffect),
@@ -282,13 +287,21 @@ pub(super) static ROWS: &[Spec] = &[
     Spec::new("GEOADD", -5, KEY1, IdempotentEffect),
     Spec::new("GEODIST", -4, KEY1, Read),
     Spec::new("GEOHASH", -2, KEY1, Read),
-    Spec::new("GEOPOS", -2, KEY1, Read),
+    // A missing member's position is `*-1`.
+    Spec::new("GEOPOS", -2, KEY1, Read)
+        .nested_nil_array(|p| p.len() == 1)
+        .human_doubles(),
     // STORE / STOREDIST destinations are not routed, as for SORT.
-    Spec::new("GEORADIUS", -6, KEY1, NonIdempotent).refine(refine_georadius),
-    Spec::new("GEORADIUS_RO", -6, KEY1, Read),
-    Spec::new("GEORADIUSBYMEMBER", -5, KEY1, NonIdempotent).refine(refine_georadiusbymember),
-    Spec::new("GEORADIUSBYMEMBER_RO", -5, KEY1, Read),
-    Spec::new("GEOSEARCH", -7, KEY1, Read),
+    // WITHCOORD coordinates are human long doubles.
+    Spec::new("GEORADIUS", -6, KEY1, NonIdempotent)
+        .refine(refine_georadius)
+        .human_doubles(),
+    Spec::new("GEORADIUS_RO", -6, KEY1, Read).human_doubles(),
+    Spec::new("GEORADIUSBYMEMBER", -5, KEY1, NonIdempotent)
+        .refine(refine_georadiusbymember)
+        .human_doubles(),
+    Spec::new("GEORADIUSBYMEMBER_RO", -5, KEY1, Read).human_doubles(),
+    Spec::new("GEOSEARCH", -7, KEY1, Read).human_doubles(),
     Spec::new("GEOSEARCHSTORE", -8, KEYS_1_2, NonIdempotent).refine(refine_store_1_2),
     // ---- scripting ----
     Spec::new("EVAL", -3, NUMKEYS_AT_2, NonIdempotent),

@@ -113,6 +113,9 @@ pub enum Exec {
 /// Decides a class from the arguments, for commands whose class depends on them.
 pub type Refine = fn(&[Bytes]) -> Idempotence;
 
+/// Says whether the nil at this path of a reply is a RESP2 null array.
+pub type NilPath = fn(&[usize]) -> bool;
+
 /// One row of the table.
 #[derive(Clone, Copy, Debug)]
 pub struct Spec {
@@ -132,6 +135,11 @@ pub struct Spec {
     /// command has at least this many arguments (0: never). `LPOP key` answers `$-1`, but
     /// `LPOP key count` answers `*-1`.
     pub null_array_from: u8,
+    /// Where a nil inside the reply is a RESP2 null array, by its path of indices from the
+    /// top (`GEOPOS`: `[i]`; `XPENDING`: `[3]`). Elsewhere a nested nil is `$-1`.
+    pub nested_nil_array: Option<NilPath>,
+    /// Its RESP3 doubles are Redis's "human" long doubles (geo coordinates), not `%.17g`.
+    pub human_doubles: bool,
     /// The name is a container: the real row is `NAME|SUBCOMMAND`.
     pub container: bool,
 }
@@ -147,6 +155,8 @@ impl Spec {
             refine: None,
             exec: Exec::Forward,
             null_array_from: 0,
+            nested_nil_array: None,
+            human_doubles: false,
             container: false,
         }
     }
@@ -180,6 +190,18 @@ impl Spec {
     /// Marks a RESP2 nil reply as a null array from `argc` arguments on.
     pub const fn null_array_from(mut self, argc: u8) -> Spec {
         self.null_array_from = argc;
+        self
+    }
+
+    /// Marks its doubles as human long doubles.
+    pub const fn human_doubles(mut self) -> Spec {
+        self.human_doubles = true;
+        self
+    }
+
+    /// Marks the nested nils at the paths `rule` accepts as RESP2 null arrays.
+    pub const fn nested_nil_array(mut self, rule: NilPath) -> Spec {
+        self.nested_nil_array = Some(rule);
         self
     }
 

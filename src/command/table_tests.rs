@@ -490,8 +490,10 @@ fn null_array_rows() {
         "LMPOP",
         "LPOP",
         "RPOP",
+        "XRANGE",
         "XREAD",
         "XREADGROUP",
+        "XREVRANGE",
         "ZMPOP",
     ];
     expected.sort_unstable();

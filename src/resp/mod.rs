@@ -2,10 +2,11 @@
 //! client's protocol version. Frames are parsed by `redis-protocol`; this module only bounds
 //! what a client may make holdfast buffer, and converts RESP3 reply frames to RESP2.
 
-use crate::backend::Proto;
+use crate::backend::{DoubleStyle, Proto};
+use crate::command::table::NilPath;
 use bytes::{Bytes, BytesMut};
 use redis_protocol::resp2::types::BytesFrame as Frame2;
-use redis_protocol::resp3::types::BytesFrame as Frame;
+use redis_protocol::resp3::types::{BytesFrame as Frame, VerbatimStringFormat};
 
 /// Longest inline command line, as Redis allows.
 const MAX_INLINE: usize = 64 * 1024;
@@ -198,74 +199,221 @@ pub fn split_args(line: &[u8]) -> Option<Vec<Bytes>> {
     }
 }
 
-/// Appends `frame` to `out` in the client's protocol. `null_array` says how a RESP2 nil is
-/// written for this command (`*-1` instead of `$-1`).
-pub fn encode_reply(out: &mut BytesMut, frame: &Frame, proto: Proto, null_array: bool) {
-    let result = match proto {
-        Proto::Resp3 => {
-            redis_protocol::resp3::encode::complete::extend_encode(out, frame, false).map(|_| ())
-        }
-        Proto::Resp2 if null_array && matches!(frame, Frame::Null) => {
-            out.extend_from_slice(NULL_ARRAY);
-            Ok(())
-        }
-        Proto::Resp2 => {
-            let frame = to_resp2(frame);
-            redis_protocol::resp2::encode::extend_encode(out, &frame, false).map(|_| ())
-        }
-    };
-    if let Err(e) = result {
-        // Only a frame holdfast built itself can fail to encode; the client still gets an
-        // answer in its place.
-        tracing::error!(error = %e, "cannot encode a reply");
-        out.extend_from_slice(b"-ERR holdfast: cannot encode the reply\r\n");
+/// Where a reply's nils are RESP2 null arrays (`*-1`) rather than null bulk strings (`$-1`):
+/// redis-protocol's frames cannot say, so the command table does.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Nils {
+    /// A nil reply itself is `*-1`.
+    pub top: bool,
+    /// Nested nils at the paths this accepts are `*-1`.
+    pub nested: Option<NilPath>,
+}
+
+/// Appends `frame` to `out` in the client's protocol.
+///
+/// Written here rather than with redis-protocol's encoder because that encoder can express
+/// neither a RESP2 null array nor the backend's spelling of a double. Error texts never carry
+/// CR or LF (they are written as spaces, as Redis does), so no reply can break the framing.
+pub fn encode_reply(
+    out: &mut BytesMut,
+    frame: &Frame,
+    proto: Proto,
+    nils: Nils,
+    doubles: DoubleStyle,
+) {
+    match proto {
+        Proto::Resp2 => encode2(out, frame, &mut Vec::new(), nils, doubles),
+        Proto::Resp3 => encode3(out, frame, doubles),
     }
 }
 
-/// Writes a RESP2 null array (`*-1`), which redis-protocol has no frame for.
-const NULL_ARRAY: &[u8] = b"*-1\r\n";
+fn header(out: &mut BytesMut, kind: u8, len: usize) {
+    out.extend_from_slice(&[kind]);
+    out.extend_from_slice(itoa::Buffer::new().format(len).as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
 
-/// Converts a reply to RESP2 the way Redis answers a RESP2 client: maps flatten to arrays,
-/// sets become arrays, doubles and big numbers become bulk strings, booleans integers.
-/// A top-level nil of a `null_array` command is written by [`encode_reply`] itself, since RESP2
-/// frames have no null array.
-pub fn to_resp2(frame: &Frame) -> Frame2 {
+fn line(out: &mut BytesMut, kind: u8, text: &[u8]) {
+    out.extend_from_slice(&[kind]);
+    out.extend_from_slice(text);
+    out.extend_from_slice(b"\r\n");
+}
+
+fn blob(out: &mut BytesMut, kind: u8, data: &[u8]) {
+    header(out, kind, data.len());
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+}
+
+fn error_line(out: &mut BytesMut, text: &[u8]) {
+    out.extend_from_slice(b"-");
+    out.extend(text.iter().map(|b| match b {
+        b'\r' | b'\n' => b' ',
+        other => *other,
+    }));
+    out.extend_from_slice(b"\r\n");
+}
+
+fn number(out: &mut BytesMut, n: i64) {
+    line(out, b':', itoa::Buffer::new().format(n).as_bytes());
+}
+
+fn encode2(
+    out: &mut BytesMut,
+    frame: &Frame,
+    path: &mut Vec<usize>,
+    nils: Nils,
+    doubles: DoubleStyle,
+) {
     match frame {
-        Frame::BlobString { data, .. } => Frame2::BulkString(data.clone()),
-        Frame::BlobError { data, .. } => Frame2::Error(
-            bytes_utils::Str::from_inner(data.clone())
-                .unwrap_or_else(|_| String::from_utf8_lossy(data).into_owned().into()),
-        ),
-        Frame::SimpleString { data, .. } => Frame2::SimpleString(data.clone()),
-        Frame::SimpleError { data, .. } => Frame2::Error(data.clone()),
-        Frame::Boolean { data, .. } => Frame2::Integer(i64::from(*data)),
-        Frame::Null => Frame2::Null,
-        Frame::Number { data, .. } => Frame2::Integer(*data),
-        Frame::Double { data, .. } => Frame2::BulkString(Bytes::from(format_double(*data))),
-        Frame::BigNumber { data, .. } => Frame2::BulkString(data.clone()),
-        Frame::VerbatimString { data, .. } => Frame2::BulkString(data.clone()),
-        Frame::Array { data, .. } | Frame::Push { data, .. } => {
-            Frame2::Array(data.iter().map(to_resp2).collect())
+        Frame::BlobString { data, .. }
+        | Frame::BigNumber { data, .. }
+        | Frame::VerbatimString { data, .. }
+        | Frame::ChunkedString(data) => blob(out, b'$', data),
+        Frame::SimpleString { data, .. } => line(out, b'+', data),
+        Frame::SimpleError { data, .. } => error_line(out, data.as_bytes()),
+        Frame::BlobError { data, .. } => error_line(out, data),
+        Frame::Number { data, .. } => number(out, *data),
+        Frame::Boolean { data, .. } => number(out, i64::from(*data)),
+        Frame::Double { data, .. } => blob(out, b'$', format_double(*data, doubles).as_bytes()),
+        Frame::Null => {
+            let array = if path.is_empty() {
+                nils.top
+            } else {
+                nils.nested.is_some_and(|rule| rule(path))
+            };
+            out.extend_from_slice(if array { b"*-1\r\n" } else { b"$-1\r\n" });
         }
-        Frame::Map { data, .. } => Frame2::Array(
-            data.iter()
-                .flat_map(|(k, v)| [to_resp2(k), to_resp2(v)])
-                .collect(),
-        ),
-        Frame::Set { data, .. } => Frame2::Array(data.iter().map(to_resp2).collect()),
-        Frame::Hello { .. } => Frame2::Null,
-        Frame::ChunkedString(data) => Frame2::BulkString(data.clone()),
+        Frame::Array { data, .. } | Frame::Push { data, .. } => {
+            header(out, b'*', data.len());
+            for (i, item) in data.iter().enumerate() {
+                path.push(i);
+                encode2(out, item, path, nils, doubles);
+                path.pop();
+            }
+        }
+        Frame::Set { data, .. } => {
+            header(out, b'*', data.len());
+            for (i, item) in data.iter().enumerate() {
+                path.push(i);
+                encode2(out, item, path, nils, doubles);
+                path.pop();
+            }
+        }
+        Frame::Map { data, .. } => {
+            header(out, b'*', data.len() * 2);
+            for (i, (key, value)) in data.iter().enumerate() {
+                for (j, item) in [key, value].into_iter().enumerate() {
+                    path.push(2 * i + j);
+                    encode2(out, item, path, nils, doubles);
+                    path.pop();
+                }
+            }
+        }
+        // Only ever a request, never a reply.
+        Frame::Hello { .. } => out.extend_from_slice(b"$-1\r\n"),
     }
 }
 
-/// A double as Redis prints one in RESP2.
-fn format_double(value: f64) -> String {
+fn encode3(out: &mut BytesMut, frame: &Frame, doubles: DoubleStyle) {
+    match frame {
+        Frame::BlobString { data, .. } | Frame::ChunkedString(data) => blob(out, b'$', data),
+        Frame::BlobError { data, .. } => blob(out, b'!', data),
+        Frame::SimpleString { data, .. } => line(out, b'+', data),
+        Frame::SimpleError { data, .. } => error_line(out, data.as_bytes()),
+        Frame::Boolean { data, .. } => line(out, b'#', if *data { b"t" } else { b"f" }),
+        Frame::Null => out.extend_from_slice(b"_\r\n"),
+        Frame::Number { data, .. } => number(out, *data),
+        Frame::Double { data, .. } => line(out, b',', format_double(*data, doubles).as_bytes()),
+        Frame::BigNumber { data, .. } => line(out, b'(', data),
+        Frame::VerbatimString { data, format, .. } => {
+            let prefix: &[u8] = match format {
+                VerbatimStringFormat::Text => b"txt:",
+                VerbatimStringFormat::Markdown => b"mkd:",
+            };
+            header(out, b'=', data.len() + prefix.len());
+            out.extend_from_slice(prefix);
+            out.extend_from_slice(data);
+            out.extend_from_slice(b"\r\n");
+        }
+        Frame::Array { data, .. } | Frame::Push { data, .. } => {
+            let kind = if matches!(frame, Frame::Push { .. }) {
+                b'>'
+            } else {
+                b'*'
+            };
+            header(out, kind, data.len());
+            for item in data {
+                encode3(out, item, doubles);
+            }
+        }
+        Frame::Set { data, .. } => {
+            header(out, b'~', data.len());
+            for item in data {
+                encode3(out, item, doubles);
+            }
+        }
+        Frame::Map { data, .. } => {
+            header(out, b'%', data.len());
+            for (key, value) in data {
+                encode3(out, key, doubles);
+                encode3(out, value, doubles);
+            }
+        }
+        Frame::Hello { .. } => out.extend_from_slice(b"_\r\n"),
+    }
+}
+
+/// A double as the backend spells it.
+pub fn format_double(value: f64, style: DoubleStyle) -> String {
+    if value.is_nan() {
+        return "nan".to_string();
+    }
     if value.is_infinite() {
-        if value > 0.0 { "inf" } else { "-inf" }.to_string()
-    } else if value.is_nan() {
-        "nan".to_string()
+        return if value > 0.0 { "inf" } else { "-inf" }.to_string();
+    }
+    if style == DoubleStyle::Human {
+        let fixed = format!("{value:.17}");
+        let trimmed = fixed.trim_end_matches('0').trim_end_matches('.');
+        return if trimmed == "-0" { "0" } else { trimmed }.to_string();
+    }
+    // Scientific form, mantissa digits and exponent: `{:.16e}` gives the 17 significant
+    // digits of %.17g, `{:e}` the shortest that round-trip.
+    let scientific = match style {
+        DoubleStyle::G17 => format!("{value:.16e}"),
+        DoubleStyle::Shortest | DoubleStyle::Human => format!("{value:e}"),
+    };
+    let Some((mantissa, exponent)) = scientific.split_once('e') else {
+        return scientific;
+    };
+    let exponent: i32 = exponent.parse().unwrap_or(0);
+    let (sign, mantissa) = match mantissa.strip_prefix('-') {
+        Some(rest) => ("-", rest),
+        None => ("", mantissa),
+    };
+    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    let digits = digits.trim_end_matches('0');
+    let digits = if digits.is_empty() { "0" } else { digits };
+    // %g: scientific when the exponent is below -4 or at least the precision (17).
+    if !(-4..17).contains(&exponent) {
+        let (first, rest) = digits.split_at(1);
+        let dot = if rest.is_empty() { "" } else { "." };
+        let esign = if exponent < 0 { '-' } else { '+' };
+        format!(
+            "{sign}{first}{dot}{rest}e{esign}{:02}",
+            exponent.unsigned_abs()
+        )
+    } else if exponent < 0 {
+        let zeros = "0".repeat((-exponent - 1) as usize);
+        format!("{sign}0.{zeros}{digits}")
     } else {
-        format!("{value}")
+        let int_len = exponent as usize + 1;
+        if digits.len() <= int_len {
+            format!("{sign}{digits}{}", "0".repeat(int_len - digits.len()))
+        } else {
+            let (int, frac) = digits.split_at(int_len);
+            format!("{sign}{int}.{frac}")
+        }
     }
 }
 

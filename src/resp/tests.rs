@@ -116,7 +116,17 @@ fn an_endless_inline_line_is_refused() {
 
 fn encode2(frame: &Frame, null_array: bool) -> String {
     let mut out = BytesMut::new();
-    encode_reply(&mut out, frame, Proto::Resp2, null_array);
+    let nils = Nils {
+        top: null_array,
+        nested: None,
+    };
+    encode_reply(&mut out, frame, Proto::Resp2, nils, DoubleStyle::G17);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn encode3(frame: &Frame, doubles: DoubleStyle) -> String {
+    let mut out = BytesMut::new();
+    encode_reply(&mut out, frame, Proto::Resp3, Nils::default(), doubles);
     String::from_utf8_lossy(&out).into_owned()
 }
 
@@ -138,6 +148,7 @@ fn resp3_replies_become_what_redis_sends_a_resp2_client() {
         attributes: None,
     };
     assert_eq!(encode2(&map, false), "*2\r\n$1\r\nf\r\n$3\r\n1.5\r\n");
+    assert_eq!(encode3(&map, DoubleStyle::G17), "%1\r\n$1\r\nf\r\n,1.5\r\n");
     assert_eq!(
         encode2(
             &Frame::Boolean {
@@ -202,4 +213,79 @@ fn a_huge_multibulk_count_allocates_nothing_up_front() {
     assert!(result.is_ok(), "incomplete, not an error, below the limit");
     let (_, result, _) = decode_all(&input, 512);
     assert_eq!(result, Err(ProtocolError::TooLarge(512)));
+}
+
+#[test]
+fn nested_nils_follow_the_rule() {
+    let reply = Frame::Array {
+        data: vec![
+            Frame::Null,
+            Frame::Array {
+                data: vec![Frame::Null],
+                attributes: None,
+            },
+        ],
+        attributes: None,
+    };
+    let mut out = BytesMut::new();
+    let nils = Nils {
+        top: false,
+        nested: Some(|path: &[usize]| path == [0]),
+    };
+    encode_reply(&mut out, &reply, Proto::Resp2, nils, DoubleStyle::G17);
+    assert_eq!(&out[..], b"*2\r\n*-1\r\n*1\r\n$-1\r\n");
+}
+
+#[test]
+fn error_texts_cannot_break_the_framing() {
+    let frame = Frame::SimpleError {
+        data: "ERR a\r\nb\nc".into(),
+        attributes: None,
+    };
+    assert_eq!(encode2(&frame, false), "-ERR a  b c\r\n");
+    assert_eq!(encode3(&frame, DoubleStyle::G17), "-ERR a  b c\r\n");
+}
+
+#[test]
+fn doubles_are_spelled_as_the_backend_spells_them() {
+    // What Redis 7.0 answers (printf's %.17g), checked against redis-server by the
+    // differential tests; these pin the arithmetic.
+    let g17 = [
+        (0.1, "0.10000000000000001"),
+        (1.5, "1.5"),
+        (100.0, "100"),
+        (1e20, "1e+20"),
+        (-1.23e-5, "-1.2300000000000001e-05"),
+        (std::f64::consts::PI, "3.1415926535897931"),
+        (1e16, "10000000000000000"),
+        (1e17, "1e+17"),
+        (0.0001, "0.0001"),
+        (0.00001, "1.0000000000000001e-05"),
+        (-0.0, "-0"),
+        (0.0, "0"),
+        (f64::INFINITY, "inf"),
+        (f64::NEG_INFINITY, "-inf"),
+    ];
+    for (value, text) in g17 {
+        assert_eq!(format_double(value, DoubleStyle::G17), text, "{value:e}");
+    }
+    assert_eq!(format_double(0.1, DoubleStyle::Shortest), "0.1");
+    assert_eq!(format_double(1e20, DoubleStyle::Shortest), "1e+20");
+    assert_eq!(format_double(2.5, DoubleStyle::Shortest), "2.5");
+    assert_eq!(
+        format_double(13.361389338970184, DoubleStyle::Human),
+        "13.36138933897018433"
+    );
+    assert_eq!(format_double(15.0, DoubleStyle::Human), "15");
+    assert_eq!(format_double(-0.0, DoubleStyle::Human), "0");
+}
+
+proptest! {
+    #[test]
+    fn a_g17_double_reads_back_as_the_same_value(value in any::<f64>().prop_filter("finite", |v| v.is_finite())) {
+        let text = format_double(value, DoubleStyle::G17);
+        prop_assert_eq!(text.parse::<f64>().unwrap().to_bits(), value.to_bits(), "{}", text);
+        let text = format_double(value, DoubleStyle::Shortest);
+        prop_assert_eq!(text.parse::<f64>().unwrap().to_bits(), value.to_bits(), "{}", text);
+    }
 }

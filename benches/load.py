@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""Load benchmark: the same redis-benchmark workloads sent directly to redis-server, through
+twemproxy (nutcracker) and through holdfast, interleaved and repeated in one run, reported as
+throughput, p50/p99 latency and holdfast/direct and holdfast/twemproxy ratios.
+
+Starts its own redis-server, nutcracker and holdfast (release build) on free loopback ports and
+stops them by PID. Usage: benches/load.py [--rounds N] [--requests N] [--quick]
+
+On a 2-core machine the benchmark client, the proxy and Redis share the two cores: read the
+ratios, not the absolute figures.
+"""
+
+import argparse
+import csv
+import io
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, limit=15.0):
+    deadline = time.time() + limit
+    while time.time() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+                s.sendall(b"PING\r\n")
+                if s.recv(16).startswith(b"+PONG"):
+                    return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    sys.exit(f"port {port} never answered PING")
+
+
+def start(args, log):
+    return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+
+
+def bench(port, test, clients, pipeline, size, requests, keyspace):
+    # redis-benchmark 7.0 spins forever when its port refuses: check first, and bound it.
+    wait_port(port)
+    cmd = [
+        "timeout", "300", "redis-benchmark", "-h", "127.0.0.1", "-p", str(port),
+        "-c", str(clients), "-n", str(requests), "-P", str(pipeline), "-d", str(size),
+        "-r", str(keyspace), "--csv", "-t", test,
+    ]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    rows = list(csv.DictReader(io.StringIO(out)))
+    return rows[0]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--requests", type=int, default=200_000)
+    parser.add_argument("--quick", action="store_true", help="one round, fewer requests")
+    args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.requests = 1, 50_000
+
+    binary = os.path.join(ROOT, "target", "release", "holdfast")
+    subprocess.run(["cargo", "build", "--release", "--locked", "--bin", "holdfast"], cwd=ROOT, check=True)
+
+    tmp = tempfile.mkdtemp(prefix="holdfast-bench-")
+    log = open(os.path.join(tmp, "servers.log"), "w")
+    redis_port, twem_port, twem_stats, hf_port, hf_metrics = (free_port() for _ in range(5))
+    procs = []
+    try:
+        procs.append(start(["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1",
+                            "--save", "", "--appendonly", "no", "--dir", tmp], log))
+        wait_port(redis_port)
+
+        twem_conf = os.path.join(tmp, "nutcracker.yml")
+        with open(twem_conf, "w") as f:
+            f.write(f"""bench:
+  listen: 127.0.0.1:{twem_port}
+  hash: fnv1a_64
+  distribution: ketama
+  redis: true
+  auto_eject_hosts: false
+  server_connections: 1
+  servers:
+    - 127.0.0.1:{redis_port}:1
+""")
+        procs.append(start(["nutcracker", "-c", twem_conf, "-s", str(twem_stats), "-a", "127.0.0.1",
+                            "-o", os.path.join(tmp, "nutcracker.log")], log))
+
+        hf_conf = os.path.join(tmp, "holdfast.toml")
+        with open(hf_conf, "w") as f:
+            f.write(f"""[server]
+listen = "127.0.0.1:{hf_port}"
+metrics_listen = "127.0.0.1:{hf_metrics}"
+[defaults]
+reply_mode = "fast"
+[backends.cache]
+kind = "redis"
+url = "redis://127.0.0.1:{redis_port}"
+pool_size = 8
+[[namespaces]]
+name = "default"
+backend = "cache"
+""")
+        procs.append(start([binary, "--config", hf_conf], log))
+        wait_port(twem_port)
+        wait_port(hf_port)
+
+        targets = [("direct", redis_port), ("twemproxy", twem_port), ("holdfast", hf_port)]
+        workloads = [
+            ("SET 100B", "set", 50, 1, 100),
+            ("GET 100B", "get", 50, 1, 100),
+            ("SET 100B P16", "set", 50, 16, 100),
+            ("GET 100B P16", "get", 50, 16, 100),
+            ("SET 10KB", "set", 50, 1, 10_000),
+            ("MSET 10 keys", "mset", 50, 1, 100),
+        ]
+        results = {}
+        for rnd in range(args.rounds):
+            for name, test, clients, pipeline, size in workloads:
+                for target, port in targets:
+                    row = bench(port, test, clients, pipeline, size, args.requests, 10_000)
+                    results.setdefault((name, target), []).append(row)
+                    print(f"round {rnd + 1} {name:14} {target:10} {float(row['rps']):>11.0f} req/s "
+                          f"p50 {row['p50_latency_ms']} ms p99 {row['p99_latency_ms']} ms", flush=True)
+
+        def med(name, target, key):
+            return statistics.median(float(r[key]) for r in results[(name, target)])
+
+        print()
+        print(f"{'workload':14} {'direct':>10} {'twemproxy':>10} {'holdfast':>10} "
+              f"{'hf/direct':>9} {'hf/twem':>8}  p50 ms (d/t/h)        p99 ms (d/t/h)")
+        for name, *_ in workloads:
+            d, t, h = (med(name, x, "rps") for x in ("direct", "twemproxy", "holdfast"))
+            p50 = "/".join(f"{med(name, x, 'p50_latency_ms'):.3f}" for x in ("direct", "twemproxy", "holdfast"))
+            p99 = "/".join(f"{med(name, x, 'p99_latency_ms'):.3f}" for x in ("direct", "twemproxy", "holdfast"))
+            print(f"{name:14} {d:>10.0f} {t:>10.0f} {h:>10.0f} {h / d:>9.2f} {h / t:>8.2f}  {p50:21} {p99}")
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        log.close()
+
+
+if __name__ == "__main__":
+    main()
