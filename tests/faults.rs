@@ -280,3 +280,35 @@ async fn retry_metrics_stay_at_zero_when_nothing_fails() {
     );
     proxy.stop().await;
 }
+
+/// Backend connections that dropped while idle are dialled again, not written to: after a
+/// restart with no traffic in between, the first request on every pooled connection answers
+/// at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn connections_dropped_while_idle_are_redialled() {
+    let mut redis = RedisServer::start();
+    let proxy = Proxy::start(&one_backend(&redis.url(), "idle", "")).await;
+    // Two clients: with pool_size 2 they are pinned to both backend connections.
+    let mut a = proxy.connect().await;
+    let mut b = proxy.connect().await;
+    assert_eq!(a.command(&["PING"]).await, b"+PONG\r\n");
+    sleep(Duration::from_millis(300)).await;
+    redis.kill();
+    redis.restart();
+    for conn in [&mut a, &mut b] {
+        let started = Instant::now();
+        assert_eq!(conn.command(&["SET", "k", "v"]).await, b"+OK\r\n");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+    assert_eq!(
+        proxy
+            .metric(r#"holdfast_retries_total{namespace="idle""#)
+            .await,
+        0.0
+    );
+    proxy.stop().await;
+}

@@ -257,11 +257,22 @@ async fn ensure_connected(slot: &Slot, acquire_timeout: Duration) -> Result<(), 
             *dialing = None;
             return Ok(());
         }
+        // A dial that finished while nobody waited (the one at start, or one whose waiter
+        // gave up) says nothing about now: the slot is down, so dial again.
+        if dialing.as_ref().is_some_and(JoinHandle::is_finished) {
+            *dialing = None;
+        }
         let handle = dialing.get_or_insert_with(|| slot.dial());
         let result = handle.await;
         *dialing = None;
         match result {
-            Ok(Ok(())) => Ok(()),
+            Ok(Ok(())) if slot.is_up() => Ok(()),
+            Ok(Ok(())) => Err(BackendError::Connect {
+                source: fred::error::Error::new(
+                    fred::error::ErrorKind::IO,
+                    "the connection closed as soon as it opened",
+                ),
+            }),
             Ok(Err(source)) => Err(BackendError::Connect { source }),
             Err(join) => Err(BackendError::Connect {
                 source: fred::error::Error::new(fred::error::ErrorKind::Canceled, join.to_string()),
