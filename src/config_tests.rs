@@ -120,6 +120,10 @@ fn bad_configurations_name_the_key() {
         (MINIMAL.replace("redis://127.0.0.1:6379", "nope://x"), "backends.cache.url"),
         (MINIMAL.replace("kind = \"redis\"", "kind = \"memcached\""), "memcached"),
         ("[server]\nmax_clients = 0\n".to_string() + MINIMAL, "server.max_clients"),
+        (
+            MINIMAL.replace("backend = \"cache\"", "prefixes = [\"a:\"]\nbackend = \"cache\""),
+            "one namespace must have no prefixes",
+        ),
     ];
     for (text, key) in cases {
         let message = err(&text);
