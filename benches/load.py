@@ -35,7 +35,7 @@ def wait_port(port, limit=15.0):
     while time.time() < deadline:
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
-                s.sendall(b"PING\r\n")
+                s.sendall(b"*1\r\n$4\r\nPING\r\n")
                 if s.recv(16).startswith(b"+PONG"):
                     return
         except OSError:
