@@ -330,10 +330,8 @@ impl Conn {
         command: &Command,
         started: Instant,
     ) -> Frame {
-        let blocking = command.class == Idempotence::ConnectionBound;
-        let result = self
-            .send_dedicated(namespace, &command.args, blocking)
-            .await;
+        // Only blocking commands are forwarded as connection-bound (transactions are local).
+        let result = self.send_dedicated(namespace, &command.args, true).await;
         let (frame, outcome) = failure_reply(result.map_err(bound_failure), namespace);
         m::request(&namespace.name, command.label(), outcome, started.elapsed());
         frame

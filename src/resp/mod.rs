@@ -285,33 +285,33 @@ fn encode2(
             out.extend_from_slice(if array { b"*-1\r\n" } else { b"$-1\r\n" });
         }
         Frame::Array { data, .. } | Frame::Push { data, .. } => {
-            header(out, b'*', data.len());
-            for (i, item) in data.iter().enumerate() {
-                path.push(i);
-                encode2(out, item, path, nils, doubles);
-                path.pop();
-            }
+            encode2_items(out, data.len(), data.iter(), path, nils, doubles)
         }
-        Frame::Set { data, .. } => {
-            header(out, b'*', data.len());
-            for (i, item) in data.iter().enumerate() {
-                path.push(i);
-                encode2(out, item, path, nils, doubles);
-                path.pop();
-            }
-        }
+        Frame::Set { data, .. } => encode2_items(out, data.len(), data.iter(), path, nils, doubles),
+        // A map is a flat array of its keys and values in RESP2.
         Frame::Map { data, .. } => {
-            header(out, b'*', data.len() * 2);
-            for (i, (key, value)) in data.iter().enumerate() {
-                for (j, item) in [key, value].into_iter().enumerate() {
-                    path.push(2 * i + j);
-                    encode2(out, item, path, nils, doubles);
-                    path.pop();
-                }
-            }
+            let flat = data.iter().flat_map(|(key, value)| [key, value]);
+            encode2_items(out, data.len() * 2, flat, path, nils, doubles)
         }
         // Only ever a request, never a reply.
         Frame::Hello { .. } => out.extend_from_slice(b"$-1\r\n"),
+    }
+}
+
+/// An aggregate of `len` items, each at its index in `path`.
+fn encode2_items<'a>(
+    out: &mut BytesMut,
+    len: usize,
+    items: impl Iterator<Item = &'a Frame>,
+    path: &mut Vec<usize>,
+    nils: Nils,
+    doubles: DoubleStyle,
+) {
+    header(out, b'*', len);
+    for (i, item) in items.enumerate() {
+        path.push(i);
+        encode2(out, item, path, nils, doubles);
+        path.pop();
     }
 }
 
