@@ -65,6 +65,9 @@ pub struct ServerConfig {
     /// When set, clients must `AUTH` (or `HELLO ... AUTH`) with it before anything else.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requirepass: Option<String>,
+    /// A file holding `requirepass` (a mounted secret); its trailing newline is dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requirepass_file: Option<std::path::PathBuf>,
     /// Client connections beyond this are refused with an error.
     pub max_clients: usize,
     /// Largest request (one command with its arguments) accepted, in bytes; a larger one
@@ -81,6 +84,7 @@ impl Default for ServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 6380)),
             metrics_listen: SocketAddr::from(([127, 0, 0, 1], 9380)),
             requirepass: None,
+            requirepass_file: None,
             max_clients: 10_000,
             max_request_bytes: 64 * 1024 * 1024,
             shutdown_grace: Duration::from_secs(30),
@@ -221,7 +225,7 @@ impl Default for BudgetConfig {
 }
 
 /// `[backends.NAME]`, tagged by `kind`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
 pub enum BackendConfig {
     /// A standalone Redis.
@@ -264,7 +268,7 @@ impl BackendConfig {
 }
 
 /// `kind = "redis"`
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RedisConfig {
     /// `redis://[user:pass@]host:port/db`
@@ -278,6 +282,10 @@ pub struct RedisConfig {
     /// Longest a sent command may wait for its reply before it counts as Transient.
     #[serde(default = "default_response_timeout", with = "humantime_serde")]
     pub response_timeout: Duration,
+    /// A file holding the backend password (a mounted secret); it replaces any password in
+    /// `url`. Its trailing newline is dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_file: Option<std::path::PathBuf>,
 }
 
 fn default_pool_size() -> usize {
@@ -396,7 +404,13 @@ impl Config {
             }
             None => figment = figment.merge(Serialized::defaults(Config::default())),
         }
-        figment = figment.merge(Env::prefixed("HOLDFAST_").split("__"));
+        // HOLDFAST_LOG and HOLDFAST_LOG_FORMAT configure logging, which starts before the
+        // configuration is read; they are not configuration keys.
+        figment = figment.merge(
+            Env::prefixed("HOLDFAST_")
+                .ignore(&["log", "log_format"])
+                .split("__"),
+        );
         Self::from_figment(figment)
     }
 
@@ -418,9 +432,12 @@ impl Config {
     }
 
     fn from_figment(figment: Figment) -> Result<Config, ConfigError> {
-        let config: Config = figment
+        let mut config: Config = figment
             .extract()
             .map_err(|e| ConfigError::Load(Box::new(e)))?;
+        if let Some(path) = &config.server.requirepass_file {
+            config.server.requirepass = Some(read_secret("server.requirepass_file", path)?);
+        }
         config.validate()?;
         Ok(config)
     }
@@ -460,6 +477,9 @@ impl Config {
                         format!("{key}.url"),
                         "must start with redis:// (TLS to backends is not built yet)",
                     ));
+                }
+                if let Some(path) = &redis.password_file {
+                    read_secret(&format!("{key}.password_file"), path)?;
                 }
                 if let Err(e) = fred::types::config::Config::from_url(&redis.url) {
                     return Err(invalid(format!("{key}.url"), e.details().to_string()));
@@ -514,6 +534,7 @@ impl Config {
             let policy = ns.effective(&self.defaults);
             check_retry(&format!("{key}.retry"), &policy.retry)?;
             check_acquire(&format!("{key}.acquire_timeout"), policy.acquire_timeout)?;
+            check_fits(&key, &policy)?;
         }
         if catch_all.is_none() {
             return Err(invalid(
@@ -527,7 +548,10 @@ impl Config {
     /// The effective configuration as TOML, secrets redacted (`check-config`).
     pub fn to_toml_redacted(&self) -> String {
         let mut shown = self.clone();
-        if shown.server.requirepass.is_some() {
+        // A password read from a file is shown as the file, not as its content.
+        if shown.server.requirepass_file.is_some() {
+            shown.server.requirepass = None;
+        } else if shown.server.requirepass.is_some() {
             shown.server.requirepass = Some("<redacted>".to_string());
         }
         for backend in shown.backends.values_mut() {
@@ -539,6 +563,16 @@ impl Config {
         }
         toml::to_string_pretty(&shown).unwrap_or_else(|e| format!("# cannot print: {e}\n"))
     }
+}
+
+/// Reads a secret from a file, without its trailing newline.
+///
+/// # Errors
+/// [`ConfigError::Invalid`] naming `key` when the file cannot be read.
+pub fn read_secret(key: &str, path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path)
+        .map(|text| text.trim_end_matches(['\r', '\n']).to_string())
+        .map_err(|e| invalid(key, format!("cannot read {}: {e}", path.display())))
 }
 
 /// Replaces the password of `scheme://user:pass@host` with `<redacted>`.
@@ -562,6 +596,25 @@ fn check_retry(key: &str, retry: &RetryConfig) -> Result<(), ConfigError> {
     crate::retry::backoff::Backoff::new(retry)
         .map(|_| ())
         .map_err(|e| invalid(format!("{key}.{}", e.key()), e.to_string()))
+}
+
+/// A namespace that retries must be able to outlast one blackholed attempt: an acquire
+/// timeout longer than the whole backoff schedule would spend the budget on a single wait.
+fn check_fits(key: &str, policy: &EffectivePolicy) -> Result<(), ConfigError> {
+    let Ok(backoff) = crate::retry::backoff::Backoff::new(&policy.retry) else {
+        return Ok(());
+    };
+    let schedule = backoff.total_before_jitter();
+    if backoff.max_attempts > 1 && policy.acquire_timeout > schedule {
+        return Err(invalid(
+            format!("{key}.acquire_timeout"),
+            format!(
+                "{:?} is longer than the whole retry schedule ({:?} over {} attempts): one blackholed attempt would use up the budget; lower acquire_timeout or raise the retry delays",
+                policy.acquire_timeout, schedule, backoff.max_attempts
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn check_acquire(key: &str, timeout: Duration) -> Result<(), ConfigError> {

@@ -124,6 +124,18 @@ fn bad_configurations_name_the_key() {
             MINIMAL.replace("backend = \"cache\"", "prefixes = [\"a:\"]\nbackend = \"cache\""),
             "one namespace must have no prefixes",
         ),
+        (
+            format!("{MINIMAL}acquire_timeout = \"30s\"\n[namespaces.retry]\nmax_attempts = 3\n"),
+            "namespaces[0].acquire_timeout",
+        ),
+        (
+            format!("[server]\nrequirepass_file = \"/nonexistent/secret\"\n{MINIMAL}"),
+            "server.requirepass_file",
+        ),
+        (
+            MINIMAL.replace("kind = \"redis\"", "kind = \"redis\"\npassword_file = \"/nonexistent/pw\""),
+            "backends.cache.password_file",
+        ),
     ];
     for (text, key) in cases {
         let message = err(&text);
@@ -145,9 +157,15 @@ fn a_file_then_the_environment_override_the_defaults() {
 
         jail.set_env("HOLDFAST_SERVER__LISTEN", "127.0.0.1:7000");
         jail.set_env("HOLDFAST_DEFAULTS__RETRY__MAX_ATTEMPTS", "3");
+        jail.set_env("HOLDFAST_DEFAULTS__ACQUIRE_TIMEOUT", "500ms");
         let config = Config::load(Some(Path::new("holdfast.toml"))).map_err(|e| e.to_string())?;
         assert_eq!(config.server.listen.to_string(), "127.0.0.1:7000");
         assert_eq!(config.defaults.retry.max_attempts, 3);
+
+        // The logging variables share the prefix but are not configuration.
+        jail.set_env("HOLDFAST_LOG", "debug");
+        jail.set_env("HOLDFAST_LOG_FORMAT", "json");
+        assert!(Config::load(Some(Path::new("holdfast.toml"))).is_ok());
 
         jail.set_env("HOLDFAST_DEFAULTS__RETRY__MAX_ATTEMPTS", "0");
         let message = Config::load(Some(Path::new("holdfast.toml")))
@@ -156,6 +174,31 @@ fn a_file_then_the_environment_override_the_defaults() {
         assert!(message.contains("defaults.retry.max_attempts"), "{message}");
         Ok(())
     });
+}
+
+#[test]
+fn secrets_can_come_from_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("requirepass");
+    std::fs::write(&secret, "from-a-file\n").unwrap();
+    let text = format!(
+        "[server]\nrequirepass_file = \"{}\"\n{MINIMAL}",
+        secret.display()
+    );
+    let config = Config::from_toml(&text).unwrap();
+    assert_eq!(config.server.requirepass.as_deref(), Some("from-a-file"));
+    // Printed as the file it came from, never as its content.
+    let shown = config.to_toml_redacted();
+    assert!(!shown.contains("from-a-file"), "{shown}");
+    assert!(shown.contains("requirepass_file"), "{shown}");
+}
+
+#[test]
+fn no_retry_needs_no_schedule() {
+    // max_attempts = 1 has no schedule to fit in; any acquire timeout is fine.
+    let text =
+        format!("{MINIMAL}acquire_timeout = \"30s\"\n[namespaces.retry]\nmax_attempts = 1\n");
+    assert!(Config::from_toml(&text).is_ok());
 }
 
 #[test]

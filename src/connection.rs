@@ -15,8 +15,8 @@ use crate::error::{classify, ErrorClass};
 use crate::metrics::{self as m, RequestHooks};
 use crate::namespace::Namespace;
 use crate::resp::{decode_request, encode_reply, Nils, ProtocolError};
-use crate::retry::{self, Failure, GaveUp};
-use crate::server::Shared;
+use crate::retry::{self, Failure, GaveUp, Why};
+use crate::server::{Shared, State};
 use bytes::{Bytes, BytesMut};
 use redis_protocol::resp3::types::BytesFrame as Frame;
 use std::fmt::Write as _;
@@ -51,6 +51,11 @@ struct Multi {
 struct Conn {
     /// Shared proxy state.
     shared: Arc<Shared>,
+    /// The configuration generation this command runs under, taken between commands so a
+    /// reload never changes a command half-way.
+    state: Arc<State>,
+    /// Turns true when shutdown's grace period is over.
+    give_up: watch::Receiver<bool>,
     /// `CLIENT ID`, also the backend pin.
     id: u64,
     /// The client's protocol.
@@ -117,8 +122,11 @@ where
 {
     let (mut reader, mut writer) = tokio::io::split(stream);
     let id = shared.next_client_id();
+    let state = shared.current();
     let mut conn = Conn {
-        authed: shared.config.server.requirepass.is_none(),
+        authed: state.config.server.requirepass.is_none(),
+        give_up: shared.give_up_signal(),
+        state,
         shared,
         id,
         proto: Proto::Resp2,
@@ -127,7 +135,7 @@ where
         dedicated: None,
         watching: false,
     };
-    let max_request = conn.shared.config.server.max_request_bytes;
+    let max_request = conn.state.config.server.max_request_bytes;
     let mut input = BytesMut::with_capacity(READ_CHUNK);
     let mut output = BytesMut::with_capacity(READ_CHUNK);
     'serve: loop {
@@ -225,6 +233,7 @@ impl Conn {
 
     async fn handle(&mut self, args: Vec<Bytes>, out: &mut BytesMut) -> Flow {
         let started = Instant::now();
+        self.state = self.shared.current();
         let command = match Command::parse(args) {
             Ok(command) => command,
             Err(e) => {
@@ -282,7 +291,7 @@ impl Conn {
     async fn forward(&mut self, command: &Command, started: Instant) -> (Frame, DoubleStyle) {
         let shared = self.shared.clone();
         let keys: Vec<&[u8]> = command.keys().map(|k| k.as_ref()).collect();
-        let namespace = match shared.router.route(keys) {
+        let namespace = match self.state.router.route(keys) {
             Ok(ns) => ns.clone(),
             Err(e) => {
                 m::request("", command.label(), "refused", started.elapsed());
@@ -307,6 +316,7 @@ impl Conn {
             command.class,
             |e: &BackendError| classify(e),
             &mut hooks,
+            &mut self.give_up,
             || {
                 namespace
                     .backend
@@ -421,7 +431,7 @@ impl Conn {
                 self.unwatch().await;
                 self.proto = Proto::Resp2;
                 self.name = None;
-                self.authed = self.shared.config.server.requirepass.is_none();
+                self.authed = self.state.config.server.requirepass.is_none();
                 simple("RESET")
             }
             Local::Multi => {
@@ -519,7 +529,7 @@ impl Conn {
     }
 
     fn auth(&mut self, args: &[Bytes]) -> Frame {
-        if self.shared.config.server.requirepass.is_none() {
+        if self.state.config.server.requirepass.is_none() {
             return error("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?");
         }
         let (user, pass) = match args.len() {
@@ -536,7 +546,7 @@ impl Conn {
 
     /// Checks a user and password, and marks the connection authenticated when they match.
     fn check_password(&mut self, user: &[u8], pass: &[u8]) -> bool {
-        let Some(expected) = self.shared.config.server.requirepass.as_deref() else {
+        let Some(expected) = self.state.config.server.requirepass.as_deref() else {
             // Without requirepass, Redis accepts any password for `default`.
             self.authed = true;
             return true;
@@ -620,6 +630,7 @@ impl Conn {
                 .any(|w| w == "all" || w == "everything" || w == "default");
         let want = |s: &str| all || wanted.iter().any(|w| w == s);
         let shared = &self.shared;
+        let state = &self.state;
         let mut text = String::new();
         if want("server") {
             let _ = write!(
@@ -629,7 +640,7 @@ impl Conn {
                 env!("CARGO_PKG_VERSION"),
                 std::env::consts::OS,
                 std::process::id(),
-                shared.config.server.listen.port(),
+                state.config.server.listen.port(),
                 shared.started.elapsed().as_secs(),
             );
         }
@@ -640,9 +651,9 @@ impl Conn {
             let _ = write!(
                 text,
                 "# Holdfast\r\nnamespaces:{}\r\n",
-                shared.router.namespaces().len()
+                state.router.namespaces().len()
             );
-            for ns in shared.router.namespaces() {
+            for ns in state.router.namespaces() {
                 let _ = write!(
                     text,
                     "namespace_{}:backend={},reply_mode={:?},max_attempts={},acquire_timeout_ms={}\r\n",
@@ -660,7 +671,7 @@ impl Conn {
 
     async fn watch(&mut self, command: &Command) -> Frame {
         let keys: Vec<&[u8]> = command.keys().map(|k| k.as_ref()).collect();
-        let namespace = match self.shared.router.route(keys) {
+        let namespace = match self.state.router.route(keys) {
             Ok(ns) => ns.clone(),
             Err(e) => return error(e.to_string()),
         };
@@ -717,7 +728,7 @@ impl Conn {
             .flat_map(|c| c.keys())
             .map(|k| k.as_ref())
             .collect();
-        let routed = self.shared.router.route(keys).map(Arc::clone);
+        let routed = self.state.router.route(keys).map(Arc::clone);
         let namespace = match routed {
             Ok(ns) => ns,
             Err(e) => {
@@ -808,7 +819,7 @@ fn not_applied(error: BackendError) -> Failure<BackendError> {
             class,
             attempts: 1,
             elapsed: Duration::ZERO,
-            exhausted: false,
+            why: Why::MustNotRepeat,
         }),
     }
 }
@@ -821,7 +832,7 @@ fn bound_failure(error: BackendError) -> Failure<BackendError> {
         class,
         attempts: 1,
         elapsed: Duration::ZERO,
-        exhausted: false,
+        why: Why::MustNotRepeat,
     };
     match class {
         ErrorClass::Other => Failure::Answer(error),
@@ -864,10 +875,10 @@ fn gave_up_text(code: &str, what: &str, g: &GaveUp<BackendError>, namespace: &Na
         ErrorClass::Transient => "may have been applied",
         ErrorClass::Other => "answered",
     };
-    let why = if g.exhausted {
-        "retry budget exhausted"
-    } else {
-        "not retried"
+    let why = match g.why {
+        Why::Exhausted => "retry budget exhausted",
+        Why::MustNotRepeat => "not retried",
+        Why::ShuttingDown => "holdfast is shutting down",
     };
     format!(
         "{code} {what}: {why} after {} attempt{} in {:.1}s (namespace '{}', backend '{}', last failure {class}: {})",

@@ -1,5 +1,6 @@
 //! The metrics port: `/metrics` (Prometheus text), `/healthz` (the process is up) and
-//! `/readyz` (every backend answered a PING). A deliberately tiny HTTP/1.1 responder: one
+//! `/readyz` (every backend answered a PING) and `/config` (the effective configuration,
+//! secrets redacted). A deliberately tiny HTTP/1.1 responder: one
 //! request per connection, GET only, no body.
 
 use crate::server::Shared;
@@ -54,6 +55,7 @@ async fn respond(
             b"/metrics" => ("200 OK", handle.render()),
             b"/healthz" => ("200 OK", "ok\n".to_string()),
             b"/readyz" => readiness(shared).await,
+            b"/config" => ("200 OK", shared.current().config.to_toml_redacted()),
             _ => ("404 Not Found", "not found\n".to_string()),
         }
     };
@@ -68,7 +70,8 @@ async fn respond(
 async fn readiness(shared: &Shared) -> (&'static str, String) {
     let mut body = String::new();
     let mut all = true;
-    for backend in shared.backends.iter() {
+    let state = shared.current();
+    for backend in state.backends.iter() {
         let up = backend.ready(READY_TIMEOUT).await;
         crate::metrics::backend_up(backend.name(), up);
         all &= up;

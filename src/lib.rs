@@ -40,8 +40,52 @@ use tokio::net::TcpListener;
 /// The Redis version holdfast reports in HELLO and INFO: the command set it serves.
 pub const REDIS_VERSION: &str = "7.0.0";
 
-/// Runs holdfast on already bound listeners until `shutdown` completes, then drains.
-/// Tests bind `127.0.0.1:0` and pass the listeners in.
+/// A running configuration of holdfast: build it, serve it, reload it.
+#[derive(Clone)]
+pub struct Holdfast {
+    /// What connections share.
+    shared: Arc<server::Shared>,
+}
+
+impl Holdfast {
+    /// Builds backends and namespaces from a validated configuration. Needs a tokio runtime:
+    /// backend connections are dialled in the background.
+    ///
+    /// # Errors
+    /// [`server::StartError`] when backends or namespaces cannot be built.
+    pub fn new(config: config::Config) -> Result<Holdfast, server::StartError> {
+        metrics::install();
+        Ok(Holdfast {
+            shared: Arc::new(server::Shared::build(config)?),
+        })
+    }
+
+    /// Applies a new, validated configuration between commands (see
+    /// [`server::Shared::reload`]) and returns the new generation.
+    ///
+    /// # Errors
+    /// [`server::StartError`]; the running configuration stays.
+    pub fn reload(&self, config: config::Config) -> Result<u64, server::StartError> {
+        self.shared.reload(config)
+    }
+
+    /// Serves clients on already bound listeners until `shutdown` completes, then drains.
+    /// Tests bind `127.0.0.1:0` and pass the listeners in.
+    pub async fn serve(
+        &self,
+        listener: TcpListener,
+        metrics_listener: Option<TcpListener>,
+        shutdown: impl Future<Output = ()>,
+    ) {
+        let http = metrics_listener.map(|l| tokio::spawn(http::serve(l, self.shared.clone())));
+        server::run(self.shared.clone(), listener, shutdown).await;
+        if let Some(http) = http {
+            http.abort();
+        }
+    }
+}
+
+/// Builds and serves one configuration until `shutdown` completes.
 ///
 /// # Errors
 /// [`server::StartError`] when backends or namespaces cannot be built.
@@ -51,12 +95,8 @@ pub async fn run(
     metrics_listener: Option<TcpListener>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), server::StartError> {
-    metrics::install();
-    let shared = Arc::new(server::Shared::build(config)?);
-    let http = metrics_listener.map(|l| tokio::spawn(http::serve(l, shared.clone())));
-    server::run(shared, listener, shutdown).await;
-    if let Some(http) = http {
-        http.abort();
-    }
+    Holdfast::new(config)?
+        .serve(listener, metrics_listener, shutdown)
+        .await;
     Ok(())
 }

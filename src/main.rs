@@ -31,13 +31,17 @@ const EXIT_CONFIG: u8 = 64;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("HOLDFAST_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("HOLDFAST_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    // HOLDFAST_LOG_FORMAT=json: one JSON object a line, for log shippers.
+    if std::env::var("HOLDFAST_LOG_FORMAT").is_ok_and(|f| f == "json") {
+        logs.json().init();
+    } else {
+        logs.init();
+    }
     if let Some(Cmd::CheckConfig { file }) = cli.command {
         return match Config::load(Some(&file)) {
             Ok(config) => {
@@ -64,10 +68,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(serve(config))
+    runtime.block_on(serve(config, cli.config))
 }
 
-async fn serve(config: Config) -> ExitCode {
+async fn serve(config: Config, path: Option<PathBuf>) -> ExitCode {
     let listener = match tokio::net::TcpListener::bind(config.server.listen).await {
         Ok(l) => l,
         Err(e) => {
@@ -86,11 +90,42 @@ async fn serve(config: Config) -> ExitCode {
         }
     };
     tracing::info!(listen = %config.server.listen, metrics = %config.server.metrics_listen, "holdfast serving");
-    match holdfast::run(config, listener, Some(metrics), shutdown_signal()).await {
-        Ok(()) => ExitCode::SUCCESS,
+    let proxy = match holdfast::Holdfast::new(config) {
+        Ok(proxy) => proxy,
         Err(e) => {
             eprintln!("holdfast: {e}");
-            ExitCode::from(EXIT_CONFIG)
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    tokio::spawn(reload_on_hangup(proxy.clone(), path));
+    proxy
+        .serve(listener, Some(metrics), shutdown_signal())
+        .await;
+    ExitCode::SUCCESS
+}
+
+/// On SIGHUP, reads the configuration again (same file, same environment) and applies it; a
+/// bad one is logged and the running one stays.
+async fn reload_on_hangup(proxy: holdfast::Holdfast, path: Option<PathBuf>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+        tracing::warn!("cannot listen for SIGHUP; reload needs a restart");
+        return;
+    };
+    while hangups.recv().await.is_some() {
+        let config = match Config::load(path.as_deref()) {
+            Ok(config) => config,
+            Err(e) => {
+                holdfast::metrics::config_reload(false);
+                tracing::error!(error = %e, "SIGHUP: bad configuration; the running one stays");
+                continue;
+            }
+        };
+        match proxy.reload(config) {
+            Ok(generation) => tracing::info!(generation, "SIGHUP: configuration applied"),
+            Err(e) => {
+                tracing::error!(error = %e, "SIGHUP: configuration rejected; the running one stays")
+            }
         }
     }
 }

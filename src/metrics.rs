@@ -2,39 +2,186 @@
 //! here. Command labels come from the command table (bounded); `unknown` stands for the rest.
 
 use crate::error::ErrorClass;
-use crate::retry::Hooks;
+use crate::retry::{Hooks, Why};
 use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use std::sync::OnceLock;
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// Requests by namespace, command and outcome (`ok`, `error_reply`, `unavailable`,
-/// `indoubt`, `refused`).
-pub const REQUESTS: &str = "holdfast_requests_total";
-/// Dispatches to a backend by namespace, backend, command and result class (`ok` or a class).
-pub const DISPATCHES: &str = "holdfast_dispatches_total";
-/// Retries scheduled by namespace, command and the class that caused them.
-pub const RETRIES: &str = "holdfast_retries_total";
-/// Requests that gave up (attempts used, or a dispatch that must not repeat) by namespace,
-/// command and class.
-pub const EXHAUSTED: &str = "holdfast_budget_exhaustions_total";
-/// Retries skipped because the process-wide retry budget was empty, by namespace.
-pub const BUDGET_DENIED: &str = "holdfast_retry_budget_denied_total";
-/// Requests being held for a retry right now, by namespace.
-pub const HELD: &str = "holdfast_held_requests";
-/// Time a held request spent held, by namespace.
-pub const HOLD_SECONDS: &str = "holdfast_hold_duration_seconds";
-/// Time from a request's arrival to its reply, by namespace and command.
-pub const REQUEST_SECONDS: &str = "holdfast_request_duration_seconds";
+/// What kind of series a metric is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Only goes up.
+    Counter,
+    /// Goes up and down.
+    Gauge,
+    /// A histogram, in seconds.
+    Histogram,
+}
+
+/// One metric of the catalogue.
+#[derive(Clone, Copy, Debug)]
+pub struct Def {
+    /// The series name.
+    pub name: &'static str,
+    /// Counter, gauge or histogram.
+    pub kind: Kind,
+    /// Its label names.
+    pub labels: &'static [&'static str],
+    /// The help text.
+    pub help: &'static str,
+}
+
+const fn def(
+    name: &'static str,
+    kind: Kind,
+    labels: &'static [&'static str],
+    help: &'static str,
+) -> Def {
+    Def {
+        name,
+        kind,
+        labels,
+        help,
+    }
+}
+
+use Kind::{Counter, Gauge, Histogram};
+
+/// Requests by outcome: `ok`, `error_reply`, `unavailable`, `indoubt`, `refused`.
+pub const REQUESTS: Def = def(
+    "holdfast_requests_total",
+    Counter,
+    &["namespace", "command", "outcome"],
+    "Requests by namespace, command and outcome (ok, error_reply, unavailable, indoubt, refused).",
+);
+/// Attempts at a backend by result class: `ok`, `not_attempted`, `transient`, `other`.
+pub const DISPATCHES: Def = def(
+    "holdfast_dispatches_total",
+    Counter,
+    &["namespace", "backend", "command", "class"],
+    "Attempts at a backend by namespace, backend, command and result class (ok, not_attempted, transient, other).",
+);
+/// Retries scheduled, by the class of the failure that caused them.
+pub const RETRIES: Def = def(
+    "holdfast_retries_total",
+    Counter,
+    &["namespace", "command", "class"],
+    "Retries scheduled by namespace, command and the class of the failure that caused them.",
+);
+/// Requests that gave up with UNAVAILABLE or INDOUBT.
+pub const EXHAUSTED: Def = def(
+    "holdfast_budget_exhaustions_total",
+    Counter,
+    &["namespace", "command", "class"],
+    "Requests that gave up with an UNAVAILABLE or INDOUBT error, by namespace, command and class of the last failure.",
+);
+/// Retries skipped because the process-wide retry budget was empty.
+pub const BUDGET_DENIED: Def = def(
+    "holdfast_retry_budget_denied_total",
+    Counter,
+    &["namespace"],
+    "Retries skipped because the process-wide retry budget was empty.",
+);
+/// Requests being held for a retry right now.
+pub const HELD: Def = def(
+    "holdfast_held_requests",
+    Gauge,
+    &["namespace"],
+    "Requests held for a retry right now.",
+);
+/// Time a held request spent held.
+pub const HOLD_SECONDS: Def = def(
+    "holdfast_hold_duration_seconds",
+    Histogram,
+    &["namespace"],
+    "Time a held request spent held, in seconds.",
+);
+/// Time from a request's arrival to its reply.
+pub const REQUEST_SECONDS: Def = def(
+    "holdfast_request_duration_seconds",
+    Histogram,
+    &["namespace", "command"],
+    "Time from a request's arrival to its reply, in seconds.",
+);
 /// Client connections open now.
-pub const CLIENTS: &str = "holdfast_client_connections";
+pub const CLIENTS: Def = def(
+    "holdfast_client_connections",
+    Gauge,
+    &[],
+    "Client connections open now.",
+);
 /// Client connections accepted since start.
-pub const CLIENTS_TOTAL: &str = "holdfast_client_connections_total";
+pub const CLIENTS_TOTAL: Def = def(
+    "holdfast_client_connections_total",
+    Counter,
+    &[],
+    "Client connections accepted since start.",
+);
 /// Client connections refused at `server.max_clients`.
-pub const CLIENTS_REFUSED: &str = "holdfast_client_connections_refused_total";
+pub const CLIENTS_REFUSED: Def = def(
+    "holdfast_client_connections_refused_total",
+    Counter,
+    &[],
+    "Client connections refused at server.max_clients.",
+);
 /// 1 when the backend answered its last readiness probe.
-pub const BACKEND_UP: &str = "holdfast_backend_up";
+pub const BACKEND_UP: Def = def(
+    "holdfast_backend_up",
+    Gauge,
+    &["backend"],
+    "1 when the backend answered its last readiness probe (/readyz), 0 when it did not.",
+);
+/// Pooled backend connections that are connected now.
+pub const POOL_CONNECTED: Def = def(
+    "holdfast_pool_connections",
+    Gauge,
+    &["backend"],
+    "Pooled backend connections connected now.",
+);
+/// Attempts waiting for a pooled backend connection to be dialled.
+pub const POOL_WAITING: Def = def(
+    "holdfast_pool_waiting",
+    Gauge,
+    &["backend"],
+    "Attempts waiting for a pooled backend connection to be dialled.",
+);
+/// The configuration generation: 1 at start, one more per applied reload.
+pub const CONFIG_GENERATION: Def = def(
+    "holdfast_config_generation",
+    Gauge,
+    &[],
+    "The configuration generation: 1 at start, one more per applied reload (SIGHUP).",
+);
+/// Configuration reloads by result: `applied`, `rejected`.
+pub const CONFIG_RELOADS: Def = def(
+    "holdfast_config_reloads_total",
+    Counter,
+    &["result"],
+    "Configuration reloads by result (applied, rejected).",
+);
+
+/// Every metric holdfast exports. Dashboards, alerts and tests check their queries against
+/// this list.
+pub const CATALOGUE: &[Def] = &[
+    REQUESTS,
+    DISPATCHES,
+    RETRIES,
+    EXHAUSTED,
+    BUDGET_DENIED,
+    HELD,
+    HOLD_SECONDS,
+    REQUEST_SECONDS,
+    CLIENTS,
+    CLIENTS_TOTAL,
+    CLIENTS_REFUSED,
+    BACKEND_UP,
+    POOL_CONNECTED,
+    POOL_WAITING,
+    CONFIG_GENERATION,
+    CONFIG_RELOADS,
+];
 
 /// Histogram buckets, in seconds, reaching past the default retry budget (~93 s, ~107 s with
 /// jitter) so a held request lands in a finite bucket.
@@ -64,69 +211,41 @@ pub fn install() -> &'static PrometheusHandle {
 
 fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
-    describe_counter!(REQUESTS, "Requests by namespace, command and outcome.");
-    describe_counter!(
-        DISPATCHES,
-        "Dispatches to a backend by namespace, backend, command and result class."
-    );
-    describe_counter!(
-        RETRIES,
-        "Retries scheduled by namespace, command and the failure class that caused them."
-    );
-    describe_counter!(EXHAUSTED, "Requests that gave up with an UNAVAILABLE or INDOUBT error, by namespace, command and class.");
-    describe_counter!(
-        BUDGET_DENIED,
-        "Retries skipped because the process-wide retry budget was empty."
-    );
-    describe_gauge!(HELD, "Requests held for a retry right now.");
-    describe_histogram!(
-        HOLD_SECONDS,
-        Unit::Seconds,
-        "Time a held request spent held."
-    );
-    describe_histogram!(
-        REQUEST_SECONDS,
-        Unit::Seconds,
-        "Time from a request's arrival to its reply."
-    );
-    describe_gauge!(CLIENTS, "Client connections open now.");
-    describe_counter!(CLIENTS_TOTAL, "Client connections accepted since start.");
-    describe_counter!(
-        CLIENTS_REFUSED,
-        "Client connections refused at server.max_clients."
-    );
-    describe_gauge!(
-        BACKEND_UP,
-        "1 when the backend answered its last readiness probe."
-    );
+    for def in CATALOGUE {
+        match def.kind {
+            Kind::Counter => describe_counter!(def.name, def.help),
+            Kind::Gauge => describe_gauge!(def.name, def.help),
+            Kind::Histogram => describe_histogram!(def.name, Unit::Seconds, def.help),
+        }
+    }
 }
 
 /// A client connection opened (true) or closed (false).
 pub fn client_connection(open: bool) {
     if open {
-        counter!(CLIENTS_TOTAL).increment(1);
-        gauge!(CLIENTS).increment(1.0);
+        counter!(CLIENTS_TOTAL.name).increment(1);
+        gauge!(CLIENTS.name).increment(1.0);
     } else {
-        gauge!(CLIENTS).decrement(1.0);
+        gauge!(CLIENTS.name).decrement(1.0);
     }
 }
 
 /// A client connection refused at the limit.
 pub fn client_refused() {
-    counter!(CLIENTS_REFUSED).increment(1);
+    counter!(CLIENTS_REFUSED.name).increment(1);
 }
 
 /// A finished request.
 pub fn request(namespace: &str, command: &'static str, outcome: &'static str, took: Duration) {
-    counter!(REQUESTS, "namespace" => namespace.to_string(), "command" => command, "outcome" => outcome)
+    counter!(REQUESTS.name, "namespace" => namespace.to_string(), "command" => command, "outcome" => outcome)
         .increment(1);
-    histogram!(REQUEST_SECONDS, "namespace" => namespace.to_string(), "command" => command)
+    histogram!(REQUEST_SECONDS.name, "namespace" => namespace.to_string(), "command" => command)
         .record(took.as_secs_f64());
 }
 
 /// A backend's readiness.
 pub fn backend_up(backend: &str, up: bool) {
-    gauge!(BACKEND_UP, "backend" => backend.to_string()).set(if up { 1.0 } else { 0.0 });
+    gauge!(BACKEND_UP.name, "backend" => backend.to_string()).set(if up { 1.0 } else { 0.0 });
 }
 
 /// Records one request's passage through the retry loop.
@@ -158,7 +277,7 @@ impl<'a> RequestHooks<'a> {
     }
 
     fn dispatch(&self, class: &'static str) {
-        counter!(DISPATCHES,
+        counter!(DISPATCHES.name,
             "namespace" => self.namespace.to_string(),
             "backend" => self.backend.to_string(),
             "command" => self.command,
@@ -168,8 +287,8 @@ impl<'a> RequestHooks<'a> {
 
     fn release(&mut self) {
         if let Some(since) = self.held_since.take() {
-            gauge!(HELD, "namespace" => self.namespace.to_string()).decrement(1.0);
-            histogram!(HOLD_SECONDS, "namespace" => self.namespace.to_string())
+            gauge!(HELD.name, "namespace" => self.namespace.to_string()).decrement(1.0);
+            histogram!(HOLD_SECONDS.name, "namespace" => self.namespace.to_string())
                 .record(since.elapsed().as_secs_f64());
         }
     }
@@ -189,7 +308,7 @@ impl Hooks for RequestHooks<'_> {
             delay_ms = delay.as_millis() as u64,
             "retrying"
         );
-        counter!(RETRIES,
+        counter!(RETRIES.name,
             "namespace" => self.namespace.to_string(),
             "command" => self.command,
             "class" => class.as_str())
@@ -197,31 +316,31 @@ impl Hooks for RequestHooks<'_> {
     }
 
     fn budget_denied(&mut self) {
-        counter!(BUDGET_DENIED, "namespace" => self.namespace.to_string()).increment(1);
+        counter!(BUDGET_DENIED.name, "namespace" => self.namespace.to_string()).increment(1);
     }
 
     fn held(&mut self, holding: bool) {
         if holding {
             if self.held_since.is_none() {
                 self.held_since = Some(Instant::now());
-                gauge!(HELD, "namespace" => self.namespace.to_string()).increment(1.0);
+                gauge!(HELD.name, "namespace" => self.namespace.to_string()).increment(1.0);
             }
         } else {
             self.release();
         }
     }
 
-    fn gave_up(&mut self, class: ErrorClass, attempts: u32, elapsed: Duration, exhausted: bool) {
+    fn gave_up(&mut self, class: ErrorClass, attempts: u32, elapsed: Duration, why: Why) {
         tracing::warn!(
             namespace = self.namespace,
             command = self.command,
             class = class.as_str(),
             attempts,
             elapsed_ms = elapsed.as_millis() as u64,
-            exhausted,
+            why = ?why,
             "gave up"
         );
-        counter!(EXHAUSTED,
+        counter!(EXHAUSTED.name,
             "namespace" => self.namespace.to_string(),
             "command" => self.command,
             "class" => class.as_str())
@@ -233,5 +352,56 @@ impl Drop for RequestHooks<'_> {
     /// A request dropped while held (its client went away) leaves the gauge.
     fn drop(&mut self) {
         self.release();
+    }
+}
+
+/// A pooled backend connection came up (true) or went down (false).
+pub fn pool_connected(backend: &str, up: bool) {
+    let g = gauge!(POOL_CONNECTED.name, "backend" => backend.to_string());
+    if up {
+        g.increment(1.0);
+    } else {
+        g.decrement(1.0);
+    }
+}
+
+/// An attempt starts (true) or stops (false) waiting for a dial.
+pub fn pool_waiting(backend: &str, waiting: bool) {
+    let g = gauge!(POOL_WAITING.name, "backend" => backend.to_string());
+    if waiting {
+        g.increment(1.0);
+    } else {
+        g.decrement(1.0);
+    }
+}
+
+/// A configuration generation was applied.
+pub fn config_generation(generation: u64) {
+    gauge!(CONFIG_GENERATION.name).set(generation as f64);
+}
+
+/// A reload was applied (true) or rejected (false).
+pub fn config_reload(applied: bool) {
+    counter!(CONFIG_RELOADS.name, "result" => if applied { "applied" } else { "rejected" })
+        .increment(1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_catalogue_is_well_formed() {
+        let mut names = std::collections::HashSet::new();
+        for def in CATALOGUE {
+            assert!(names.insert(def.name), "{} twice", def.name);
+            assert!(def.name.starts_with("holdfast_"), "{}", def.name);
+            match def.kind {
+                Kind::Counter => assert!(def.name.ends_with("_total"), "{}", def.name),
+                Kind::Histogram => assert!(def.name.ends_with("_seconds"), "{}", def.name),
+                Kind::Gauge => assert!(!def.name.ends_with("_total"), "{}", def.name),
+            }
+            assert!(!def.help.is_empty());
+        }
     }
 }

@@ -6,6 +6,7 @@ use crate::backend::{BackendError, Backends};
 use crate::config::Config;
 use crate::namespace::{BuildError, Router};
 use crate::retry::budget::RetryBudget;
+use arc_swap::ArcSwap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -15,20 +16,31 @@ use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-/// Everything connections share.
-pub struct Shared {
+/// What a configuration generation serves: swapped whole on reload, so a command always sees
+/// one consistent generation.
+pub struct State {
     /// The validated configuration.
     pub config: Config,
     /// Key → namespace.
     pub router: Router,
     /// Every backend in use.
     pub backends: Backends,
-    /// The process-wide retry budget.
+    /// 1 at start, one more per applied reload.
+    pub generation: u64,
+}
+
+/// Everything connections share.
+pub struct Shared {
+    /// The current generation; connections take it between commands.
+    state: ArcSwap<State>,
+    /// The process-wide retry budget (kept across reloads).
     pub budget: RetryBudget,
     /// Process start, for `INFO`.
     pub started: Instant,
     /// Source of `CLIENT ID`s.
     next_id: AtomicU64,
+    /// Turns true when shutdown's grace period is over: held requests stop waiting.
+    give_up: watch::Sender<bool>,
 }
 
 /// Holdfast could not be assembled from a configuration.
@@ -49,38 +61,108 @@ impl Shared {
     /// # Errors
     /// [`StartError`].
     pub fn build(config: Config) -> Result<Shared, StartError> {
-        let backends = Backends::build(&config)?;
+        let backends = Backends::build(&config, None)?;
         let router = Router::build(&config, &backends)?;
-        for ns in router.namespaces() {
-            if ns.reply_mode != crate::config::ReplyMode::Fast {
-                // Settled and exact replies are not built yet; say so rather than pretend.
-                tracing::warn!(
-                    namespace = ns.name,
-                    mode = ?ns.reply_mode,
-                    "reply mode not implemented yet; this namespace answers as in `fast` mode"
-                );
-            }
-        }
+        warn_unbuilt_modes(&router);
+        crate::metrics::config_generation(1);
         Ok(Shared {
             budget: RetryBudget::new(&config.retry_budget),
+            state: ArcSwap::from_pointee(State {
+                config,
+                router,
+                backends,
+                generation: 1,
+            }),
+            started: Instant::now(),
+            next_id: AtomicU64::new(1),
+            give_up: watch::channel(false).0,
+        })
+    }
+
+    /// The current generation.
+    pub fn current(&self) -> Arc<State> {
+        self.state.load_full()
+    }
+
+    /// Applies a new, validated configuration: namespaces, policies and backends. Backends
+    /// whose configuration did not change keep their connections; changed ones are built anew
+    /// (requests in flight finish on the old ones). The listeners, `max_clients` and the retry
+    /// budget need a restart: a change to them is reported and not applied. Reloads come from
+    /// one task at a time (the SIGHUP handler).
+    ///
+    /// # Errors
+    /// [`StartError`] when the new generation cannot be built; the old one stays.
+    pub fn reload(&self, mut config: Config) -> Result<u64, StartError> {
+        let old = self.current();
+        let fixed = &old.config.server;
+        if config.server.listen != fixed.listen
+            || config.server.metrics_listen != fixed.metrics_listen
+            || config.server.max_clients != fixed.max_clients
+        {
+            tracing::warn!("server.listen, server.metrics_listen and server.max_clients need a restart; keeping the running values");
+            config.server.listen = fixed.listen;
+            config.server.metrics_listen = fixed.metrics_listen;
+            config.server.max_clients = fixed.max_clients;
+        }
+        let built = Backends::build(&config, Some((&old.config, &old.backends)))
+            .map_err(StartError::from)
+            .and_then(|backends| {
+                let router = Router::build(&config, &backends)?;
+                Ok((backends, router))
+            });
+        let (backends, router) = match built {
+            Ok(built) => built,
+            Err(e) => {
+                crate::metrics::config_reload(false);
+                return Err(e);
+            }
+        };
+        warn_unbuilt_modes(&router);
+        let generation = old.generation + 1;
+        self.state.store(Arc::new(State {
             config,
             router,
             backends,
-            started: Instant::now(),
-            next_id: AtomicU64::new(1),
-        })
+            generation,
+        }));
+        crate::metrics::config_reload(true);
+        crate::metrics::config_generation(generation);
+        tracing::info!(generation, "configuration reloaded");
+        Ok(generation)
     }
 
     /// A new, unique client id.
     pub fn next_client_id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
+
+    /// A receiver that turns true when held requests must stop waiting.
+    pub fn give_up_signal(&self) -> watch::Receiver<bool> {
+        self.give_up.subscribe()
+    }
 }
+
+fn warn_unbuilt_modes(router: &Router) {
+    for ns in router.namespaces() {
+        if ns.reply_mode != crate::config::ReplyMode::Fast {
+            // Settled and exact replies are not built yet; say so rather than pretend.
+            tracing::warn!(
+                namespace = ns.name,
+                mode = ?ns.reply_mode,
+                "reply mode not implemented yet; this namespace answers as in `fast` mode"
+            );
+        }
+    }
+}
+
+/// After the grace period, how long held requests get to write their give-up replies.
+const SHUTDOWN_MARGIN: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Serves clients from `listener` until `shutdown` completes, then drains.
 pub async fn run(shared: Arc<Shared>, listener: TcpListener, shutdown: impl Future<Output = ()>) {
     let (stop_tx, stop_rx) = watch::channel(false);
-    let limit = Arc::new(Semaphore::new(shared.config.server.max_clients));
+    let server = shared.current().config.server.clone();
+    let limit = Arc::new(Semaphore::new(server.max_clients));
     let mut connections = JoinSet::new();
     tokio::pin!(shutdown);
     loop {
@@ -118,16 +200,26 @@ pub async fn run(shared: Arc<Shared>, listener: TcpListener, shutdown: impl Futu
     }
     drop(listener);
     let _ = stop_tx.send(true);
-    let grace = shared.config.server.shutdown_grace;
-    let drained = tokio::time::timeout(grace, async {
+    if !drain(&mut connections, server.shutdown_grace).await {
+        // Held requests stop waiting and answer UNAVAILABLE/INDOUBT; a dispatch in flight
+        // still gets its reply or its timeout. Whatever is left after that is closed.
+        tracing::warn!("shutdown grace period over; held requests give up");
+        let _ = shared.give_up.send(true);
+        if !drain(&mut connections, SHUTDOWN_MARGIN).await {
+            tracing::warn!(
+                remaining = connections.len(),
+                "closing the remaining connections"
+            );
+            connections.shutdown().await;
+        }
+    }
+}
+
+/// Waits up to `limit` for every connection to finish; true when they all did.
+async fn drain(connections: &mut JoinSet<()>, limit: std::time::Duration) -> bool {
+    tokio::time::timeout(limit, async {
         while connections.join_next().await.is_some() {}
     })
-    .await;
-    if drained.is_err() {
-        tracing::warn!(
-            remaining = connections.len(),
-            "shutdown grace period over; closing the remaining connections"
-        );
-        connections.shutdown().await;
-    }
+    .await
+    .is_ok()
 }

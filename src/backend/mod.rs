@@ -239,22 +239,34 @@ pub struct Backends {
 }
 
 impl Backends {
-    /// Builds the backends the namespaces refer to.
+    /// Builds the backends the namespaces refer to. On a reload, `previous` (the running
+    /// configuration and its backends) lends every backend whose configuration is unchanged,
+    /// connections and all.
     ///
     /// # Errors
     /// The first backend that cannot be built.
-    pub fn build(config: &Config) -> Result<Backends, BackendError> {
+    pub fn build(
+        config: &Config,
+        previous: Option<(&Config, &Backends)>,
+    ) -> Result<Backends, BackendError> {
         let mut by_name = BTreeMap::new();
         for ns in &config.namespaces {
             if by_name.contains_key(&ns.backend) {
                 continue;
             }
-            if let Some(bc) = config.backends.get(&ns.backend) {
-                by_name.insert(
-                    ns.backend.clone(),
-                    Arc::new(Backend::build(&ns.backend, bc)?),
-                );
-            }
+            let Some(wanted) = config.backends.get(&ns.backend) else {
+                continue;
+            };
+            let reused = previous.and_then(|(old_config, old)| {
+                (old_config.backends.get(&ns.backend) == Some(wanted))
+                    .then(|| old.get(&ns.backend).cloned())
+                    .flatten()
+            });
+            let backend = match reused {
+                Some(backend) => backend,
+                None => Arc::new(Backend::build(&ns.backend, wanted)?),
+            };
+            by_name.insert(ns.backend.clone(), backend);
         }
         Ok(Backends { by_name })
     }

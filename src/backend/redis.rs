@@ -34,15 +34,18 @@ struct Slot {
     dialing: Mutex<Option<JoinHandle<Result<(), fred::error::Error>>>>,
     /// The backend's double spelling, learnt from its version at each dial.
     doubles: Arc<AtomicBool>,
+    /// The backend's name, for the pool metrics.
+    backend: Arc<str>,
 }
 
 impl Slot {
-    fn new(client: Client, doubles: Arc<AtomicBool>) -> Slot {
+    fn new(client: Client, doubles: Arc<AtomicBool>, backend: Arc<str>) -> Slot {
         Slot {
             client,
             up: Arc::new(AtomicBool::new(false)),
             dialing: Mutex::new(None),
             doubles,
+            backend,
         }
     }
 
@@ -56,6 +59,7 @@ impl Slot {
         let client = self.client.clone();
         let up = self.up.clone();
         let doubles = self.doubles.clone();
+        let backend = self.backend.clone();
         tokio::spawn(async move {
             let task = client.init().await?;
             // Redis 7.2 moved from %.17g to the shortest round-trip spelling.
@@ -64,9 +68,16 @@ impl Slot {
                 doubles.store(shortest, Ordering::Relaxed);
             }
             up.store(true, Ordering::Release);
+            let pooled = !backend.is_empty();
+            if pooled {
+                crate::metrics::pool_connected(&backend, true);
+            }
             tokio::spawn(async move {
                 let _ = task.await;
                 up.store(false, Ordering::Release);
+                if pooled {
+                    crate::metrics::pool_connected(&backend, false);
+                }
             });
             Ok(())
         })
@@ -100,11 +111,19 @@ impl RedisBackend {
     /// # Errors
     /// [`BackendError::Unsupported`] when the URL does not parse.
     pub fn new(name: &str, config: &RedisConfig) -> Result<RedisBackend, BackendError> {
-        let parsed = fred::types::config::Config::from_url(&config.url).map_err(|e| {
+        let mut parsed = fred::types::config::Config::from_url(&config.url).map_err(|e| {
             BackendError::Unsupported {
                 what: format!("backends.{name}.url: {}", e.details()),
             }
         })?;
+        if let Some(path) = &config.password_file {
+            let key = format!("backends.{name}.password_file");
+            let password =
+                crate::config::read_secret(&key, path).map_err(|e| BackendError::Unsupported {
+                    what: e.to_string(),
+                })?;
+            parsed.password = Some(password);
+        }
         let connection = ConnectionConfig {
             connection_timeout: config.connection_timeout,
             internal_command_timeout: config.connection_timeout,
@@ -153,7 +172,13 @@ impl RedisBackend {
 
     fn open_pool(&self, version: RespVersion) -> Vec<Slot> {
         (0..self.pool_size)
-            .map(|_| Slot::new(self.client(version.clone()), self.doubles.clone()))
+            .map(|_| {
+                Slot::new(
+                    self.client(version.clone()),
+                    self.doubles.clone(),
+                    self.name.as_str().into(),
+                )
+            })
             .collect()
     }
 
@@ -214,7 +239,8 @@ impl RedisBackend {
         };
         // Never re-dialled once it breaks: it carries WATCH or blocking state, which the
         // client must learn is gone, not have silently replaced.
-        let slot = Slot::new(self.client(version), self.doubles.clone());
+        // Dedicated connections are not pooled: they are not counted in the pool metrics.
+        let slot = Slot::new(self.client(version), self.doubles.clone(), "".into());
         ensure_connected(&slot, acquire_timeout).await?;
         Ok(DedicatedRedis {
             client: slot.client,
@@ -251,6 +277,7 @@ async fn ensure_connected(slot: &Slot, acquire_timeout: Duration) -> Result<(), 
     if slot.is_up() {
         return Ok(());
     }
+    let waiting = Waiting::new(&slot.backend);
     let wait = async {
         let mut dialing = slot.dialing.lock().await;
         if slot.is_up() {
@@ -279,11 +306,34 @@ async fn ensure_connected(slot: &Slot, acquire_timeout: Duration) -> Result<(), 
             }),
         }
     };
-    match tokio::time::timeout(acquire_timeout, wait).await {
+    let result = match tokio::time::timeout(acquire_timeout, wait).await {
         Ok(result) => result,
         Err(_) => Err(BackendError::AcquireTimeout {
             waited: acquire_timeout,
         }),
+    };
+    drop(waiting);
+    result
+}
+
+/// Counts an attempt in `holdfast_pool_waiting` while it waits for a dial, and out again
+/// however the wait ends (even when its request is dropped).
+struct Waiting<'a>(&'a str);
+
+impl<'a> Waiting<'a> {
+    fn new(backend: &'a str) -> Waiting<'a> {
+        if !backend.is_empty() {
+            crate::metrics::pool_waiting(backend, true);
+        }
+        Waiting(backend)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        if !self.0.is_empty() {
+            crate::metrics::pool_waiting(self.0, false);
+        }
     }
 }
 

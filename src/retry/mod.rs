@@ -14,6 +14,7 @@ use budget::RetryBudget;
 use policy::{Decision, Policy, Stop};
 use std::future::Future;
 use std::time::Duration;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// How a request that did not succeed ended.
@@ -38,8 +39,19 @@ pub struct GaveUp<E> {
     pub attempts: u32,
     /// Time from the first attempt to the give-up.
     pub elapsed: Duration,
-    /// Whether the give-up is the attempt cap, rather than a command that must not repeat.
-    pub exhausted: bool,
+    /// Why it stopped.
+    pub why: Why,
+}
+
+/// Why the loop gave up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Why {
+    /// Every attempt was used.
+    Exhausted,
+    /// The failure may have applied a command that must not run twice.
+    MustNotRepeat,
+    /// holdfast is shutting down and its grace period is over.
+    ShuttingDown,
 }
 
 /// Observes the loop, for metrics and logs. Every method has a no-op default.
@@ -52,22 +64,16 @@ pub trait Hooks {
     fn budget_denied(&mut self) {}
     /// The request starts (true) or stops (false) being held.
     fn held(&mut self, _holding: bool) {}
-    /// The loop gave up (attempts used, or a command that must not repeat).
-    fn gave_up(
-        &mut self,
-        _class: ErrorClass,
-        _attempts: u32,
-        _elapsed: Duration,
-        _exhausted: bool,
-    ) {
-    }
+    /// The loop gave up.
+    fn gave_up(&mut self, _class: ErrorClass, _attempts: u32, _elapsed: Duration, _why: Why) {}
 }
 
 /// Hooks that observe nothing.
 pub struct NoHooks;
 impl Hooks for NoHooks {}
 
-/// Runs `attempt` until it succeeds, its failure is an answer, or the policy stops.
+/// Runs `attempt` until it succeeds, its failure is an answer, or the policy stops. While it
+/// waits between attempts it also stops when `stop` turns true (shutdown's grace is over).
 ///
 /// # Errors
 /// [`Failure`], which says whether a dispatch may have been applied.
@@ -77,6 +83,7 @@ pub async fn run<T, E, F, Fut, C, H>(
     idempotence: Idempotence,
     classify: C,
     hooks: &mut H,
+    stop: &mut watch::Receiver<bool>,
     mut attempt: F,
 ) -> Result<T, Failure<E>>
 where
@@ -126,7 +133,26 @@ where
                     hooks.held(true);
                 }
                 hooks.retrying(class, attempts, delay);
-                tokio::time::sleep(delay).await;
+                let stopped = tokio::select! {
+                    _ = tokio::time::sleep(delay) => false,
+                    // A closed channel never stops the loop.
+                    result = stop.wait_for(|stop| *stop) => result.is_ok(),
+                };
+                if stopped {
+                    hooks.held(false);
+                    let Some((error, class)) = last.take() else {
+                        continue;
+                    };
+                    return Err(give_up(
+                        hooks,
+                        error,
+                        class,
+                        attempts,
+                        start,
+                        Why::ShuttingDown,
+                        maybe_applied,
+                    ));
+                }
                 dispatch = budget.withdraw();
                 if !dispatch {
                     hooks.budget_denied();
@@ -142,23 +168,48 @@ where
                 if stop == Stop::Answer {
                     return Err(Failure::Answer(error));
                 }
-                let elapsed = start.elapsed();
-                let exhausted = stop == Stop::Exhausted;
-                hooks.gave_up(class, attempts, elapsed, exhausted);
-                let gave_up = GaveUp {
-                    last: error,
+                let why = if stop == Stop::Exhausted {
+                    Why::Exhausted
+                } else {
+                    Why::MustNotRepeat
+                };
+                return Err(give_up(
+                    hooks,
+                    error,
                     class,
                     attempts,
-                    elapsed,
-                    exhausted,
-                };
-                return Err(if maybe_applied {
-                    Failure::InDoubt(gave_up)
-                } else {
-                    Failure::Unavailable(gave_up)
-                });
+                    start,
+                    why,
+                    maybe_applied,
+                ));
             }
         }
+    }
+}
+
+/// The failure a give-up answers with: INDOUBT when a dispatch may have been applied.
+fn give_up<E, H: Hooks>(
+    hooks: &mut H,
+    last: E,
+    class: ErrorClass,
+    attempts: u32,
+    start: Instant,
+    why: Why,
+    maybe_applied: bool,
+) -> Failure<E> {
+    let elapsed = start.elapsed();
+    hooks.gave_up(class, attempts, elapsed, why);
+    let gave_up = GaveUp {
+        last,
+        class,
+        attempts,
+        elapsed,
+        why,
+    };
+    if maybe_applied {
+        Failure::InDoubt(gave_up)
+    } else {
+        Failure::Unavailable(gave_up)
     }
 }
 

@@ -73,7 +73,7 @@ impl Hooks for Recorder {
     fn held(&mut self, holding: bool) {
         self.held.push(holding);
     }
-    fn gave_up(&mut self, _: ErrorClass, _: u32, _: Duration, _: bool) {
+    fn gave_up(&mut self, _: ErrorClass, _: u32, _: Duration, _: Why) {
         self.gave_up += 1;
     }
 }
@@ -84,12 +84,14 @@ async fn drive(
     max_attempts: u32,
     hooks: &mut Recorder,
 ) -> Result<Frame, Failure<BackendError>> {
+    let (_keep, mut stop) = tokio::sync::watch::channel(false);
     run(
         &policy(max_attempts),
         &budget(),
         idempotence,
         |e: &BackendError| classify(e),
         hooks,
+        &mut stop,
         || script.dispatch(),
     )
     .await
@@ -138,7 +140,7 @@ async fn transient_is_never_retried_for_a_non_idempotent_command() {
     match drive(&script, NonIdempotent, 15, &mut hooks).await {
         Err(Failure::InDoubt(g)) => {
             assert_eq!(g.attempts, 1);
-            assert!(!g.exhausted);
+            assert_eq!(g.why, Why::MustNotRepeat);
         }
         other => panic!("expected INDOUBT, got {other:?}"),
     }
@@ -166,7 +168,7 @@ async fn exhaustion_without_a_possible_apply_is_unavailable() {
     match drive(&script, NonIdempotent, 5, &mut hooks).await {
         Err(Failure::Unavailable(g)) => {
             assert_eq!(g.attempts, 5);
-            assert!(g.exhausted);
+            assert_eq!(g.why, Why::Exhausted);
             assert_eq!(g.class, ErrorClass::NotAttempted);
         }
         other => panic!("expected UNAVAILABLE, got {other:?}"),
@@ -212,12 +214,14 @@ async fn an_empty_budget_skips_dispatches_but_keeps_the_schedule() {
     });
     let script = Script::new(vec![refused(), pong()]);
     let mut hooks = Recorder::default();
+    let (_keep, mut stop) = tokio::sync::watch::channel(false);
     let result = run(
         &policy(4),
         &budget,
         Read,
         |e: &BackendError| classify(e),
         &mut hooks,
+        &mut stop,
         || script.dispatch(),
     )
     .await;
@@ -238,4 +242,35 @@ async fn a_read_is_never_in_doubt() {
         drive(&script, Read, 2, &mut hooks).await,
         Err(Failure::Unavailable(_))
     ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_ends_the_wait_with_a_clear_failure() {
+    let script = Script::new((0..15).map(|_| refused()).collect());
+    let mut hooks = Recorder::default();
+    let (stop_tx, mut stop) = tokio::sync::watch::channel(false);
+    let start = Instant::now();
+    let stopper = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let _ = stop_tx.send(true);
+        stop_tx
+    });
+    let result = run(
+        &policy(15),
+        &budget(),
+        NonIdempotent,
+        |e: &BackendError| classify(e),
+        &mut hooks,
+        &mut stop,
+        || script.dispatch(),
+    )
+    .await;
+    match result {
+        Err(Failure::Unavailable(g)) => assert_eq!(g.why, Why::ShuttingDown),
+        other => panic!("expected UNAVAILABLE, got {other:?}"),
+    }
+    // Stopped at the signal, not at the end of the ~93 s schedule.
+    assert_eq!(start.elapsed(), Duration::from_secs(5));
+    assert_eq!(hooks.held, vec![true, false]);
+    drop(stopper);
 }

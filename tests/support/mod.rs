@@ -28,6 +28,8 @@ pub struct Proxy {
     pub metrics_addr: String,
     /// Port of the Redis endpoint.
     pub port: u16,
+    /// The running proxy, for reloads.
+    pub holdfast: holdfast::Holdfast,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
 }
@@ -50,21 +52,31 @@ impl Proxy {
         config.server.listen = addr;
         config.server.metrics_listen = metrics_addr;
         let (stop, stopped) = oneshot::channel::<()>();
+        let proxy = holdfast::Holdfast::new(config).expect("holdfast builds");
+        let serving = proxy.clone();
         let task = tokio::spawn(async move {
             let shutdown = async {
                 let _ = stopped.await;
             };
-            holdfast::run(config, listener, Some(metrics), shutdown)
-                .await
-                .expect("holdfast runs");
+            serving.serve(listener, Some(metrics), shutdown).await;
         });
         Proxy {
+            holdfast: proxy,
             addr: addr.to_string(),
             metrics_addr: metrics_addr.to_string(),
             port: addr.port(),
             stop: Some(stop),
             task: Some(task),
         }
+    }
+
+    /// Applies `toml` as a reload (its listeners are kept as they are) and returns the new
+    /// generation, or the error that rejected it.
+    pub fn reload(&self, toml: &str) -> Result<u64, String> {
+        let mut config = Config::from_toml(toml).map_err(|e| e.to_string())?;
+        config.server.listen = self.addr.parse().unwrap();
+        config.server.metrics_listen = self.metrics_addr.parse().unwrap();
+        self.holdfast.reload(config).map_err(|e| e.to_string())
     }
 
     /// A raw connection to the proxy.
@@ -74,7 +86,12 @@ impl Proxy {
 
     /// GET `path` on the metrics port: (status line, body).
     pub async fn http(&self, path: &str) -> (String, String) {
-        let mut stream = TcpStream::connect(&self.metrics_addr).await.unwrap();
+        Self::http_at(&self.metrics_addr, path).await
+    }
+
+    /// GET `path` on a metrics port at `addr`.
+    pub async fn http_at(addr: &str, path: &str) -> (String, String) {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
         stream
             .write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes())
             .await

@@ -1,0 +1,386 @@
+//! Operating holdfast: what /metrics shows while a request is held, reloads, /config, and the
+//! real binary under SIGTERM, SIGHUP and a second signal.
+
+mod support;
+
+use std::io::Write as _;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+use support::*;
+use tokio::time::{sleep, timeout, Instant};
+
+fn text(reply: &[u8]) -> String {
+    String::from_utf8_lossy(reply).into_owned()
+}
+
+/// Parses the exposition with a Prometheus text parser and returns the value of `name` with
+/// every label of `labels`, summed over the rest.
+fn scrape_value(body: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let lines = body.lines().map(|l| Ok(l.to_string()));
+    let scrape = prometheus_parse::Scrape::parse(lines).expect("the exposition parses");
+    scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == name)
+        .filter(|s| labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+        .map(|s| match s.value {
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => v,
+            prometheus_parse::Value::Histogram(ref buckets) => {
+                buckets.last().map(|b| b.count).unwrap_or(0.0)
+            }
+            prometheus_parse::Value::Summary(_) => 0.0,
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_follow_a_held_request() {
+    let mut redis = RedisServer::start();
+    // Metrics are process-wide: this test's backend has a name no other test uses.
+    let config = one_backend(&redis.url(), "watched", "").replace("main", "watched_backend");
+    let proxy = Proxy::start(&config).await;
+    let mut conn = proxy.connect().await;
+    assert_eq!(conn.command(&["SET", "k", "v"]).await, b"+OK\r\n");
+    redis.kill();
+    conn.send(&encode_str(&["GET", "k"])).await;
+    sleep(Duration::from_millis(1500)).await;
+
+    let (_, during) = proxy.http("/metrics").await;
+    let ns = [("namespace", "watched")];
+    assert_eq!(scrape_value(&during, "holdfast_held_requests", &ns), 1.0);
+    let retries = scrape_value(
+        &during,
+        "holdfast_retries_total",
+        &[
+            ("namespace", "watched"),
+            ("command", "GET"),
+            ("class", "not_attempted"),
+        ],
+    );
+    assert!(retries >= 2.0, "{retries}");
+    let backend = [("backend", "watched_backend")];
+    assert_eq!(
+        scrape_value(&during, "holdfast_pool_connections", &backend),
+        0.0
+    );
+    assert_eq!(
+        scrape_value(&during, "holdfast_pool_waiting", &backend),
+        0.0
+    );
+    assert_eq!(
+        scrape_value(
+            &during,
+            "holdfast_requests_total",
+            &[("namespace", "watched"), ("command", "GET")]
+        ),
+        0.0,
+        "a held request is not finished"
+    );
+
+    redis.restart();
+    assert_eq!(
+        conn.read_reply().await,
+        b"$-1\r\n",
+        "the restarted Redis is empty"
+    );
+    let (_, after) = proxy.http("/metrics").await;
+    assert_eq!(scrape_value(&after, "holdfast_held_requests", &ns), 0.0);
+    assert_eq!(
+        scrape_value(
+            &after,
+            "holdfast_requests_total",
+            &[
+                ("namespace", "watched"),
+                ("command", "GET"),
+                ("outcome", "ok")
+            ]
+        ),
+        1.0
+    );
+    assert_eq!(
+        scrape_value(&after, "holdfast_hold_duration_seconds", &ns),
+        1.0
+    );
+    assert_eq!(
+        scrape_value(&after, "holdfast_budget_exhaustions_total", &ns),
+        0.0
+    );
+    assert!(scrape_value(&after, "holdfast_pool_connections", &backend) >= 1.0);
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reload_applies_between_commands() {
+    let a = RedisServer::start();
+    let b = RedisServer::start();
+    let proxy = Proxy::start(&one_backend(&a.url(), "moving", "")).await;
+    let mut conn = proxy.connect().await;
+    assert_eq!(conn.command(&["SET", "k", "on-a"]).await, b"+OK\r\n");
+
+    assert_eq!(proxy.reload(&one_backend(&b.url(), "moving", "")), Ok(2));
+    // The same connection's next command runs under the new generation.
+    assert_eq!(conn.command(&["SET", "k", "on-b"]).await, b"+OK\r\n");
+    assert_eq!(a.cmd(&["GET", "k"]), "$4\r\non-a\r\n");
+    assert_eq!(b.cmd(&["GET", "k"]), "$4\r\non-b\r\n");
+    assert_eq!(proxy.metric("holdfast_config_generation").await, 2.0);
+    let info = text(&conn.command(&["INFO", "holdfast"]).await);
+    assert!(info.contains("namespace_moving:backend=main"), "{info}");
+
+    // A generation that cannot be built is rejected and the running one stays.
+    let unbuildable = "[backends.local]\nkind = \"sqlite\"\npath = \"x.db\"\n[[namespaces]]\nname = \"moving\"\nbackend = \"local\"\n";
+    let rejected = proxy.reload(unbuildable).unwrap_err();
+    assert!(rejected.contains("sqlite"), "{rejected}");
+    assert_eq!(conn.command(&["GET", "k"]).await, b"$4\r\non-b\r\n");
+    assert_eq!(proxy.metric("holdfast_config_generation").await, 2.0);
+    assert_eq!(
+        proxy
+            .metric(r#"holdfast_config_reloads_total{result="rejected"}"#)
+            .await,
+        1.0
+    );
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_config_endpoint_shows_the_effective_configuration_redacted() {
+    let redis = RedisServer::start();
+    let config = format!(
+        "[server]\nrequirepass = \"hunter2\"\n{}",
+        one_backend(&redis.url(), "shown", "")
+    );
+    let proxy = Proxy::start(&config).await;
+    let (status, body) = proxy.http("/config").await;
+    assert!(status.contains("200"), "{status}");
+    assert!(
+        body.contains("[[namespaces]]") && body.contains("name = \"shown\""),
+        "{body}"
+    );
+    assert!(!body.contains("hunter2"), "{body}");
+    assert!(body.contains("<redacted>"), "{body}");
+    proxy.stop().await;
+}
+
+/// The real binary with a config file on free ports.
+struct Binary {
+    child: Child,
+    addr: String,
+    metrics_addr: String,
+    _dir: tempfile::TempDir,
+    path: std::path::PathBuf,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Binary {
+    fn start(body: &str) -> Binary {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("holdfast.toml");
+        let (port, metrics) = (free_port(), free_port());
+        let addr = format!("127.0.0.1:{port}");
+        let metrics_addr = format!("127.0.0.1:{metrics}");
+        let mut file = std::fs::File::create(&path).unwrap();
+        write!(
+            file,
+            "[server]\nlisten = \"{addr}\"\nmetrics_listen = \"{metrics_addr}\"\n{body}"
+        )
+        .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_holdfast"))
+            .arg("--config")
+            .arg(&path)
+            .env("HOLDFAST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        Binary {
+            child,
+            addr,
+            metrics_addr,
+            _dir: dir,
+            path,
+        }
+    }
+
+    async fn connect(&self) -> RawConn {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(conn) = RawConn::try_connect(&self.addr, Duration::from_secs(1)).await {
+                return conn;
+            }
+            assert!(Instant::now() < deadline, "holdfast never listened");
+            sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Waits for the process to exit and returns its code and how long that took.
+    async fn exit(&mut self, limit: Duration) -> (Option<i32>, Duration) {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return (status.code(), started.elapsed());
+            }
+            assert!(
+                started.elapsed() < limit,
+                "holdfast did not exit within {limit:?}"
+            );
+            sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn metrics(&self) -> String {
+        let (status, body) = Proxy::http_at(&self.metrics_addr, "/metrics").await;
+        assert!(status.contains("200"), "{status}");
+        body
+    }
+}
+
+impl Drop for Binary {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_lets_held_requests_finish_then_exits_0() {
+    let mut redis = RedisServer::start();
+    let mut proxy = Binary::start(&one_backend(&redis.url(), "term", ""));
+    let mut conn = proxy.connect().await;
+    assert_eq!(conn.command(&["SET", "k", "v"]).await, b"+OK\r\n");
+    redis.kill();
+    conn.send(&encode_str(&["SET", "k", "w"])).await;
+    sleep(Duration::from_millis(300)).await;
+    proxy.signal("TERM");
+    sleep(Duration::from_millis(500)).await;
+    assert!(
+        proxy.child.try_wait().unwrap().is_none(),
+        "the held SET keeps it alive"
+    );
+    assert!(
+        RawConn::try_connect(&proxy.addr, Duration::from_secs(1))
+            .await
+            .is_err(),
+        "no new clients"
+    );
+    redis.restart();
+    assert_eq!(conn.read_reply().await, b"+OK\r\n");
+    let (code, _) = proxy.exit(Duration::from_secs(10)).await;
+    assert_eq!(code, Some(0));
+    assert_eq!(redis.cmd(&["GET", "k"]), "$1\r\nw\r\n");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn after_the_grace_period_held_requests_get_a_clear_error() {
+    let mut redis = RedisServer::start();
+    let mut proxy = Binary::start(&format!(
+        "shutdown_grace = \"1s\"\n{}",
+        one_backend(&redis.url(), "grace", "")
+    ));
+    let mut conn = proxy.connect().await;
+    assert_eq!(conn.command(&["PING"]).await, b"+PONG\r\n");
+    redis.kill();
+    conn.send(&encode_str(&["SET", "k", "w"])).await;
+    conn.send(&encode_str(&["GET", "k"])).await;
+    sleep(Duration::from_millis(300)).await;
+    let signalled = Instant::now();
+    proxy.signal("TERM");
+    // The held SET gives up when the grace period is over; the GET pipelined behind it gets
+    // one attempt and the same clear answer; then the connection closes between commands.
+    for command in ["SET", "GET"] {
+        let reply = timeout(Duration::from_secs(10), conn.read_reply())
+            .await
+            .unwrap();
+        let reply = text(&reply);
+        assert!(
+            reply.starts_with("-UNAVAILABLE not applied: holdfast is shutting down"),
+            "{command}: {reply}"
+        );
+    }
+    conn.expect_disconnect(Duration::from_secs(5)).await;
+    let (code, _) = proxy.exit(Duration::from_secs(10)).await;
+    assert_eq!(code, Some(0));
+    let took = signalled.elapsed();
+    assert!(
+        took >= Duration::from_secs(1) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_signal_exits_at_once() {
+    let mut redis = RedisServer::start();
+    let mut proxy = Binary::start(&one_backend(&redis.url(), "twice", ""));
+    let mut conn = proxy.connect().await;
+    assert_eq!(conn.command(&["PING"]).await, b"+PONG\r\n");
+    redis.kill();
+    conn.send(&encode_str(&["GET", "k"])).await;
+    sleep(Duration::from_millis(300)).await;
+    proxy.signal("TERM");
+    sleep(Duration::from_millis(300)).await;
+    assert!(proxy.child.try_wait().unwrap().is_none());
+    proxy.signal("INT");
+    let (code, took) = proxy.exit(Duration::from_secs(5)).await;
+    assert_eq!(code, Some(1));
+    assert!(took < Duration::from_secs(2), "{took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sighup_reloads_the_file_and_keeps_it_on_a_bad_one() {
+    let a = RedisServer::start();
+    let b = RedisServer::start();
+    let proxy = Binary::start(&one_backend(&a.url(), "hup", ""));
+    let mut conn = proxy.connect().await;
+    assert_eq!(conn.command(&["SET", "k", "a"]).await, b"+OK\r\n");
+    let rewrite = |body: &str| {
+        let mut file = std::fs::File::create(&proxy.path).unwrap();
+        write!(
+            file,
+            "[server]\nlisten = \"{}\"\nmetrics_listen = \"{}\"\n{body}",
+            proxy.addr, proxy.metrics_addr
+        )
+        .unwrap();
+    };
+    rewrite(&one_backend(&b.url(), "hup", ""));
+    proxy.signal("HUP");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while metric_value(&proxy.metrics().await, "holdfast_config_generation") < 2.0 {
+        assert!(Instant::now() < deadline, "the reload never applied");
+        sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(conn.command(&["SET", "k", "b"]).await, b"+OK\r\n");
+    assert_eq!(b.cmd(&["GET", "k"]), "$1\r\nb\r\n");
+
+    rewrite("[[namespaces]]\nname = \"hup\"\nbackend = \"missing\"\n");
+    proxy.signal("HUP");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while metric_value(
+        &proxy.metrics().await,
+        r#"holdfast_config_reloads_total{result="rejected"}"#,
+    ) < 1.0
+    {
+        assert!(Instant::now() < deadline, "the bad file was never read");
+        sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        metric_value(&proxy.metrics().await, "holdfast_config_generation"),
+        2.0
+    );
+    assert_eq!(conn.command(&["GET", "k"]).await, b"$1\r\nb\r\n");
+}
