@@ -63,7 +63,11 @@ pub struct ServerConfig {
     /// `/metrics`, `/healthz`, `/readyz`.
     pub metrics_listen: SocketAddr,
     /// When set, clients must `AUTH` (or `HELLO ... AUTH`) with it before anything else.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "string_like"
+    )]
     pub requirepass: Option<String>,
     /// A file holding `requirepass` (a mounted secret); its trailing newline is dropped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -563,6 +567,29 @@ impl Config {
         }
         toml::to_string_pretty(&shown).unwrap_or_else(|e| format!("# cannot print: {e}\n"))
     }
+}
+
+/// A password from the environment arrives parsed (`HOLDFAST_SERVER__REQUIREPASS=12345` is a
+/// number to figment); any scalar is taken as its text.
+fn string_like<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Scalar {
+        Text(String),
+        Signed(i64),
+        Unsigned(u64),
+        Float(f64),
+        Bool(bool),
+    }
+    Ok(
+        Option::<Scalar>::deserialize(d)?.map(|scalar| match scalar {
+            Scalar::Text(text) => text,
+            Scalar::Signed(n) => n.to_string(),
+            Scalar::Unsigned(n) => n.to_string(),
+            Scalar::Float(x) => x.to_string(),
+            Scalar::Bool(b) => b.to_string(),
+        }),
+    )
 }
 
 /// Reads a secret from a file, without its trailing newline.

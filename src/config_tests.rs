@@ -162,6 +162,11 @@ fn a_file_then_the_environment_override_the_defaults() {
         assert_eq!(config.server.listen.to_string(), "127.0.0.1:7000");
         assert_eq!(config.defaults.retry.max_attempts, 3);
 
+        // A numeric password from the environment is still a password.
+        jail.set_env("HOLDFAST_SERVER__REQUIREPASS", "12345");
+        let config = Config::load(Some(Path::new("holdfast.toml"))).map_err(|e| e.to_string())?;
+        assert_eq!(config.server.requirepass.as_deref(), Some("12345"));
+
         // The logging variables share the prefix but are not configuration.
         jail.set_env("HOLDFAST_LOG", "debug");
         jail.set_env("HOLDFAST_LOG_FORMAT", "json");

@@ -258,6 +258,8 @@ pub struct RequestHooks<'a> {
     command: &'static str,
     /// When the request started being held, while it is.
     held_since: Option<Instant>,
+    /// When the request reached the retry loop, for the logs.
+    started: Instant,
 }
 
 impl<'a> RequestHooks<'a> {
@@ -268,6 +270,7 @@ impl<'a> RequestHooks<'a> {
             backend,
             command,
             held_since: None,
+            started: Instant::now(),
         }
     }
 
@@ -305,6 +308,7 @@ impl Hooks for RequestHooks<'_> {
             command = self.command,
             class = class.as_str(),
             attempt,
+            elapsed_ms = self.started.elapsed().as_millis() as u64,
             delay_ms = delay.as_millis() as u64,
             "retrying"
         );
