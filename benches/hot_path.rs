@@ -10,7 +10,7 @@ use holdfast::command::table::Idempotence;
 use holdfast::command::Command;
 use holdfast::config::RetryConfig;
 use holdfast::error::ErrorClass;
-use holdfast::resp::{decode_request, encode_reply, Nils};
+use holdfast::resp::{decode_request, encode_reply, Limits, Nils};
 use holdfast::retry::backoff::Backoff;
 use holdfast::retry::policy::Policy;
 use redis_protocol::resp3::types::BytesFrame as Frame;
@@ -41,7 +41,7 @@ fn decode_and_parse(c: &mut Criterion) {
         b.iter(|| {
             let mut buf = BytesMut::from(&wire[..]);
             let mut n = 0;
-            while let Ok(Some(args)) = decode_request(&mut buf, 1 << 20) {
+            while let Ok(Some(args)) = decode_request(&mut buf, &Limits::request(1 << 20)) {
                 let command = Command::parse(args).expect("known command");
                 n += command.keys().count();
             }

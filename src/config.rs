@@ -75,8 +75,19 @@ pub struct ServerConfig {
     /// Client connections beyond this are refused with an error.
     pub max_clients: usize,
     /// Largest request (one command with its arguments) accepted, in bytes; a larger one
-    /// closes that connection, since its framing cannot be trusted to be skipped.
+    /// closes that connection, since its framing cannot be trusted to be skipped. The
+    /// headers are checked as they arrive, so an announced size over a limit is refused
+    /// before its body is buffered.
     pub max_request_bytes: usize,
+    /// Largest argument (bulk string) accepted, refused from its header.
+    pub max_bulk_bytes: usize,
+    /// Most arguments in one request, refused from its header.
+    pub max_arguments: usize,
+    /// Most keys in one multi-key command (MGET, DEL, ...).
+    pub max_keys_per_command: usize,
+    /// A client silent for this long is disconnected; `0s` (the default) never, as Redis.
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Duration,
     /// How long shutdown waits for held requests before closing connections.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
@@ -91,6 +102,10 @@ impl Default for ServerConfig {
             requirepass_file: None,
             max_clients: 10_000,
             max_request_bytes: 64 * 1024 * 1024,
+            max_bulk_bytes: 64 * 1024 * 1024,
+            max_arguments: 1024 * 1024,
+            max_keys_per_command: 10_000,
+            idle_timeout: Duration::ZERO,
             shutdown_grace: Duration::from_secs(30),
         }
     }
@@ -456,6 +471,15 @@ impl Config {
         }
         if self.server.max_request_bytes < 1024 {
             return Err(invalid("server.max_request_bytes", "must be at least 1024"));
+        }
+        if self.server.max_bulk_bytes < 1024 {
+            return Err(invalid("server.max_bulk_bytes", "must be at least 1024"));
+        }
+        if self.server.max_arguments < 3 {
+            return Err(invalid("server.max_arguments", "must be at least 3"));
+        }
+        if self.server.max_keys_per_command == 0 {
+            return Err(invalid("server.max_keys_per_command", "must be at least 1"));
         }
         check_retry("defaults.retry", &self.defaults.retry)?;
         check_acquire("defaults.acquire_timeout", self.defaults.acquire_timeout)?;

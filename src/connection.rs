@@ -14,7 +14,7 @@ use crate::command::{Command, CommandError};
 use crate::error::{classify, ErrorClass};
 use crate::metrics::{self as m, RequestHooks};
 use crate::namespace::Namespace;
-use crate::resp::{decode_request, encode_reply, Nils, ProtocolError};
+use crate::resp::{decode_request, encode_reply, Limits, Nils, ProtocolError};
 use crate::retry::{self, Failure, GaveUp, Why};
 use crate::server::{Shared, State};
 use bytes::{Bytes, BytesMut};
@@ -135,12 +135,18 @@ where
         dedicated: None,
         watching: false,
     };
-    let max_request = conn.state.config.server.max_request_bytes;
+    let server = &conn.state.config.server;
+    let limits = Limits {
+        request_bytes: server.max_request_bytes,
+        bulk_bytes: server.max_bulk_bytes,
+        multibulk_len: server.max_arguments,
+    };
+    let idle = server.idle_timeout;
     let mut input = BytesMut::with_capacity(READ_CHUNK);
     let mut output = BytesMut::with_capacity(READ_CHUNK);
     'serve: loop {
         loop {
-            match decode_request(&mut input, max_request) {
+            match decode_request(&mut input, &limits) {
                 Ok(Some(args)) => {
                     let flow = conn.handle(args, &mut output).await;
                     if flow == Flow::Close {
@@ -156,6 +162,7 @@ where
                 }
                 Ok(None) => break,
                 Err(e) => {
+                    m::limit(e.limit());
                     // Framing is lost: answer why and close this connection only.
                     let _ = writeln!(ErrSink(&mut output), "-ERR {e}\r");
                     let _ = writer.write_all(&output).await;
@@ -174,6 +181,12 @@ where
             break;
         }
         input.reserve(READ_CHUNK);
+        let idle_for = async {
+            if idle.is_zero() {
+                std::future::pending::<()>().await;
+            }
+            tokio::time::sleep(idle).await;
+        };
         tokio::select! {
             read = reader.read_buf(&mut input) => match read {
                 Ok(0) | Err(_) => break,
@@ -181,6 +194,10 @@ where
             },
             // Between commands is a safe point to stop.
             _ = shutdown.changed() => break,
+            _ = idle_for => {
+                m::limit("idle_timeout");
+                break;
+            }
         }
     }
     let _ = writer.shutdown().await;
@@ -291,6 +308,16 @@ impl Conn {
     async fn forward(&mut self, command: &Command, started: Instant) -> (Frame, DoubleStyle) {
         let shared = self.shared.clone();
         let keys: Vec<&[u8]> = command.keys().map(|k| k.as_ref()).collect();
+        let max_keys = self.state.config.server.max_keys_per_command;
+        if keys.len() > max_keys {
+            m::limit("max_keys_per_command");
+            m::request("", command.label(), "refused", started.elapsed());
+            let text = format!(
+                "ERR holdfast: {} keys in one command; the limit is {max_keys} (server.max_keys_per_command)",
+                keys.len()
+            );
+            return (error(text), DoubleStyle::default());
+        }
         let namespace = match self.state.router.route(keys) {
             Ok(ns) => ns.clone(),
             Err(e) => {

@@ -162,6 +162,14 @@ pub const CONFIG_RELOADS: Def = def(
     "Configuration reloads by result (applied, rejected).",
 );
 
+/// Requests or connections stopped at a limit.
+pub const LIMITS: Def = def(
+    "holdfast_limits_total",
+    Counter,
+    &["limit"],
+    "Requests or connections stopped at a limit (max_request_bytes, max_bulk_bytes, max_arguments, max_keys_per_command, idle_timeout, inline, malformed).",
+);
+
 /// Every metric holdfast exports. Dashboards, alerts and tests check their queries against
 /// this list.
 pub const CATALOGUE: &[Def] = &[
@@ -181,6 +189,7 @@ pub const CATALOGUE: &[Def] = &[
     POOL_WAITING,
     CONFIG_GENERATION,
     CONFIG_RELOADS,
+    LIMITS,
 ];
 
 /// Histogram buckets, in seconds, reaching past the default retry budget (~93 s, ~107 s with
@@ -377,6 +386,11 @@ pub fn pool_waiting(backend: &str, waiting: bool) {
     } else {
         g.decrement(1.0);
     }
+}
+
+/// A request or connection was stopped at `limit`.
+pub fn limit(limit: &'static str) {
+    counter!(LIMITS.name, "limit" => limit).increment(1);
 }
 
 /// A configuration generation was applied.

@@ -34,30 +34,47 @@ async fn broken_framing_closes_that_connection_only() {
         );
         bad.expect_disconnect(Duration::from_secs(5)).await;
     }
-    // A request over the limit, announced by its header, is refused before it arrives.
+    // Sizes announced over a limit are refused from the header, before anything else arrives.
+    for (header, error) in [
+        (
+            &b"*2\r\n$3\r\nGET\r\n$1099511627776\r\n"[..],
+            "-ERR Protocol error: invalid bulk length\r\n",
+        ),
+        (
+            b"*1099511627776\r\n",
+            "-ERR Protocol error: invalid multibulk length\r\n",
+        ),
+    ] {
+        let mut big = proxy.connect().await;
+        big.send(header).await;
+        assert_eq!(text(&big.read_reply().await), error);
+        big.expect_disconnect(Duration::from_secs(5)).await;
+    }
+    // A request whose arguments are each allowed is still bounded as a whole: holdfast stops
+    // reading at 64 MiB (the default) and closes; the error reply may be lost to the reset
+    // that unread input causes, the close may not.
     let mut big = proxy.connect().await;
-    big.send(b"*2\r\n$3\r\nGET\r\n$1099511627776\r\n").await;
+    big.send(b"*3\r\n$3\r\nSET\r\n$3\r\nbig\r\n$60000000\r\n")
+        .await;
+    big.send(&vec![b'x'; 60_000_000]).await;
+    big.send(b"\r\n*2\r\n$3\r\nGET\r\n$8000000\r\n").await;
     let chunk = vec![b'x'; 1024 * 1024];
     let mut sent = 0;
     while sent < 100 && big.try_send(&chunk).await.is_ok() {
         sent += 1;
     }
-    // holdfast closes at 64 MiB (the default limit) without reading the rest; the error
-    // reply may be lost to the reset that unread input causes, the close may not.
     assert!(sent < 100, "holdfast kept reading past its limit");
     match big.try_read_reply(Duration::from_secs(5)).await {
-        Ok(reply) => {
-            assert!(
-                text(&reply).contains("request larger than"),
-                "{}",
-                text(&reply)
-            );
-            big.expect_disconnect(Duration::from_secs(5)).await;
-        }
+        Ok(reply) => assert_eq!(text(&reply), "+OK\r\n", "the first, allowed request"),
         Err(e) => assert!(e.is_disconnect(), "{e:?}"),
     }
 
-    assert_eq!(good.command(&["GET", "k"]).await, b"$1\r\nv\r\n");
+    let reply = good.command(&["GET", "k"]).await;
+    assert!(
+        reply == b"$1\r\nv\r\n",
+        "{}",
+        text(&reply[..reply.len().min(64)])
+    );
     proxy.stop().await;
 }
 
@@ -385,4 +402,51 @@ fn check_config_names_the_bad_key_and_exits_64() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(64));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn too_many_keys_and_idle_clients_are_stopped() {
+    let redis = RedisServer::start();
+    let config = format!(
+        "[server]\nmax_keys_per_command = 3\nidle_timeout = \"500ms\"\n{}",
+        one_backend(&redis.url(), "limits", "")
+    );
+    let proxy = Proxy::start(&config).await;
+    let mut conn = proxy.connect().await;
+    assert_eq!(
+        conn.command(&["MSET", "a", "1", "b", "2", "c", "3"]).await,
+        b"+OK\r\n"
+    );
+    let refused = text(&conn.command(&["DEL", "a", "b", "c", "d"]).await);
+    assert!(
+        refused.starts_with("-ERR holdfast: 4 keys in one command; the limit is 3"),
+        "{refused}"
+    );
+    assert_eq!(
+        redis.cmd(&["EXISTS", "a", "b", "c"]),
+        ":3\r\n",
+        "nothing applied"
+    );
+    // Still served after the refusal; then closed once silent for the idle timeout.
+    assert_eq!(conn.command(&["PING"]).await, b"+PONG\r\n");
+    let silent = Instant::now();
+    conn.expect_disconnect(Duration::from_secs(5)).await;
+    assert!(
+        silent.elapsed() >= Duration::from_millis(450),
+        "{:?}",
+        silent.elapsed()
+    );
+    assert_eq!(
+        proxy
+            .metric(r#"holdfast_limits_total{limit="max_keys_per_command"}"#)
+            .await,
+        1.0
+    );
+    assert!(
+        proxy
+            .metric(r#"holdfast_limits_total{limit="idle_timeout"}"#)
+            .await
+            >= 1.0
+    );
+    proxy.stop().await;
 }

@@ -17,6 +17,12 @@ pub enum ProtocolError {
     /// Not RESP.
     #[error("Protocol error: {0}")]
     Malformed(String),
+    /// A multibulk header announcing more elements than allowed.
+    #[error("Protocol error: invalid multibulk length")]
+    MultibulkTooLong,
+    /// A bulk header announcing more bytes than allowed.
+    #[error("Protocol error: invalid bulk length")]
+    BulkTooLong,
     /// A request larger than `server.max_request_bytes`.
     #[error("Protocol error: request larger than {0} bytes")]
     TooLarge(usize),
@@ -25,16 +31,96 @@ pub enum ProtocolError {
     InlineTooLarge,
 }
 
+impl ProtocolError {
+    /// The limit label of `holdfast_limits_total` this error counts under.
+    pub fn limit(&self) -> &'static str {
+        match self {
+            ProtocolError::Malformed(_) => "malformed",
+            ProtocolError::MultibulkTooLong => "max_arguments",
+            ProtocolError::BulkTooLong => "max_bulk_bytes",
+            ProtocolError::TooLarge(_) => "max_request_bytes",
+            ProtocolError::InlineTooLarge => "inline",
+        }
+    }
+}
+
+/// What one request may be, checked as its headers arrive, before its body is buffered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// The whole request, headers included.
+    pub request_bytes: usize,
+    /// One bulk string (an argument).
+    pub bulk_bytes: usize,
+    /// The number of arguments.
+    pub multibulk_len: usize,
+}
+
+impl Limits {
+    /// `request_bytes` for the request, and the same bound for one argument.
+    pub fn request(request_bytes: usize) -> Limits {
+        Limits {
+            request_bytes,
+            bulk_bytes: request_bytes,
+            multibulk_len: request_bytes,
+        }
+    }
+}
+
+/// Checks the headers of the multibulk request at the front of `buf`, as far as they have
+/// arrived: a count or a length over its limit is refused at once, from the header, so a
+/// client cannot make holdfast buffer what it announces.
+fn check_headers(buf: &[u8], limits: &Limits) -> Result<(), ProtocolError> {
+    /// Reads the decimal at `pos` (after the type byte) up to CRLF: `None` if incomplete.
+    fn header(buf: &[u8], pos: usize) -> Result<Option<(i64, usize)>, ProtocolError> {
+        let rest = buf.get(pos + 1..).unwrap_or_default();
+        let Some(end) = rest.iter().position(|b| *b == b'\r') else {
+            if rest.len() > 20 {
+                return Err(ProtocolError::Malformed("invalid length header".into()));
+            }
+            return Ok(None);
+        };
+        let text = std::str::from_utf8(&rest[..end]).ok();
+        // Malformed numbers are left to the decoder, which words the error.
+        match text.and_then(|t| t.parse::<i64>().ok()) {
+            Some(n) => Ok(Some((n, pos + 1 + end + 2))),
+            None => Ok(None),
+        }
+    }
+    let Some((count, mut pos)) = header(buf, 0)? else {
+        return Ok(());
+    };
+    if count > 0 && count as u64 > limits.multibulk_len as u64 {
+        return Err(ProtocolError::MultibulkTooLong);
+    }
+    for _ in 0..count.max(0) {
+        if buf.get(pos) != Some(&b'$') {
+            return Ok(());
+        }
+        let Some((len, start)) = header(buf, pos)? else {
+            return Ok(());
+        };
+        if len > 0 && len as u64 > limits.bulk_bytes as u64 {
+            return Err(ProtocolError::BulkTooLong);
+        }
+        pos = start.saturating_add(len.max(0) as usize).saturating_add(2);
+        if pos >= buf.len() {
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
 /// Takes one request from the front of `buf`: `Ok(None)` means "read more".
 ///
 /// An empty multibulk (`*0`) or blank inline line is consumed and skipped, as Redis does.
 ///
 /// # Errors
-/// [`ProtocolError`] when framing is lost or the request is over `max_bytes`.
+/// [`ProtocolError`] when framing is lost or the request is over a limit.
 pub fn decode_request(
     buf: &mut BytesMut,
-    max_bytes: usize,
+    limits: &Limits,
 ) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+    let max_bytes = limits.request_bytes;
     loop {
         let Some(&first) = buf.first() else {
             return Ok(None);
@@ -45,6 +131,7 @@ pub fn decode_request(
                 other => return Ok(other),
             }
         }
+        check_headers(buf, limits)?;
         let decoded = redis_protocol::resp2::decode::decode_bytes_mut(buf)
             .map_err(|e| ProtocolError::Malformed(e.details().to_string()))?;
         let Some((frame, _, _)) = decoded else {

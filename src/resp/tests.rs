@@ -5,7 +5,7 @@ fn decode_all(input: &[u8], max: usize) -> (Vec<Vec<Bytes>>, Result<(), Protocol
     let mut buf = BytesMut::from(input);
     let mut out = Vec::new();
     loop {
-        match decode_request(&mut buf, max) {
+        match decode_request(&mut buf, &Limits::request(max)) {
             Ok(Some(args)) => out.push(args),
             Ok(None) => return (out, Ok(()), buf.len()),
             Err(e) => return (out, Err(e), buf.len()),
@@ -39,11 +39,11 @@ fn every_split_point_yields_the_same_requests() {
     for split in 0..input.len() {
         let mut buf = BytesMut::from(&input[..split]);
         let mut got = Vec::new();
-        while let Ok(Some(args)) = decode_request(&mut buf, 1 << 20) {
+        while let Ok(Some(args)) = decode_request(&mut buf, &Limits::request(1 << 20)) {
             got.push(args);
         }
         buf.extend_from_slice(&input[split..]);
-        while let Ok(Some(args)) = decode_request(&mut buf, 1 << 20) {
+        while let Ok(Some(args)) = decode_request(&mut buf, &Limits::request(1 << 20)) {
             got.push(args);
         }
         assert_eq!(got, whole, "split at {split}");
@@ -101,10 +101,22 @@ fn a_request_over_the_limit_is_refused_before_it_is_complete() {
     let mut input = b"*2\r\n$3\r\nSET\r\n$1099511627776\r\n".to_vec();
     input.extend(std::iter::repeat_n(b'x', 5000));
     let (_, result, _) = decode_all(&input, 4096);
-    assert_eq!(result, Err(ProtocolError::TooLarge(4096)));
-    // Below the limit the same prefix is merely incomplete.
-    let (_, result, _) = decode_all(&input[..100], 4096);
-    assert!(result.is_ok());
+    assert_eq!(result, Err(ProtocolError::BulkTooLong));
+    // A request whose parts are each allowed is still bounded as a whole.
+    let mut input = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$4000\r\n".to_vec();
+    input.extend(std::iter::repeat_n(b'x', 3000));
+    let limits = Limits {
+        request_bytes: 2048,
+        bulk_bytes: 4096,
+        multibulk_len: 8,
+    };
+    let mut buf = BytesMut::from(&input[..1000]);
+    assert_eq!(decode_request(&mut buf, &limits), Ok(None));
+    let mut buf = BytesMut::from(&input[..]);
+    assert_eq!(
+        decode_request(&mut buf, &limits),
+        Err(ProtocolError::TooLarge(2048))
+    );
 }
 
 #[test]
@@ -179,7 +191,7 @@ proptest! {
         let mut buf = BytesMut::from(&input[..]);
         for _ in 0..600 {
             let before = buf.len();
-            match decode_request(&mut buf, 1024) {
+            match decode_request(&mut buf, &Limits::request(1024)) {
                 Ok(Some(_)) => prop_assert!(buf.len() < before),
                 Ok(None) | Err(_) => break,
             }
@@ -195,7 +207,7 @@ proptest! {
             wire.extend_from_slice(b"\r\n");
         }
         let mut buf = BytesMut::from(&wire[..]);
-        let decoded = decode_request(&mut buf, 1 << 20).unwrap().unwrap();
+        let decoded = decode_request(&mut buf, &Limits::request(1 << 20)).unwrap().unwrap();
         let decoded: Vec<Vec<u8>> = decoded.iter().map(|b| b.to_vec()).collect();
         prop_assert_eq!(decoded, args);
         prop_assert!(buf.is_empty());
@@ -210,9 +222,7 @@ fn a_huge_multibulk_count_allocates_nothing_up_front() {
     }
     let (requests, result, _) = decode_all(&input, 1 << 20);
     assert!(requests.is_empty());
-    assert!(result.is_ok(), "incomplete, not an error, below the limit");
-    let (_, result, _) = decode_all(&input, 512);
-    assert_eq!(result, Err(ProtocolError::TooLarge(512)));
+    assert_eq!(result, Err(ProtocolError::MultibulkTooLong));
 }
 
 #[test]
@@ -288,4 +298,35 @@ proptest! {
         let text = format_double(value, DoubleStyle::Shortest);
         prop_assert_eq!(text.parse::<f64>().unwrap().to_bits(), value.to_bits(), "{}", text);
     }
+}
+
+#[test]
+fn announced_sizes_are_refused_from_the_header() {
+    let limits = Limits {
+        request_bytes: 1 << 30,
+        bulk_bytes: 1024,
+        multibulk_len: 8,
+    };
+    let decode = |input: &[u8]| {
+        let mut buf = BytesMut::from(input);
+        decode_request(&mut buf, &limits)
+    };
+    // Nothing after the header has arrived, and it is refused already.
+    assert_eq!(
+        decode(b"*1000000\r\n"),
+        Err(ProtocolError::MultibulkTooLong)
+    );
+    assert_eq!(
+        decode(b"*2\r\n$3\r\nSET\r\n$1099511627776\r\n"),
+        Err(ProtocolError::BulkTooLong)
+    );
+    assert_eq!(
+        decode(b"*2\r\n$3\r\nSET\r\n$1025\r\n"),
+        Err(ProtocolError::BulkTooLong)
+    );
+    // At the limits, and partial headers, are fine.
+    assert_eq!(decode(b"*8\r\n$1024\r\n"), Ok(None));
+    assert_eq!(decode(b"*2\r\n$3\r\nSE"), Ok(None));
+    assert_eq!(decode(b"*2\r\n$10"), Ok(None));
+    assert!(decode(b"*1\r\n$4\r\nPING\r\n").unwrap().is_some());
 }
