@@ -52,6 +52,35 @@ pub struct Config {
     /// Key-prefix namespaces; exactly one has no prefixes and takes every other key.
     #[serde(default)]
     pub namespaces: Vec<NamespaceConfig>,
+    /// ACL-style users besides `default`. With any configured, every client must
+    /// authenticate (`default` then needs `requirepass`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub users: Vec<UserConfig>,
+}
+
+/// `[[users]]`: a client identity with its own password and permissions.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserConfig {
+    /// The name given to `AUTH name password`.
+    pub name: String,
+    /// The password (or `password_file`).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "string_like"
+    )]
+    pub password: Option<String>,
+    /// A file holding the password; its trailing newline is dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_file: Option<std::path::PathBuf>,
+    /// The namespaces whose keys this user may touch; all when absent. Keyless commands
+    /// belong to the catch-all namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespaces: Option<Vec<String>>,
+    /// Only Read commands (GET, SCAN, ...) are allowed.
+    #[serde(default)]
+    pub read_only: bool,
 }
 
 /// `[server]`
@@ -380,6 +409,7 @@ impl Default for Config {
             defaults: Defaults::default(),
             retry_budget: BudgetConfig::default(),
             backends,
+            users: Vec::new(),
             namespaces: vec![NamespaceConfig {
                 name: "default".to_string(),
                 prefixes: Vec::new(),
@@ -456,6 +486,11 @@ impl Config {
             .map_err(|e| ConfigError::Load(Box::new(e)))?;
         if let Some(path) = &config.server.requirepass_file {
             config.server.requirepass = Some(read_secret("server.requirepass_file", path)?);
+        }
+        for (i, user) in config.users.iter_mut().enumerate() {
+            if let Some(path) = &user.password_file {
+                user.password = Some(read_secret(&format!("users[{i}].password_file"), path)?);
+            }
         }
         config.validate()?;
         Ok(config)
@@ -564,6 +599,36 @@ impl Config {
             check_acquire(&format!("{key}.acquire_timeout"), policy.acquire_timeout)?;
             check_fits(&key, &policy)?;
         }
+        let mut users = std::collections::HashSet::new();
+        for (i, user) in self.users.iter().enumerate() {
+            let key = format!("users[{i}]");
+            if user.name.is_empty() || user.name == "default" || user.name.contains(' ') {
+                return Err(invalid(
+                    format!("{key}.name"),
+                    "must be a word other than `default` (set server.requirepass for default)",
+                ));
+            }
+            if !users.insert(user.name.as_str()) {
+                return Err(invalid(
+                    format!("{key}.name"),
+                    format!("`{}` is defined twice", user.name),
+                ));
+            }
+            if user.password.as_deref().unwrap_or_default().is_empty() {
+                return Err(invalid(
+                    format!("{key}.password"),
+                    "a user needs a password (or password_file)",
+                ));
+            }
+            for ns in user.namespaces.iter().flatten() {
+                if !names.contains(ns.as_str()) {
+                    return Err(invalid(
+                        format!("{key}.namespaces"),
+                        format!("no namespace named `{ns}`"),
+                    ));
+                }
+            }
+        }
         if catch_all.is_none() {
             return Err(invalid(
                 "namespaces",
@@ -581,6 +646,13 @@ impl Config {
             shown.server.requirepass = None;
         } else if shown.server.requirepass.is_some() {
             shown.server.requirepass = Some("<redacted>".to_string());
+        }
+        for user in &mut shown.users {
+            if user.password_file.is_some() {
+                user.password = None;
+            } else if user.password.is_some() {
+                user.password = Some("<redacted>".to_string());
+            }
         }
         for backend in shown.backends.values_mut() {
             match backend {

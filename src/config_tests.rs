@@ -133,6 +133,22 @@ fn bad_configurations_name_the_key() {
             "server.requirepass_file",
         ),
         (
+            format!("{MINIMAL}[[users]]\nname = \"u\"\npassword = \"p\"\nnamespaces = [\"nope\"]\n"),
+            "users[0].namespaces",
+        ),
+        (
+            format!("{MINIMAL}[[users]]\nname = \"u\"\n"),
+            "users[0].password",
+        ),
+        (
+            format!("{MINIMAL}[[users]]\nname = \"default\"\npassword = \"p\"\n"),
+            "users[0].name",
+        ),
+        (
+            format!("{MINIMAL}[[users]]\nname = \"u\"\npassword = \"p\"\n[[users]]\nname = \"u\"\npassword = \"q\"\n"),
+            "users[1].name",
+        ),
+        (
             MINIMAL.replace("kind = \"redis\"", "kind = \"redis\"\npassword_file = \"/nonexistent/pw\""),
             "backends.cache.password_file",
         ),

@@ -62,6 +62,8 @@ struct Conn {
     proto: Proto,
     /// Whether AUTH succeeded (or none is required).
     authed: bool,
+    /// The `[[users]]` name this client authenticated as; `None` is `default`.
+    user: Option<String>,
     /// `CLIENT SETNAME`.
     name: Option<Bytes>,
     /// Set between MULTI and EXEC/DISCARD.
@@ -124,7 +126,8 @@ where
     let id = shared.next_client_id();
     let state = shared.current();
     let mut conn = Conn {
-        authed: state.config.server.requirepass.is_none(),
+        authed: open_to_all(&state),
+        user: None,
         give_up: shared.give_up_signal(),
         state,
         shared,
@@ -275,6 +278,14 @@ impl Conn {
             )
         {
             self.reply(out, &error("NOAUTH Authentication required."));
+            return Flow::Continue;
+        }
+        if let Err(refusal) = self.permit(&command) {
+            if let Some(multi) = self.multi.as_mut() {
+                multi.dirty = true;
+            }
+            m::request("", command.label(), "refused", started.elapsed());
+            self.reply(out, &error(refusal));
             return Flow::Continue;
         }
         if let Some(multi) = self.multi.as_mut() {
@@ -458,7 +469,8 @@ impl Conn {
                 self.unwatch().await;
                 self.proto = Proto::Resp2;
                 self.name = None;
-                self.authed = self.state.config.server.requirepass.is_none();
+                self.authed = open_to_all(&self.state);
+                self.user = None;
                 simple("RESET")
             }
             Local::Multi => {
@@ -556,7 +568,8 @@ impl Conn {
     }
 
     fn auth(&mut self, args: &[Bytes]) -> Frame {
-        if self.state.config.server.requirepass.is_none() {
+        let config = &self.state.config;
+        if args.len() == 2 && config.server.requirepass.is_none() && config.users.is_empty() {
             return error("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?");
         }
         let (user, pass) = match args.len() {
@@ -571,17 +584,77 @@ impl Conn {
         }
     }
 
-    /// Checks a user and password, and marks the connection authenticated when they match.
+    /// Checks a user and password; on a match the connection is authenticated as that user.
+    /// A failed attempt leaves the connection as it was, as in Redis.
     fn check_password(&mut self, user: &[u8], pass: &[u8]) -> bool {
-        let Some(expected) = self.state.config.server.requirepass.as_deref() else {
-            // Without requirepass, Redis accepts any password for `default`.
-            self.authed = true;
-            return true;
+        let config = &self.state.config;
+        let matched = if user == b"default" {
+            match config.server.requirepass.as_deref() {
+                Some(expected) => constant_time_eq(expected.as_bytes(), pass),
+                // Without requirepass, `default` takes any password, as in Redis, unless
+                // users are configured: then `default` is off.
+                None => config.users.is_empty(),
+            }
+        } else {
+            config
+                .users
+                .iter()
+                .find(|u| u.name.as_bytes() == user)
+                .is_some_and(|u| {
+                    constant_time_eq(u.password.as_deref().unwrap_or_default().as_bytes(), pass)
+                })
         };
-        let user_ok = user == b"default";
-        let pass_ok = constant_time_eq(expected.as_bytes(), pass);
-        self.authed = user_ok && pass_ok;
-        self.authed
+        if matched {
+            self.authed = true;
+            self.user = (user != b"default").then(|| String::from_utf8_lossy(user).into_owned());
+        }
+        matched
+    }
+
+    /// Whether the authenticated user may run `command`, with Redis's `NOPERM` wording when
+    /// not. Looked up in the current generation, so a reload that removes a user or narrows
+    /// its namespaces applies to connections already authenticated as it.
+    fn permit(&self, command: &Command) -> Result<(), String> {
+        let Some(name) = &self.user else {
+            return Ok(());
+        };
+        let cannot_run = || {
+            format!(
+                "NOPERM this user has no permissions to run the '{}' command",
+                command.spec.name.to_ascii_lowercase()
+            )
+        };
+        let Some(user) = self.state.config.users.iter().find(|u| &u.name == name) else {
+            return Err(cannot_run());
+        };
+        // Connection commands are every user's; WATCH names keys and is checked below.
+        if !matches!(command.local(), None | Some(Local::Watch)) {
+            return Ok(());
+        }
+        if user.read_only && command.local().is_none() && command.class != Idempotence::Read {
+            return Err(cannot_run());
+        }
+        let Some(allowed) = &user.namespaces else {
+            return Ok(());
+        };
+        let router = &self.state.router;
+        let mut keys = command.keys().peekable();
+        if keys.peek().is_none() {
+            return if allowed.contains(&router.catch_all().name) {
+                Ok(())
+            } else {
+                Err(cannot_run())
+            };
+        }
+        for key in keys {
+            if !allowed.contains(&router.namespace_of(key).name) {
+                return Err(
+                    "NOPERM this user has no permissions to access one of the keys used as arguments"
+                        .to_string(),
+                );
+            }
+        }
+        Ok(())
     }
 
     fn client(&mut self, args: &[Bytes]) -> Frame {
@@ -835,6 +908,11 @@ impl Conn {
             .await
             .map_err(bound_failure)
     }
+}
+
+/// Whether a new connection needs no AUTH: no `requirepass` and no users.
+fn open_to_all(state: &State) -> bool {
+    state.config.server.requirepass.is_none() && state.config.users.is_empty()
 }
 
 /// A failure before EXEC was sent: a transaction that never reached EXEC applied nothing.

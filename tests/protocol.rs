@@ -450,3 +450,82 @@ async fn too_many_keys_and_idle_clients_are_stopped() {
     );
     proxy.stop().await;
 }
+
+/// ACL-style users: each authenticates with its own password and is held to its namespaces
+/// and, when read-only, to Read commands; refusals are Redis's NOPERM, nothing applied.
+#[tokio::test(flavor = "multi_thread")]
+async fn users_are_held_to_their_namespaces_and_read_only_flag() {
+    let redis = RedisServer::start();
+    let config = format!(
+        r#"
+[defaults]
+reply_mode = "fast"
+[backends.main]
+kind = "redis"
+url = "{}"
+[[namespaces]]
+name = "workers"
+prefixes = ["worker:"]
+backend = "main"
+[[namespaces]]
+name = "rest"
+backend = "main"
+[[users]]
+name = "worker"
+password = "w-pass"
+namespaces = ["workers"]
+[[users]]
+name = "reader"
+password = 4242
+read_only = true
+"#,
+        redis.url()
+    );
+    let proxy = Proxy::start(&config).await;
+    let mut conn = proxy.connect().await;
+    // With users configured, nothing runs unauthenticated, and `default` is off.
+    assert_eq!(
+        text(&conn.command(&["SET", "worker:1", "x"]).await),
+        "-NOAUTH Authentication required.\r\n"
+    );
+    assert!(text(&conn.command(&["AUTH", "anything"]).await).starts_with("-WRONGPASS"));
+    assert!(text(&conn.command(&["AUTH", "worker", "nope"]).await).starts_with("-WRONGPASS"));
+    assert_eq!(
+        conn.command(&["AUTH", "worker", "w-pass"]).await,
+        b"+OK\r\n"
+    );
+    assert_eq!(conn.command(&["SET", "worker:1", "x"]).await, b"+OK\r\n");
+    assert_eq!(
+        text(&conn.command(&["SET", "other", "x"]).await),
+        "-NOPERM this user has no permissions to access one of the keys used as arguments\r\n"
+    );
+    assert_eq!(
+        text(&conn.command(&["DBSIZE"]).await),
+        "-NOPERM this user has no permissions to run the 'dbsize' command\r\n",
+        "keyless commands belong to the catch-all namespace"
+    );
+    // Refused inside MULTI: the transaction is discarded, nothing applied.
+    assert_eq!(conn.command(&["MULTI"]).await, b"+OK\r\n");
+    assert_eq!(
+        conn.command(&["SET", "worker:2", "y"]).await,
+        b"+QUEUED\r\n"
+    );
+    assert!(text(&conn.command(&["SET", "other", "y"]).await).starts_with("-NOPERM"));
+    assert!(text(&conn.command(&["EXEC"]).await).starts_with("-EXECABORT"));
+    assert_eq!(redis.cmd(&["EXISTS", "worker:2", "other"]), ":0\r\n");
+
+    let mut reader = proxy.connect().await;
+    let hello = text(
+        &reader
+            .command(&["HELLO", "3", "AUTH", "reader", "4242"])
+            .await,
+    );
+    assert!(hello.starts_with('%'), "{hello}");
+    assert_eq!(reader.command(&["GET", "worker:1"]).await, b"$1\r\nx\r\n");
+    assert_eq!(
+        text(&reader.command(&["DEL", "worker:1"]).await),
+        "-NOPERM this user has no permissions to run the 'del' command\r\n"
+    );
+    assert_eq!(redis.cmd(&["EXISTS", "worker:1"]), ":1\r\n");
+    proxy.stop().await;
+}

@@ -6,7 +6,8 @@ use crate::backend::{DoubleStyle, Proto};
 use crate::command::table::NilPath;
 use bytes::{Bytes, BytesMut};
 use redis_protocol::resp2::types::BytesFrame as Frame2;
-use redis_protocol::resp3::types::{BytesFrame as Frame, VerbatimStringFormat};
+pub use redis_protocol::resp3::types::BytesFrame as Frame;
+use redis_protocol::resp3::types::VerbatimStringFormat;
 
 /// Longest inline command line, as Redis allows.
 const MAX_INLINE: usize = 64 * 1024;
