@@ -14,7 +14,7 @@ use crate::command::{Command, CommandError};
 use crate::error::{classify, ErrorClass};
 use crate::metrics::{self as m, RequestHooks};
 use crate::namespace::Namespace;
-use crate::resp::{decode_request, encode_reply, Limits, Nils, ProtocolError};
+use crate::resp::{encode_reply, Limits, Nils, ProtocolError};
 use crate::retry::{self, Failure, GaveUp, Why};
 use crate::server::{Shared, State};
 use bytes::{Bytes, BytesMut};
@@ -146,10 +146,11 @@ where
     };
     let idle = server.idle_timeout;
     let mut input = BytesMut::with_capacity(READ_CHUNK);
+    let mut decoder = crate::resp::Decoder::default();
     let mut output = BytesMut::with_capacity(READ_CHUNK);
     'serve: loop {
         loop {
-            match decode_request(&mut input, &limits) {
+            match decoder.next(&mut input, &limits) {
                 Ok(Some(args)) => {
                     let flow = conn.handle(args, &mut output).await;
                     if flow == Flow::Close {

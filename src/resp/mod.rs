@@ -70,7 +70,12 @@ impl Limits {
 /// Checks the headers of the multibulk request at the front of `buf`, as far as they have
 /// arrived: a count or a length over its limit is refused at once, from the header, so a
 /// client cannot make holdfast buffer what it announces.
-fn check_headers(buf: &[u8], limits: &Limits) -> Result<(), ProtocolError> {
+///
+/// # Returns
+/// The least length `buf` must reach before the request can be complete (0 when unknown):
+/// the end of the first element still arriving, plus the smallest encoding of every element
+/// after it. Waiting for that much saves re-parsing a large request on every read.
+fn check_headers(buf: &[u8], limits: &Limits) -> Result<usize, ProtocolError> {
     /// Reads the decimal at `pos` (after the type byte) up to CRLF: `None` if incomplete.
     fn header(buf: &[u8], pos: usize) -> Result<Option<(i64, usize)>, ProtocolError> {
         let rest = buf.get(pos + 1..).unwrap_or_default();
@@ -87,28 +92,68 @@ fn check_headers(buf: &[u8], limits: &Limits) -> Result<(), ProtocolError> {
             None => Ok(None),
         }
     }
+    /// `$0\r\n\r\n`: the smallest element.
+    const SMALLEST: usize = 6;
     let Some((count, mut pos)) = header(buf, 0)? else {
-        return Ok(());
+        return Ok(0);
     };
     if count > 0 && count as u64 > limits.multibulk_len as u64 {
         return Err(ProtocolError::MultibulkTooLong);
     }
-    for _ in 0..count.max(0) {
+    let count = count.max(0) as usize;
+    for seen in 0..count {
+        let after = (count - seen - 1).saturating_mul(SMALLEST);
         if buf.get(pos) != Some(&b'$') {
-            return Ok(());
+            return Ok(pos.saturating_add(SMALLEST).saturating_add(after));
         }
         let Some((len, start)) = header(buf, pos)? else {
-            return Ok(());
+            return Ok(pos.saturating_add(SMALLEST).saturating_add(after));
         };
         if len > 0 && len as u64 > limits.bulk_bytes as u64 {
             return Err(ProtocolError::BulkTooLong);
         }
         pos = start.saturating_add(len.max(0) as usize).saturating_add(2);
-        if pos >= buf.len() {
-            return Ok(());
+        if pos > buf.len() {
+            return Ok(pos.saturating_add(after));
         }
     }
-    Ok(())
+    Ok(pos)
+}
+
+/// Decodes a connection's requests, remembering how much input the request at the front
+/// still needs so a large request is not re-parsed on every read (which would cost time
+/// quadratic in its size).
+#[derive(Debug, Default)]
+pub struct Decoder {
+    /// The input length below which the front request cannot be complete.
+    need: usize,
+}
+
+impl Decoder {
+    /// Like [`decode_request`], skipping the parse while `buf` is shorter than the front
+    /// request needs.
+    ///
+    /// # Errors
+    /// [`ProtocolError`] when framing is lost or the request is over a limit.
+    pub fn next(
+        &mut self,
+        buf: &mut BytesMut,
+        limits: &Limits,
+    ) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+        if buf.len() < self.need {
+            if buf.len() > limits.request_bytes {
+                return Err(ProtocolError::TooLarge(limits.request_bytes));
+            }
+            return Ok(None);
+        }
+        let decoded = decode_request(buf, limits)?;
+        self.need = match decoded {
+            Some(_) => 0,
+            None if buf.first() == Some(&b'*') => check_headers(buf, limits)?,
+            None => 0,
+        };
+        Ok(decoded)
+    }
 }
 
 /// Takes one request from the front of `buf`: `Ok(None)` means "read more".

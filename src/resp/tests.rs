@@ -330,3 +330,34 @@ fn announced_sizes_are_refused_from_the_header() {
     assert_eq!(decode(b"*2\r\n$10"), Ok(None));
     assert!(decode(b"*1\r\n$4\r\nPING\r\n").unwrap().is_some());
 }
+
+#[test]
+fn the_decoder_gives_the_same_requests_without_reparsing_a_large_one() {
+    let limits = Limits::request(1 << 24);
+    let mut wire = b"*1000\r\n".to_vec();
+    for _ in 0..1000 {
+        wire.extend_from_slice(b"$1\r\na\r\n");
+    }
+    wire.extend_from_slice(b"*1\r\n$4\r\nPING\r\n");
+    let mut decoder = Decoder::default();
+    let mut buf = BytesMut::new();
+    let mut got = Vec::new();
+    let mut parses = 0;
+    for chunk in wire.chunks(7) {
+        buf.extend_from_slice(chunk);
+        loop {
+            let before = decoder.need;
+            let skipped = buf.len() < before;
+            match decoder.next(&mut buf, &limits).unwrap() {
+                Some(args) => got.push(args.len()),
+                None => {
+                    parses += usize::from(!skipped);
+                    break;
+                }
+            }
+        }
+    }
+    assert_eq!(got, vec![1000, 1]);
+    // 1,000 reads of 7 bytes; without the hint every one would re-parse the request.
+    assert!(parses < 100, "{parses} parses");
+}
