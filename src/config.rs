@@ -120,6 +120,19 @@ pub struct ServerConfig {
     /// How long shutdown waits for held requests before closing connections.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
+    /// TLS on the client listener; off when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<ServerTls>,
+}
+
+/// `[server.tls]`: the listener speaks TLS only.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerTls {
+    /// PEM certificate chain, the server's certificate first.
+    pub cert: std::path::PathBuf,
+    /// PEM private key.
+    pub key: std::path::PathBuf,
 }
 
 impl Default for ServerConfig {
@@ -136,6 +149,7 @@ impl Default for ServerConfig {
             max_keys_per_command: 10_000,
             idle_timeout: Duration::ZERO,
             shutdown_grace: Duration::from_secs(30),
+            tls: None,
         }
     }
 }
@@ -334,6 +348,9 @@ pub struct RedisConfig {
     /// `url`. Its trailing newline is dropped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password_file: Option<std::path::PathBuf>,
+    /// For `rediss://`: PEM trust roots to verify the backend with, instead of the system's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_ca: Option<std::path::PathBuf>,
 }
 
 fn default_pool_size() -> usize {
@@ -507,6 +524,10 @@ impl Config {
         if self.server.max_request_bytes < 1024 {
             return Err(invalid("server.max_request_bytes", "must be at least 1024"));
         }
+        if let Some(tls) = &self.server.tls {
+            crate::tls::acceptor(&tls.cert, &tls.key)
+                .map_err(|e| invalid("server.tls", e.to_string()))?;
+        }
         if self.server.max_bulk_bytes < 1024 {
             return Err(invalid("server.max_bulk_bytes", "must be at least 1024"));
         }
@@ -535,11 +556,15 @@ impl Config {
                         "must be between 1 and 1024",
                     ));
                 }
-                if !redis.url.starts_with("redis://") {
+                if !redis.url.starts_with("redis://") && !redis.url.starts_with("rediss://") {
                     return Err(invalid(
                         format!("{key}.url"),
-                        "must start with redis:// (TLS to backends is not built yet)",
+                        "must start with redis:// (or rediss:// for TLS)",
                     ));
+                }
+                if let Some(ca) = &redis.tls_ca {
+                    crate::tls::client_config(ca)
+                        .map_err(|e| invalid(format!("{key}.tls_ca"), e.to_string()))?;
                 }
                 if let Some(path) = &redis.password_file {
                     read_secret(&format!("{key}.password_file"), path)?;

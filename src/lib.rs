@@ -17,6 +17,7 @@
 //! - [`metrics`] and [`http`]: every metric declared in one place; `/metrics`, `/healthz`,
 //!   `/readyz`.
 //! - [`config`]: figment layers and validation.
+//! - [`tls`]: the client listener's acceptor and backend trust roots (off by default).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -32,6 +33,7 @@ pub mod namespace;
 pub mod resp;
 pub mod retry;
 pub mod server;
+pub mod tls;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -155,6 +155,9 @@ fn warn_unbuilt_modes(router: &Router) {
     }
 }
 
+/// Longest a client may take to complete its TLS handshake.
+const TLS_HANDSHAKE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// After the grace period, how long held requests get to write their give-up replies.
 const SHUTDOWN_MARGIN: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -163,6 +166,17 @@ pub async fn run(shared: Arc<Shared>, listener: TcpListener, shutdown: impl Futu
     let (stop_tx, stop_rx) = watch::channel(false);
     let server = shared.current().config.server.clone();
     let limit = Arc::new(Semaphore::new(server.max_clients));
+    // Validated with the configuration; a file changed since is reported and TLS refused.
+    let tls = match &server.tls {
+        Some(tls) => match crate::tls::acceptor(&tls.cert, &tls.key) {
+            Ok(acceptor) => Some(acceptor),
+            Err(e) => {
+                tracing::error!(error = %e, "server.tls: cannot load; refusing every client");
+                return;
+            }
+        },
+        None => None,
+    };
     let mut connections = JoinSet::new();
     tokio::pin!(shutdown);
     loop {
@@ -180,17 +194,29 @@ pub async fn run(shared: Arc<Shared>, listener: TcpListener, shutdown: impl Futu
                 };
                 let Ok(permit) = limit.clone().try_acquire_owned() else {
                     crate::metrics::client_refused();
-                    // As Redis does at maxclients.
-                    let _ = stream.write_all(b"-ERR max number of clients reached\r\n").await;
+                    // As Redis does at maxclients (in clear text only: a TLS client would
+                    // not read it).
+                    if tls.is_none() {
+                        let _ = stream.write_all(b"-ERR max number of clients reached\r\n").await;
+                    }
                     continue;
                 };
                 let _ = stream.set_nodelay(true);
                 tracing::trace!(%peer, "client connected");
                 let shared = shared.clone();
                 let stop = stop_rx.clone();
+                let tls = tls.clone();
                 connections.spawn(async move {
                     crate::metrics::client_connection(true);
-                    crate::connection::serve(stream, shared, stop).await;
+                    match tls {
+                        None => crate::connection::serve(stream, shared, stop).await,
+                        Some(acceptor) => {
+                            match tokio::time::timeout(TLS_HANDSHAKE, acceptor.accept(stream)).await {
+                                Ok(Ok(stream)) => crate::connection::serve(stream, shared, stop).await,
+                                _ => crate::metrics::limit("tls_handshake"),
+                            }
+                        }
+                    }
                     crate::metrics::client_connection(false);
                     drop(permit);
                 });

@@ -65,7 +65,10 @@ namespaces = ["mine"]
             while Instant::now() < stop_at {
                 let key = format!("mine:{client}");
                 let started = Instant::now();
-                assert_eq!(conn.command(&["SET", &key, &n.to_string()]).await, b"+OK\r\n");
+                assert_eq!(
+                    conn.command(&["SET", &key, &n.to_string()]).await,
+                    b"+OK\r\n"
+                );
                 let got = conn.command(&["GET", &key]).await;
                 assert_eq!(text(&got), format!("${}\r\n{n}\r\n", n.to_string().len()));
                 slowest = slowest.max(started.elapsed());
@@ -82,12 +85,18 @@ namespaces = ["mine"]
         let mut c = RawConn::connect(&addr).await;
         c.send(b"\x00\xff\x13garbage\r\n*zz\r\n").await;
         let reply = text(&c.read_reply().await);
-        assert!(reply.starts_with("-NOAUTH") || reply.starts_with("-ERR"), "{reply}");
+        assert!(
+            reply.starts_with("-NOAUTH") || reply.starts_with("-ERR"),
+            "{reply}"
+        );
 
         // A bulk length of 2^40: refused from the header.
         let mut c = RawConn::connect(&addr).await;
         c.send(b"*2\r\n$3\r\nGET\r\n$1099511627776\r\n").await;
-        assert_eq!(text(&c.read_reply().await), "-ERR Protocol error: invalid bulk length\r\n");
+        assert_eq!(
+            text(&c.read_reply().await),
+            "-ERR Protocol error: invalid bulk length\r\n"
+        );
         c.expect_disconnect(Duration::from_secs(5)).await;
 
         // A multibulk of a million elements: within the argument limit, so it is read (about
@@ -99,9 +108,14 @@ namespaces = ["mine"]
             request.extend_from_slice(b"$1\r\na\r\n");
         }
         c.send(&request).await;
-        let reply = timeout(Duration::from_secs(20), c.read_reply()).await.expect("answered");
+        let reply = timeout(Duration::from_secs(20), c.read_reply())
+            .await
+            .expect("answered");
         let reply = text(&reply);
-        assert!(reply.starts_with("-ERR unknown command 'a', with args beginning with: 'a' 'a'"), "{reply}");
+        assert!(
+            reply.starts_with("-ERR unknown command 'a', with args beginning with: 'a' 'a'"),
+            "{reply}"
+        );
         assert!(reply.len() < 200, "{reply}");
 
         // A truncated frame, then silence: closed at the idle timeout.
@@ -130,18 +144,26 @@ namespaces = ["mine"]
 
         // An unauthenticated write, and a write outside the user's namespaces.
         let mut c = RawConn::connect(&addr).await;
-        assert_eq!(text(&c.command(&["SET", "mine:x", "1"]).await), "-NOAUTH Authentication required.\r\n");
+        assert_eq!(
+            text(&c.command(&["SET", "mine:x", "1"]).await),
+            "-NOAUTH Authentication required.\r\n"
+        );
         assert_eq!(c.command(&["AUTH", "app", "app-pass"]).await, b"+OK\r\n");
         assert!(text(&c.command(&["SET", "elsewhere", "1"]).await).starts_with("-NOPERM"));
         assert_eq!(redis.cmd(&["EXISTS", "mine:x", "elsewhere"]), ":0\r\n");
     };
-    timeout(Duration::from_secs(60), hostile).await.expect("hostile clients handled");
+    timeout(Duration::from_secs(60), hostile)
+        .await
+        .expect("hostile clients handled");
 
     let mut rounds = 0;
     for client in good {
         let (n, slowest) = client.await.expect("well-behaved clients saw no error");
         // Generous: this catches starvation, not speed (that is the benchmarks' job).
-        assert!(slowest < Duration::from_secs(2), "a well-behaved client waited {slowest:?}");
+        assert!(
+            slowest < Duration::from_secs(2),
+            "a well-behaved client waited {slowest:?}"
+        );
         rounds += n;
     }
     assert!(rounds > 100, "{rounds}");

@@ -6,7 +6,7 @@
 use bytes::BytesMut;
 use holdfast::backend::{DoubleStyle, Proto};
 use holdfast::command::Command;
-use holdfast::resp::{decode_request, encode_reply, Limits, Nils, ProtocolError};
+use holdfast::resp::{decode_request, encode_reply, Decoder, Limits, Nils, ProtocolError};
 use libfuzzer_sys::fuzz_target;
 
 const LIMITS: Limits = Limits {
@@ -38,8 +38,33 @@ fn decode(chunks: &[&[u8]]) -> Decoded {
     (out, None)
 }
 
+/// The connection's decoder, fed `step` bytes at a time: it skips parses while a request
+/// cannot be complete, and must find exactly the same requests.
+fn decode_stepwise(data: &[u8], step: usize) -> Decoded {
+    let mut decoder = Decoder::default();
+    let mut buf = BytesMut::new();
+    let mut out = Vec::new();
+    for chunk in data.chunks(step.max(1)) {
+        buf.extend_from_slice(chunk);
+        loop {
+            match decoder.next(&mut buf, &LIMITS) {
+                Ok(Some(args)) => out.push(args),
+                Ok(None) => break,
+                Err(e) => return (out, Some(e)),
+            }
+        }
+    }
+    (out, None)
+}
+
 fuzz_target!(|data: &[u8]| {
     let (whole, error) = decode(&[data]);
+    if let Some(&first) = data.first() {
+        let (stepwise, step_error) = decode_stepwise(data, usize::from(first % 16) + 1);
+        if error.is_none() && step_error.is_none() {
+            assert_eq!(whole, stepwise, "the decoder's skipping changed what was decoded");
+        }
+    }
     // Split anywhere: the requests decoded before an error are the same.
     if data.len() > 1 {
         let split = usize::from(data[0]) % data.len();

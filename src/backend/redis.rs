@@ -116,6 +116,12 @@ impl RedisBackend {
                 what: format!("backends.{name}.url: {}", e.details()),
             }
         })?;
+        if let Some(ca) = &config.tls_ca {
+            let tls = crate::tls::client_config(ca).map_err(|e| BackendError::Unsupported {
+                what: format!("backends.{name}.tls_ca: {e}"),
+            })?;
+            parsed.tls = Some(fred::types::config::TlsConnector::from(tls).into());
+        }
         if let Some(path) = &config.password_file {
             let key = format!("backends.{name}.password_file");
             let password =
