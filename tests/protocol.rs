@@ -495,6 +495,9 @@ read_only = true
         b"+OK\r\n"
     );
     assert_eq!(conn.command(&["SET", "worker:1", "x"]).await, b"+OK\r\n");
+    // A failed AUTH leaves the connection as it was.
+    assert!(text(&conn.command(&["AUTH", "worker", "wrong"]).await).starts_with("-WRONGPASS"));
+    assert_eq!(conn.command(&["SET", "worker:1", "x"]).await, b"+OK\r\n");
     assert_eq!(
         text(&conn.command(&["SET", "other", "x"]).await),
         "-NOPERM this user has no permissions to access one of the keys used as arguments\r\n"

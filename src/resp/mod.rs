@@ -127,9 +127,16 @@ fn check_headers(buf: &[u8], limits: &Limits) -> Result<usize, ProtocolError> {
 pub struct Decoder {
     /// The input length below which the front request cannot be complete.
     need: usize,
+    /// Parses made, for tests of the skipping.
+    parses: usize,
 }
 
 impl Decoder {
+    /// How many times this decoder has parsed its input.
+    pub fn parses(&self) -> usize {
+        self.parses
+    }
+
     /// Like [`decode_request`], skipping the parse while `buf` is shorter than the front
     /// request needs.
     ///
@@ -146,6 +153,7 @@ impl Decoder {
             }
             return Ok(None);
         }
+        self.parses += 1;
         let decoded = decode_request(buf, limits)?;
         self.need = match decoded {
             Some(_) => 0,
