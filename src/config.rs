@@ -114,6 +114,9 @@ pub struct ServerConfig {
     pub max_arguments: usize,
     /// Most keys in one multi-key command (MGET, DEL, ...).
     pub max_keys_per_command: usize,
+    /// Most commands queued between MULTI and EXEC; one more is refused and the
+    /// transaction discarded (a queue is held in memory until EXEC).
+    pub max_queued_commands: usize,
     /// A client silent for this long is disconnected; `0s` (the default) never, as Redis.
     #[serde(with = "humantime_serde")]
     pub idle_timeout: Duration,
@@ -147,6 +150,7 @@ impl Default for ServerConfig {
             max_bulk_bytes: 64 * 1024 * 1024,
             max_arguments: 1024 * 1024,
             max_keys_per_command: 10_000,
+            max_queued_commands: 10_000,
             idle_timeout: Duration::ZERO,
             shutdown_grace: Duration::from_secs(30),
             tls: None,
@@ -533,6 +537,9 @@ impl Config {
         }
         if self.server.max_arguments < 3 {
             return Err(invalid("server.max_arguments", "must be at least 3"));
+        }
+        if self.server.max_queued_commands == 0 {
+            return Err(invalid("server.max_queued_commands", "must be at least 1"));
         }
         if self.server.max_keys_per_command == 0 {
             return Err(invalid("server.max_keys_per_command", "must be at least 1"));

@@ -301,6 +301,14 @@ impl Conn {
                         | Local::Reset
                 )
             ) {
+                let limit = self.state.config.server.max_queued_commands;
+                if multi.queue.len() >= limit {
+                    multi.dirty = true;
+                    m::limit("max_queued_commands");
+                    let text = format!("ERR holdfast: more than {limit} commands queued in MULTI (server.max_queued_commands)");
+                    self.reply(out, &error(text));
+                    return Flow::Continue;
+                }
                 multi.queue.push(command);
                 self.reply(out, &simple("QUEUED"));
                 return Flow::Continue;
@@ -454,7 +462,7 @@ impl Conn {
             }
             Local::Hello => self.hello(args),
             Local::Auth => self.auth(args),
-            Local::Select => match std::str::from_utf8(&args[1])
+            Local::Select => match std::str::from_utf8(args.get(1).map_or(&b""[..], |a| a))
                 .ok()
                 .and_then(|s| s.parse::<i64>().ok())
             {

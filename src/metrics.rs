@@ -167,7 +167,7 @@ pub const LIMITS: Def = def(
     "holdfast_limits_total",
     Counter,
     &["limit"],
-    "Requests or connections stopped at a limit (max_request_bytes, max_bulk_bytes, max_arguments, max_keys_per_command, idle_timeout, inline, malformed).",
+    "Requests or connections stopped at a limit (max_request_bytes, max_bulk_bytes, max_arguments, max_keys_per_command, max_queued_commands, idle_timeout, tls_handshake, inline, malformed).",
 );
 
 /// Every metric holdfast exports. Dashboards, alerts and tests check their queries against

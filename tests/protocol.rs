@@ -408,7 +408,7 @@ fn check_config_names_the_bad_key_and_exits_64() {
 async fn too_many_keys_and_idle_clients_are_stopped() {
     let redis = RedisServer::start();
     let config = format!(
-        "[server]\nmax_keys_per_command = 3\nidle_timeout = \"500ms\"\n{}",
+        "[server]\nmax_keys_per_command = 3\nmax_queued_commands = 2\nidle_timeout = \"500ms\"\n{}",
         one_backend(&redis.url(), "limits", "")
     );
     let proxy = Proxy::start(&config).await;
@@ -427,6 +427,17 @@ async fn too_many_keys_and_idle_clients_are_stopped() {
         ":3\r\n",
         "nothing applied"
     );
+    // A MULTI queue is bounded: one command too many discards the transaction.
+    assert_eq!(conn.command(&["MULTI"]).await, b"+OK\r\n");
+    assert_eq!(conn.command(&["SET", "q", "1"]).await, b"+QUEUED\r\n");
+    assert_eq!(conn.command(&["SET", "q", "2"]).await, b"+QUEUED\r\n");
+    let refused = text(&conn.command(&["SET", "q", "3"]).await);
+    assert!(
+        refused.starts_with("-ERR holdfast: more than 2 commands queued"),
+        "{refused}"
+    );
+    assert!(text(&conn.command(&["EXEC"]).await).starts_with("-EXECABORT"));
+    assert_eq!(redis.cmd(&["EXISTS", "q"]), ":0\r\n");
     // Still served after the refusal; then closed once silent for the idle timeout.
     assert_eq!(conn.command(&["PING"]).await, b"+PONG\r\n");
     let silent = Instant::now();
