@@ -37,8 +37,8 @@ pub struct Proxy {
 impl Proxy {
     /// Starts holdfast on `config` (TOML; its `[server] listen` is replaced by a free port).
     pub async fn start(toml: &str) -> Proxy {
-        // HOLDFAST_TEST_LOG=holdfast=debug,fred=debug shows what the proxy did.
-        if let Ok(filter) = std::env::var("HOLDFAST_TEST_LOG") {
+        // HF_TEST_LOG=holdfast=debug,fred=debug shows what the proxy did.
+        if let Ok(filter) = std::env::var("HF_TEST_LOG") {
             let _ = tracing_subscriber::fmt()
                 .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
                 .with_test_writer()
