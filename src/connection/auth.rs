@@ -1,0 +1,170 @@
+//! Authentication and permissions: HELLO, AUTH, the users of `[[users]]` and their NOPERM
+//! checks. Passwords are compared in constant time.
+
+use super::*;
+
+impl Conn {
+    pub(super) fn hello(&mut self, args: &[Bytes]) -> Frame {
+        let mut proto = self.proto;
+        if let Some(version) = args.get(1) {
+            match std::str::from_utf8(version)
+                .ok()
+                .and_then(|s| s.parse::<i64>().ok())
+            {
+                Some(2) => proto = Proto::Resp2,
+                Some(3) => proto = Proto::Resp3,
+                Some(_) => return error("NOPROTO unsupported protocol version"),
+                None => return error("ERR Protocol version is not an integer or out of range"),
+            }
+        }
+        let mut i = 2;
+        let mut name = None;
+        while i < args.len() {
+            let option = &args[i];
+            if option.eq_ignore_ascii_case(b"AUTH") && i + 2 < args.len() {
+                if !self.check_password(&args[i + 1], &args[i + 2]) {
+                    return wrongpass();
+                }
+                i += 3;
+            } else if option.eq_ignore_ascii_case(b"SETNAME") && i + 1 < args.len() {
+                name = Some(args[i + 1].clone());
+                i += 2;
+            } else {
+                return error(format!(
+                    "ERR Syntax error in HELLO option '{}'",
+                    crate::command::echo(option)
+                ));
+            }
+        }
+        if !self.authed {
+            return error("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time");
+        }
+        if name.is_some() {
+            self.name = name;
+        }
+        self.proto = proto;
+        let version = match proto {
+            Proto::Resp2 => 2,
+            Proto::Resp3 => 3,
+        };
+        let pairs = vec![
+            (bulk("server"), bulk("redis")),
+            (bulk("version"), bulk(crate::REDIS_VERSION)),
+            (bulk("proto"), number(version)),
+            (bulk("id"), number(self.id as i64)),
+            (bulk("mode"), bulk("standalone")),
+            (bulk("role"), bulk("master")),
+            (bulk("modules"), array(Vec::new())),
+        ];
+        Frame::Map {
+            data: pairs.into_iter().collect(),
+            attributes: None,
+        }
+    }
+
+    pub(super) fn auth(&mut self, args: &[Bytes]) -> Frame {
+        let config = &self.state.config;
+        if args.len() == 2 && config.server.requirepass.is_none() && config.users.is_empty() {
+            return error("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?");
+        }
+        let (user, pass) = match args.len() {
+            2 => (Bytes::from_static(b"default"), &args[1]),
+            3 => (args[1].clone(), &args[2]),
+            _ => return error("ERR syntax error"),
+        };
+        if self.check_password(&user, pass) {
+            ok()
+        } else {
+            wrongpass()
+        }
+    }
+
+    /// Checks a user and password; on a match the connection is authenticated as that user.
+    /// A failed attempt leaves the connection as it was, as in Redis.
+    pub(super) fn check_password(&mut self, user: &[u8], pass: &[u8]) -> bool {
+        let config = &self.state.config;
+        let matched = if user == b"default" {
+            match config.server.requirepass.as_deref() {
+                Some(expected) => constant_time_eq(expected.as_bytes(), pass),
+                // Without requirepass, `default` takes any password, as in Redis, unless
+                // users are configured: then `default` is off.
+                None => config.users.is_empty(),
+            }
+        } else {
+            config
+                .users
+                .iter()
+                .find(|u| u.name.as_bytes() == user)
+                .is_some_and(|u| {
+                    constant_time_eq(u.password.as_deref().unwrap_or_default().as_bytes(), pass)
+                })
+        };
+        if matched {
+            self.authed = true;
+            self.user = (user != b"default").then(|| String::from_utf8_lossy(user).into_owned());
+        }
+        matched
+    }
+
+    /// Whether the authenticated user may run `command`, with Redis's `NOPERM` wording when
+    /// not. Looked up in the current generation, so a reload that removes a user or narrows
+    /// its namespaces applies to connections already authenticated as it.
+    pub(super) fn permit(&self, command: &Command) -> Result<(), String> {
+        let Some(name) = &self.user else {
+            return Ok(());
+        };
+        let cannot_run = || {
+            format!(
+                "NOPERM this user has no permissions to run the '{}' command",
+                command.spec.name.to_ascii_lowercase()
+            )
+        };
+        let Some(user) = self.state.config.users.iter().find(|u| &u.name == name) else {
+            return Err(cannot_run());
+        };
+        // Connection commands are every user's; WATCH names keys and is checked below.
+        if !matches!(command.local(), None | Some(Local::Watch)) {
+            return Ok(());
+        }
+        if user.read_only && command.local().is_none() && command.class != Idempotence::Read {
+            return Err(cannot_run());
+        }
+        let Some(allowed) = &user.namespaces else {
+            return Ok(());
+        };
+        let router = &self.state.router;
+        let mut keys = command.keys().peekable();
+        if keys.peek().is_none() {
+            return if allowed.contains(&router.catch_all().name) {
+                Ok(())
+            } else {
+                Err(cannot_run())
+            };
+        }
+        for key in keys {
+            if !allowed.contains(&router.namespace_of(key).name) {
+                return Err(
+                    "NOPERM this user has no permissions to access one of the keys used as arguments"
+                        .to_string(),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether a new connection needs no AUTH: no `requirepass` and no users.
+pub(super) fn open_to_all(state: &State) -> bool {
+    state.config.server.requirepass.is_none() && state.config.users.is_empty()
+}
+
+/// Compares without an early exit, so timing does not reveal how much of a password matched.
+pub(super) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = a.len() ^ b.len();
+    for i in 0..a.len().max(b.len()) {
+        let x = a.get(i).copied().unwrap_or(0);
+        let y = b.get(i).copied().unwrap_or(0);
+        diff |= usize::from(x ^ y);
+    }
+    diff == 0
+}

@@ -1,0 +1,161 @@
+//! WATCH and MULTI/EXEC: commands are queued by holdfast and sent as one transaction at EXEC
+//! on the client's own backend connection, so a transaction that never reaches EXEC applies
+//! nothing.
+
+use super::*;
+
+impl Conn {
+    pub(super) async fn watch(&mut self, command: &Command) -> Frame {
+        let keys: Vec<&[u8]> = command.keys().map(|k| k.as_ref()).collect();
+        let namespace = match self.state.router.route(keys) {
+            Ok(ns) => ns.clone(),
+            Err(e) => return error(e.to_string()),
+        };
+        if self.watching {
+            if let Some((backend, _)) = &self.dedicated {
+                if !Arc::ptr_eq(backend, &namespace.backend) {
+                    return error(
+                        "ERR holdfast: WATCH keys of one transaction must live on one backend",
+                    );
+                }
+            }
+        }
+        let result = self.send_dedicated(&namespace, &command.args, false).await;
+        if result.is_ok() {
+            self.watching = true;
+        }
+        failure_reply(result.map_err(bound_failure), &namespace).0
+    }
+
+    pub(super) async fn unwatch(&mut self) {
+        if self.watching {
+            if let Some((_, dedicated)) = &self.dedicated {
+                let args = [Bytes::from_static(b"UNWATCH")];
+                let request = Request {
+                    args: &args,
+                    proto: self.proto,
+                    pin: self.id,
+                    blocking: false,
+                };
+                let _ = dedicated.send(&request).await;
+            }
+        }
+        self.watching = false;
+    }
+
+    /// Runs the queued commands as one MULTI/EXEC on the client's own backend connection.
+    pub(super) async fn exec(&mut self, out: &mut BytesMut) -> Flow {
+        let started = Instant::now();
+        let Some(multi) = self.multi.take() else {
+            self.reply(out, &error("ERR EXEC without MULTI"));
+            return Flow::Continue;
+        };
+        if multi.dirty {
+            self.unwatch().await;
+            self.reply(
+                out,
+                &error("EXECABORT Transaction discarded because of previous errors."),
+            );
+            return Flow::Continue;
+        }
+        let keys: Vec<&[u8]> = multi
+            .queue
+            .iter()
+            .flat_map(|c| c.keys())
+            .map(|k| k.as_ref())
+            .collect();
+        let routed = self.state.router.route(keys).map(Arc::clone);
+        let namespace = match routed {
+            Ok(ns) => ns,
+            Err(e) => {
+                self.unwatch().await;
+                self.reply(out, &error(e.to_string()));
+                return Flow::Continue;
+            }
+        };
+        if self.watching {
+            if let Some((backend, _)) = &self.dedicated {
+                if !Arc::ptr_eq(backend, &namespace.backend) {
+                    self.unwatch().await;
+                    self.reply(
+                        out,
+                        &error("ERR holdfast: WATCH and EXEC keys must live on one backend"),
+                    );
+                    return Flow::Continue;
+                }
+            }
+        }
+        let result = self.run_transaction(&namespace, &multi.queue).await;
+        self.watching = false;
+        let frame = match result {
+            Ok(frame) => frame,
+            Err(failure) => {
+                let (frame, outcome) = failure_reply(Err(failure), &namespace);
+                m::request(&namespace.name, "EXEC", outcome, started.elapsed());
+                self.reply(out, &frame);
+                return Flow::Continue;
+            }
+        };
+        m::request(&namespace.name, "EXEC", "ok", started.elapsed());
+        let doubles = namespace.backend.double_style();
+        match &frame {
+            // Each element is its own command's reply, nils and all.
+            Frame::Array { data, .. } if data.len() == multi.queue.len() => {
+                let _ = write!(ErrSink(out), "*{}\r\n", data.len());
+                for (item, command) in data.iter().zip(&multi.queue) {
+                    self.reply_to(out, item, command, doubles);
+                }
+            }
+            // A nil EXEC (a WATCHed key changed) is a null array.
+            _ => encode_reply(
+                out,
+                &frame,
+                self.proto,
+                Nils {
+                    top: true,
+                    nested: None,
+                },
+                doubles,
+            ),
+        }
+        Flow::Continue
+    }
+
+    pub(super) async fn run_transaction(
+        &mut self,
+        namespace: &Arc<Namespace>,
+        queue: &[Command],
+    ) -> Result<Frame, Failure<BackendError>> {
+        let multi = [Bytes::from_static(b"MULTI")];
+        // Nothing is applied before EXEC is sent: a failure up to there is not in doubt.
+        self.send_dedicated(namespace, &multi, false)
+            .await
+            .map_err(not_applied)?;
+        for command in queue {
+            match self.send_dedicated(namespace, &command.args, false).await {
+                Ok(_) => {}
+                // Redis answered the queueing itself with an error; EXEC will say EXECABORT.
+                Err(BackendError::Reply { .. }) => {}
+                Err(e) => return Err(not_applied(e)),
+            }
+        }
+        let exec = [Bytes::from_static(b"EXEC")];
+        self.send_dedicated(namespace, &exec, false)
+            .await
+            .map_err(bound_failure)
+    }
+}
+
+/// A failure before EXEC was sent: a transaction that never reached EXEC applied nothing.
+pub(super) fn not_applied(error: BackendError) -> Failure<BackendError> {
+    match classify(&error) {
+        ErrorClass::Other => Failure::Answer(error),
+        class => Failure::Unavailable(GaveUp {
+            last: error,
+            class,
+            attempts: 1,
+            elapsed: Duration::ZERO,
+            why: Why::MustNotRepeat,
+        }),
+    }
+}
