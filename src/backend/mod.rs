@@ -93,11 +93,7 @@ pub enum BackendError {
 impl BackendError {
     /// An error reply with text `text` (without the leading `-`).
     pub fn reply(text: Bytes) -> BackendError {
-        let prefix = text
-            .split(|b| *b == b' ')
-            .next()
-            .map(|p| String::from_utf8_lossy(p).into_owned())
-            .unwrap_or_default();
+        let prefix = error_prefix(&text);
         let frame = Frame::SimpleError {
             data: bytes_utils::Str::from_inner(text.clone()).unwrap_or_else(|_| {
                 bytes_utils::Str::from(String::from_utf8_lossy(&text).into_owned())
@@ -117,16 +113,18 @@ impl BackendError {
             Frame::BlobError { data, .. } => data,
             _ => return Ok(frame),
         };
-        let prefix = text
-            .split(|b| *b == b' ')
-            .next()
-            .map(|p| String::from_utf8_lossy(p).into_owned())
-            .unwrap_or_default();
+        let prefix = error_prefix(text);
         Err(BackendError::Reply {
             prefix,
             frame: Box::new(frame),
         })
     }
+}
+
+/// The first word of an error reply (`WRONGTYPE`, `READONLY`, ...): what `classify` reads.
+fn error_prefix(text: &[u8]) -> String {
+    let word = text.split(|b| *b == b' ').next().unwrap_or_default();
+    String::from_utf8_lossy(word).into_owned()
 }
 
 /// A configured backend.

@@ -270,13 +270,14 @@ fn index() -> &'static HashMap<&'static str, &'static Spec> {
 /// Finds the row for a command name, case-insensitively. Container commands need their
 /// subcommand: `lookup(b"CONFIG", Some(b"get"))` finds `CONFIG|GET`.
 pub fn lookup(name: &[u8]) -> Option<&'static Spec> {
-    let upper = upper_ascii(name)?;
-    index().get(upper.as_str()).copied()
+    let mut buf = [0u8; NAME_MAX];
+    index().get(upper_ascii(name, &mut buf)?).copied()
 }
 
 /// Finds the row of a container's subcommand.
 pub fn lookup_sub(container: &Spec, sub: &[u8]) -> Option<&'static Spec> {
-    let sub = upper_ascii(sub)?;
+    let mut buf = [0u8; NAME_MAX];
+    let sub = upper_ascii(sub, &mut buf)?;
     let name = format!("{}|{}", container.name, sub);
     index().get(name.as_str()).copied()
 }
@@ -286,13 +287,16 @@ pub fn all() -> &'static [Spec] {
     super::rows::ROWS
 }
 
-fn upper_ascii(name: &[u8]) -> Option<String> {
-    // Command names are short ASCII words; anything else cannot be in the table.
-    if name.len() > 64 {
-        return None;
+/// Longest command name looked up; anything longer cannot be in the table.
+const NAME_MAX: usize = 64;
+
+/// `name` in upper case, in `buf`, without allocating (this runs for every request).
+fn upper_ascii<'b>(name: &[u8], buf: &'b mut [u8; NAME_MAX]) -> Option<&'b str> {
+    let upper = buf.get_mut(..name.len())?;
+    for (to, from) in upper.iter_mut().zip(name) {
+        *to = from.to_ascii_uppercase();
     }
-    let text = std::str::from_utf8(name).ok()?;
-    Some(text.to_ascii_uppercase())
+    std::str::from_utf8(upper).ok()
 }
 
 /// Returns the indices of the key arguments of `args` (index 0 is the name).

@@ -384,7 +384,7 @@ impl Conn {
         drop(hooks);
         let (frame, outcome) = failure_reply(result, &namespace);
         m::request(&namespace.name, command.label(), outcome, started.elapsed());
-        (frame, namespace.backend.double_style())
+        (frame, doubles)
     }
 
     /// A connection-bound command: on this client's own backend connection, never retried.

@@ -105,11 +105,6 @@ impl Backoff {
     pub fn total_before_jitter(&self) -> Duration {
         (1..self.max_attempts).map(|a| self.base_delay(a)).sum()
     }
-
-    /// The same sum at the largest jitter.
-    pub fn total_max(&self) -> Duration {
-        self.total_before_jitter().mul_f64(1.0 + self.jitter)
-    }
 }
 
 #[cfg(test)]

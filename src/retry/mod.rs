@@ -68,10 +68,6 @@ pub trait Hooks {
     fn gave_up(&mut self, _class: ErrorClass, _attempts: u32, _elapsed: Duration, _why: Why) {}
 }
 
-/// Hooks that observe nothing.
-pub struct NoHooks;
-impl Hooks for NoHooks {}
-
 /// Runs `attempt` until it succeeds, its failure is an answer, or the policy stops. While it
 /// waits between attempts it also stops when `stop` turns true (shutdown's grace is over).
 ///
