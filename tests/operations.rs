@@ -384,3 +384,37 @@ async fn sighup_reloads_the_file_and_keeps_it_on_a_bad_one() {
     );
     assert_eq!(conn.command(&["GET", "k"]).await, b"$1\r\nb\r\n");
 }
+
+/// A dispatch still in flight when the grace period ends (its backend blackholed) is
+/// abandoned a moment later: the client hears it may have been applied, not silence.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dispatch_in_flight_at_the_end_of_the_grace_period_answers_indoubt() {
+    let redis = RedisServer::start();
+    let relay = Relay::start(&redis.addr()).await;
+    let mut proxy = Binary::start(&format!(
+        "shutdown_grace = \"1s\"\n{}",
+        one_backend(&format!("redis://{}", relay.addr()), "inflight", "")
+    ));
+    let mut conn = proxy.connect().await;
+    assert_eq!(conn.command(&["SET", "k", "v"]).await, b"+OK\r\n");
+    relay.blackhole();
+    conn.send(&encode_str(&["SET", "k", "w"])).await;
+    sleep(Duration::from_millis(300)).await;
+    let signalled = Instant::now();
+    proxy.signal("TERM");
+    let reply = timeout(Duration::from_secs(10), conn.read_reply())
+        .await
+        .unwrap();
+    let reply = text(&reply);
+    assert!(
+        reply.starts_with("-INDOUBT may have been applied: holdfast is shutting down"),
+        "{reply}"
+    );
+    let (code, _) = proxy.exit(Duration::from_secs(10)).await;
+    assert_eq!(code, Some(0));
+    assert!(
+        signalled.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        signalled.elapsed()
+    );
+}

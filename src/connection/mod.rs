@@ -362,9 +362,23 @@ impl Conn {
             pin: self.id,
             blocking: false,
         };
+        // Once shutdown's grace period is over, nothing new is sent.
+        if *self.give_up.borrow() {
+            m::request(
+                &namespace.name,
+                command.label(),
+                "unavailable",
+                started.elapsed(),
+            );
+            return (
+                shutting_down("UNAVAILABLE not applied", &namespace),
+                doubles,
+            );
+        }
         let mut hooks =
             RequestHooks::new(&namespace.name, namespace.backend.name(), command.label());
-        let result = retry::run(
+        let mut stop = self.give_up.clone();
+        let retried = retry::run(
             &namespace.policy,
             &shared.budget,
             command.class,
@@ -376,8 +390,29 @@ impl Conn {
                     .backend
                     .dispatch(&request, namespace.acquire_timeout)
             },
-        )
-        .await;
+        );
+        // The loop stops by itself when shutdown's grace is over while it waits between
+        // attempts; a dispatch still in flight a moment later is abandoned, and the client
+        // told it may have been applied (a read: that it was not).
+        let abandon = async {
+            if stop.wait_for(|stop| *stop).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+            tokio::time::sleep(IN_FLIGHT_AT_SHUTDOWN).await;
+        };
+        let result = tokio::select! {
+            result = retried => result,
+            () = abandon => {
+                drop(hooks);
+                let (code, outcome) = if command.class == Idempotence::Read {
+                    ("UNAVAILABLE not applied", "unavailable")
+                } else {
+                    ("INDOUBT may have been applied", "indoubt")
+                };
+                m::request(&namespace.name, command.label(), outcome, started.elapsed());
+                return (shutting_down(code, &namespace), doubles);
+            }
+        };
         if result.is_ok() {
             hooks.dispatched_ok();
         }
@@ -524,6 +559,18 @@ impl Conn {
         self.reply(out, &frame);
         Flow::Continue
     }
+}
+
+/// How long a dispatch in flight when shutdown's grace period ends may still take.
+const IN_FLIGHT_AT_SHUTDOWN: Duration = Duration::from_secs(1);
+
+/// The answer to a command cut short by the end of shutdown's grace period.
+fn shutting_down(code: &str, namespace: &Namespace) -> Frame {
+    error(format!(
+        "{code}: holdfast is shutting down (namespace '{}', backend '{}')",
+        namespace.name,
+        namespace.backend.name()
+    ))
 }
 
 /// The failure of a single, never-retried dispatch on a dedicated connection.
