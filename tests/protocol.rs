@@ -337,6 +337,9 @@ async fn shutdown_waits_for_held_requests() {
     let mut conn = proxy.connect().await;
     assert_eq!(conn.command(&["SET", "k", "v"]).await, b"+OK\r\n");
     redis.kill();
+    // Let holdfast see its backend connections close first (a command sent in the instant a
+    // connection dies can wait out response_timeout: a known limit, in the README).
+    sleep(Duration::from_millis(300)).await;
     conn.send(&encode_str(&["SET", "k", "w"])).await;
     sleep(Duration::from_millis(500)).await;
     let addr = proxy.addr.clone();
