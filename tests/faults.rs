@@ -147,7 +147,8 @@ async fn a_lost_reply_is_retried_only_for_idempotent_commands() {
     let mut conn = proxy.connect().await;
     assert_eq!(conn.command(&["SET", "counter", "10"]).await, b"+OK\r\n");
 
-    relay.drop_after_request();
+    // Armed for the command itself: the second pool connection may still be dialling.
+    relay.drop_after_request_with(b"INCR");
     let reply = text(&conn.command(&["INCR", "counter"]).await);
     assert_eq!(relay.fired(), 1);
     assert!(
@@ -159,12 +160,12 @@ async fn a_lost_reply_is_retried_only_for_idempotent_commands() {
     assert_eq!(redis.cmd(&["GET", "counter"]), "$2\r\n11\r\n");
 
     settle(&mut conn).await;
-    relay.drop_after_request();
+    relay.drop_after_request_with(b"GET\r\n$7\r\ncounter");
     assert_eq!(conn.command(&["GET", "counter"]).await, b"$2\r\n11\r\n");
     assert_eq!(relay.fired(), 2);
 
     settle(&mut conn).await;
-    relay.drop_after_request();
+    relay.drop_after_request_with(b"other");
     assert_eq!(conn.command(&["SET", "other", "x"]).await, b"+OK\r\n");
     assert_eq!(relay.fired(), 3);
     assert_eq!(redis.cmd(&["GET", "other"]), "$1\r\nx\r\n");

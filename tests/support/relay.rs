@@ -11,6 +11,9 @@
 //!   `APPLY_WAIT` passes), and then both sockets are closed. So by the time the
 //!   client sees EOF the request has been applied, and its reply is lost. The
 //!   mode returns to `pass` as the fault fires; `fired()` counts firings.
+//!   `drop_after_request_with(needle)` fires only on a chunk containing
+//!   `needle`, so a pool connection's handshake cannot take the fault meant
+//!   for the test's command.
 //! - `blackhole()`: connections are accepted and kept open, nothing is
 //!   forwarded either way (bytes read on both sides are discarded) until
 //!   `pass()`. A backend that hangs up meanwhile is forgotten silently; its
@@ -55,6 +58,8 @@ pub enum Fault {
 struct Shared {
     mode: watch::Sender<Fault>,
     target: Mutex<String>,
+    /// When set, DropAfterRequest fires only on a chunk containing it.
+    needle: Mutex<Option<Vec<u8>>>,
     fired: AtomicUsize,
     accepted: AtomicUsize,
     open: AtomicUsize,
@@ -65,16 +70,22 @@ impl Shared {
         *self.mode.borrow()
     }
 
-    /// Atomically turns DropAfterRequest into Pass; true if this caller did.
-    fn claim_drop(&self) -> bool {
-        self.mode.send_if_modified(|m| {
-            if *m == Fault::DropAfterRequest {
-                *m = Fault::Pass;
-                true
-            } else {
-                false
-            }
-        })
+    /// Atomically turns DropAfterRequest into Pass when `chunk` is the one the
+    /// fault is armed for; true if this caller did.
+    fn claim_drop(&self, chunk: &[u8]) -> bool {
+        let wanted = match &*self.needle.lock().expect("relay needle lock") {
+            Some(needle) => chunk.windows(needle.len()).any(|w| w == needle.as_slice()),
+            None => true,
+        };
+        wanted
+            && self.mode.send_if_modified(|m| {
+                if *m == Fault::DropAfterRequest {
+                    *m = Fault::Pass;
+                    true
+                } else {
+                    false
+                }
+            })
     }
 }
 
@@ -97,6 +108,7 @@ impl Relay {
         let shared = Arc::new(Shared {
             mode,
             target: Mutex::new(target.to_string()),
+            needle: Mutex::new(None),
             fired: AtomicUsize::new(0),
             accepted: AtomicUsize::new(0),
             open: AtomicUsize::new(0),
@@ -121,6 +133,13 @@ impl Relay {
 
     /// Arm the one-shot "request applied, reply lost" fault.
     pub fn drop_after_request(&self) {
+        *self.shared.needle.lock().expect("relay needle lock") = None;
+        self.shared.mode.send_replace(Fault::DropAfterRequest);
+    }
+
+    /// Arm the one-shot fault for the next chunk that contains `needle`.
+    pub fn drop_after_request_with(&self, needle: &[u8]) {
+        *self.shared.needle.lock().expect("relay needle lock") = Some(needle.to_vec());
         self.shared.mode.send_replace(Fault::DropAfterRequest);
     }
 
@@ -287,7 +306,7 @@ async fn run_conn(mut client: TcpStream, shared: Arc<Shared>) {
             Event::Client(Err(_)) => return,
             Event::Client(Ok(n)) => {
                 let chunk = &cbuf[..n];
-                if shared.claim_drop() {
+                if shared.claim_drop(chunk) {
                     if backend.is_none() {
                         backend = connect_backend(&shared).await;
                     }
