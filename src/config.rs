@@ -309,15 +309,89 @@ pub enum BackendConfig {
         nodes: Vec<String>,
     },
     /// PostgreSQL.
-    Postgres {
-        /// libpq URL, multi-host form allowed.
-        url: String,
-    },
+    Postgres(PostgresConfig),
     /// SQLite in a local file.
-    Sqlite {
-        /// Path of the database file.
-        path: String,
-    },
+    Sqlite(SqliteConfig),
+}
+
+/// `kind = "postgres"`
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PostgresConfig {
+    /// `postgres://user[:pass]@host:port/db`
+    pub url: String,
+    /// Most connections open at once, shared by every client connection.
+    #[serde(default = "default_pool_size")]
+    pub pool_size: usize,
+    /// Longest a connect plus handshake may take.
+    #[serde(default = "default_sql_connection_timeout", with = "humantime_serde")]
+    pub connection_timeout: Duration,
+    /// PostgreSQL's `statement_timeout` for holdfast's sessions.
+    #[serde(default = "default_response_timeout", with = "humantime_serde")]
+    pub statement_timeout: Duration,
+    /// FLUSHDB and FLUSHALL empty the whole database; false refuses them.
+    #[serde(default = "default_true")]
+    pub allow_flush: bool,
+}
+
+/// `kind = "sqlite"`
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SqliteConfig {
+    /// Path of the database file; created, with its directory, when missing.
+    pub path: String,
+    /// Connections for reads (WAL lets them run beside the one writer).
+    #[serde(default = "default_sqlite_readers")]
+    pub readers: usize,
+    /// How long a statement waits for a lock held by another process.
+    #[serde(default = "default_busy_timeout", with = "humantime_serde")]
+    pub busy_timeout: Duration,
+    /// SQLite's `synchronous`: "full" syncs every commit to disk; "normal" (WAL) survives a
+    /// crash of holdfast but may lose the last commits to a power failure.
+    #[serde(default = "default_synchronous")]
+    pub synchronous: Synchronous,
+    /// FLUSHDB and FLUSHALL empty the whole database; false refuses them.
+    #[serde(default = "default_true")]
+    pub allow_flush: bool,
+}
+
+/// SQLite's `synchronous` setting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Synchronous {
+    /// Sync at every commit.
+    Full,
+    /// Sync at checkpoints only (WAL).
+    Normal,
+}
+
+fn default_true() -> bool {
+    true
+}
+fn default_sqlite_readers() -> usize {
+    4
+}
+fn default_busy_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+fn default_sql_connection_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+fn default_synchronous() -> Synchronous {
+    Synchronous::Full
+}
+
+impl SqliteConfig {
+    /// The configuration with its defaults.
+    pub fn at(path: &str) -> SqliteConfig {
+        SqliteConfig {
+            path: path.to_string(),
+            readers: default_sqlite_readers(),
+            busy_timeout: default_busy_timeout(),
+            synchronous: default_synchronous(),
+            allow_flush: true,
+        }
+    }
 }
 
 impl BackendConfig {
@@ -327,8 +401,8 @@ impl BackendConfig {
             BackendConfig::Redis(_) => "redis",
             BackendConfig::Sentinel { .. } => "sentinel",
             BackendConfig::Cluster { .. } => "cluster",
-            BackendConfig::Postgres { .. } => "postgres",
-            BackendConfig::Sqlite { .. } => "sqlite",
+            BackendConfig::Postgres(_) => "postgres",
+            BackendConfig::Sqlite(_) => "sqlite",
         }
     }
 }
@@ -421,9 +495,7 @@ impl Default for Config {
         let mut backends = BTreeMap::new();
         backends.insert(
             "local".to_string(),
-            BackendConfig::Sqlite {
-                path: "data/holdfast.db".to_string(),
-            },
+            BackendConfig::Sqlite(SqliteConfig::at("data/holdfast.db")),
         );
         Config {
             server: ServerConfig::default(),
@@ -580,6 +652,32 @@ impl Config {
                     return Err(invalid(format!("{key}.url"), e.details().to_string()));
                 }
             }
+            let key = format!("backends.{name}");
+            match backend {
+                BackendConfig::Postgres(pg) => {
+                    if pg.pool_size == 0 || pg.pool_size > 1024 {
+                        return Err(invalid(
+                            format!("{key}.pool_size"),
+                            "must be between 1 and 1024",
+                        ));
+                    }
+                    if let Err(e) = crate::backend::sql::postgres_hosts(&pg.url) {
+                        return Err(invalid(format!("{key}.url"), e));
+                    }
+                }
+                BackendConfig::Sqlite(sqlite) => {
+                    if sqlite.readers == 0 || sqlite.readers > 64 {
+                        return Err(invalid(
+                            format!("{key}.readers"),
+                            "must be between 1 and 64",
+                        ));
+                    }
+                    if sqlite.path.is_empty() {
+                        return Err(invalid(format!("{key}.path"), "must not be empty"));
+                    }
+                }
+                _ => {}
+            }
         }
         if self.namespaces.is_empty() {
             return Err(invalid("namespaces", "at least one namespace is required"));
@@ -689,7 +787,7 @@ impl Config {
         for backend in shown.backends.values_mut() {
             match backend {
                 BackendConfig::Redis(redis) => redis.url = redact_url(&redis.url),
-                BackendConfig::Postgres { url } => *url = redact_url(url),
+                BackendConfig::Postgres(pg) => pg.url = redact_url(&pg.url),
                 _ => {}
             }
         }

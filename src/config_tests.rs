@@ -87,7 +87,7 @@ fn the_built_in_default_is_sqlite_as_the_catch_all() {
         assert!(config.namespaces[0].prefixes.is_empty());
         assert!(matches!(
             config.backends.get("local"),
-            Some(BackendConfig::Sqlite { path }) if path == "data/holdfast.db"
+            Some(BackendConfig::Sqlite(sqlite)) if sqlite.path == "data/holdfast.db"
         ));
         Ok(())
     });

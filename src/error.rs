@@ -2,9 +2,11 @@
 //!
 //! The class decides what the retry policy may do (DESIGN.md section 2). It is read from typed
 //! facts only: which [`BackendError`] variant the adapter returned (it knows whether the
-//! request had been handed to a connection), fred's `ErrorKind`, and the first word of a
-//! Redis error reply. Message text is never matched.
+//! request had been handed to a connection), fred's `ErrorKind`, the first word of a
+//! Redis error reply, a PostgreSQL SQLSTATE, a SQLite result code, and the stage of a SQL
+//! transaction the failure happened in. Message text is never matched.
 
+use crate::backend::sql::SqlStage;
 use crate::backend::BackendError;
 use fred::error::ErrorKind;
 use std::error::Error as StdError;
@@ -71,6 +73,61 @@ fn classify_backend(error: &BackendError) -> ErrorClass {
         BackendError::Sent { source } => sent_kind(source.kind()),
         BackendError::Reply { prefix, .. } => reply_prefix(prefix),
         BackendError::Unsupported { .. } => ErrorClass::Other,
+        BackendError::Sql { stage, source } => sql_error(*stage, source),
+    }
+}
+
+/// A database failure. One refinement applies to all of them: before COMMIT was sent, a
+/// transaction that failed cannot have been applied (the database rolls back what a dying
+/// connection left uncommitted), so what would be Transient there is NotAttempted.
+fn sql_error(stage: SqlStage, error: &sqlx::Error) -> ErrorClass {
+    let class = match error {
+        sqlx::Error::PoolTimedOut => ErrorClass::NotAttempted,
+        sqlx::Error::Database(db) => database_code(db.as_ref()),
+        // The connection broke: the request may have been sent.
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::WorkerCrashed => ErrorClass::Transient,
+        _ => ErrorClass::Other,
+    };
+    if class == ErrorClass::Transient && stage != SqlStage::Commit {
+        ErrorClass::NotAttempted
+    } else {
+        class
+    }
+}
+
+/// SQLite result codes (primary, the low byte of an extended code).
+const SQLITE_BUSY: i64 = 5;
+const SQLITE_LOCKED: i64 = 6;
+
+fn database_code(db: &dyn sqlx::error::DatabaseError) -> ErrorClass {
+    if let Some(pg) = db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
+        return sqlstate(pg.code());
+    }
+    if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
+        // sqlx reports SQLite's extended result code, as its decimal number.
+        let code = db.code().and_then(|c| c.parse::<i64>().ok());
+        return match code.map(|c| c & 0xff) {
+            Some(SQLITE_BUSY | SQLITE_LOCKED) => ErrorClass::NotAttempted,
+            _ => ErrorClass::Other,
+        };
+    }
+    ErrorClass::Other
+}
+
+/// A PostgreSQL SQLSTATE: five characters, the first two its class.
+pub fn sqlstate(code: &str) -> ErrorClass {
+    match code {
+        // Shutting down, or the connection was lost: the statement may have run.
+        "57P01" | "57P02" => ErrorClass::Transient,
+        // Starting up; a standby refusing a write; too many connections: turned away.
+        "57P03" | "25006" | "53300" => ErrorClass::NotAttempted,
+        // Serialization failure, deadlock: the transaction was rolled back.
+        "40001" | "40P01" => ErrorClass::NotAttempted,
+        _ if code.len() == 5 && code.starts_with("08") => ErrorClass::Transient,
+        _ => ErrorClass::Other,
     }
 }
 
@@ -284,5 +341,75 @@ mod tests {
             .is_none());
         assert_eq!(classify(&wrapped), ErrorClass::Transient);
         assert_eq!(classify(&Unrelated), ErrorClass::Other);
+    }
+
+    fn sql(stage: SqlStage, source: sqlx::Error) -> ErrorClass {
+        classify(&BackendError::Sql { stage, source })
+    }
+
+    fn io() -> sqlx::Error {
+        sqlx::Error::Io(std::io::Error::from(std::io::ErrorKind::ConnectionReset))
+    }
+
+    #[test]
+    fn a_broken_connection_is_in_doubt_only_once_commit_was_sent() {
+        assert_eq!(sql(SqlStage::Connect, io()), ErrorClass::NotAttempted);
+        assert_eq!(sql(SqlStage::Work, io()), ErrorClass::NotAttempted);
+        assert_eq!(sql(SqlStage::Commit, io()), ErrorClass::Transient);
+        assert_eq!(
+            sql(SqlStage::Connect, sqlx::Error::PoolTimedOut),
+            ErrorClass::NotAttempted
+        );
+        assert_eq!(
+            sql(SqlStage::Work, sqlx::Error::RowNotFound),
+            ErrorClass::Other
+        );
+    }
+
+    #[test]
+    fn sqlstates_by_their_five_characters() {
+        for (code, class) in [
+            ("08006", ErrorClass::Transient),
+            ("08001", ErrorClass::Transient),
+            ("57P01", ErrorClass::Transient),
+            ("57P02", ErrorClass::Transient),
+            ("57P03", ErrorClass::NotAttempted),
+            ("40001", ErrorClass::NotAttempted),
+            ("40P01", ErrorClass::NotAttempted),
+            ("25006", ErrorClass::NotAttempted),
+            ("23505", ErrorClass::Other),
+            ("42P01", ErrorClass::Other),
+            ("08", ErrorClass::Other),
+            ("080000", ErrorClass::Other),
+        ] {
+            assert_eq!(sqlstate(code), class, "{code}");
+        }
+    }
+
+    /// Real SQLite errors: a busy database (extended code masked to BUSY) is turned away; a
+    /// constraint violation is an answer.
+    #[test]
+    fn sqlite_result_codes_from_a_real_database() {
+        use sqlx::{Connection, Executor};
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let dir = tempfile::tempdir().unwrap();
+            let url = format!("sqlite://{}?mode=rwc", dir.path().join("t.db").display());
+            let mut a = sqlx::SqliteConnection::connect(&url).await.unwrap();
+            let mut b = sqlx::SqliteConnection::connect(&url).await.unwrap();
+            a.execute("CREATE TABLE t (k INTEGER PRIMARY KEY)")
+                .await
+                .unwrap();
+            b.execute("PRAGMA busy_timeout = 0").await.unwrap();
+            a.execute("BEGIN IMMEDIATE").await.unwrap();
+            let busy = b.execute("BEGIN IMMEDIATE").await.unwrap_err();
+            assert_eq!(sql(SqlStage::Work, busy), ErrorClass::NotAttempted);
+            a.execute("INSERT INTO t VALUES (1)").await.unwrap();
+            let duplicate = a.execute("INSERT INTO t VALUES (1)").await.unwrap_err();
+            assert_eq!(sql(SqlStage::Work, duplicate), ErrorClass::Other);
+        });
     }
 }

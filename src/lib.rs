@@ -13,7 +13,8 @@
 //! - [`namespace`]: key prefix → namespace → backend and retry policy.
 //! - [`retry`]: the retry loop, its policy (no I/O), backoff and the process-wide budget.
 //! - [`error`]: the three failure classes and `classify`, the only place that assigns one.
-//! - [`backend`]: Redis through fred; a scripted fake for unit tests.
+//! - [`backend`]: Redis through fred; PostgreSQL and SQLite through sqlx (the Redis data
+//!   model on tables); a scripted fake for unit tests.
 //! - [`metrics`] and [`http`]: every metric declared in one place; `/metrics`, `/healthz`,
 //!   `/readyz`.
 //! - [`config`]: figment layers and validation.

@@ -6,6 +6,7 @@
 
 pub mod fake;
 pub mod redis;
+pub mod sql;
 
 use crate::config::{BackendConfig, Config};
 use bytes::Bytes;
@@ -82,6 +83,15 @@ pub enum BackendError {
         /// errors travel often and should be small).
         frame: Box<Frame>,
     },
+    /// A SQL database failed; the stage says whether COMMIT had been sent.
+    #[error("the database failed ({stage:?})")]
+    Sql {
+        /// Where in the command's transaction it failed.
+        stage: sql::SqlStage,
+        /// sqlx's error.
+        #[source]
+        source: sqlx::Error,
+    },
     /// The backend cannot serve this command or kind at all.
     #[error("{what}")]
     Unsupported {
@@ -130,7 +140,9 @@ fn error_prefix(text: &[u8]) -> String {
 /// A configured backend.
 pub enum Backend {
     /// Redis standalone through fred.
-    Redis(redis::RedisBackend),
+    Redis(Box<redis::RedisBackend>),
+    /// PostgreSQL or SQLite through sqlx.
+    Sql(sql::SqlBackend),
 }
 
 impl Backend {
@@ -141,9 +153,13 @@ impl Backend {
     /// [`BackendError::Unsupported`] for a kind this build cannot serve yet.
     pub fn build(name: &str, config: &BackendConfig) -> Result<Backend, BackendError> {
         match config {
-            BackendConfig::Redis(redis) => {
-                Ok(Backend::Redis(redis::RedisBackend::new(name, redis)?))
+            BackendConfig::Redis(redis) => Ok(Backend::Redis(Box::new(redis::RedisBackend::new(
+                name, redis,
+            )?))),
+            BackendConfig::Sqlite(sqlite) => {
+                Ok(Backend::Sql(sql::SqlBackend::sqlite(name, sqlite)?))
             }
+            BackendConfig::Postgres(pg) => Ok(Backend::Sql(sql::SqlBackend::postgres(name, pg)?)),
             other => Err(BackendError::Unsupported {
                 what: format!(
                     "backends.{name}: kind `{}` is not available in this build yet",
@@ -157,6 +173,7 @@ impl Backend {
     pub fn name(&self) -> &str {
         match self {
             Backend::Redis(r) => r.name(),
+            Backend::Sql(s) => s.name(),
         }
     }
 
@@ -164,6 +181,8 @@ impl Backend {
     pub fn double_style(&self) -> DoubleStyle {
         match self {
             Backend::Redis(r) => r.double_style(),
+            // SQL backends answer as Redis 7.0 does (holdfast's INFO says 7.0.0).
+            Backend::Sql(_) => DoubleStyle::G17,
         }
     }
 
@@ -178,6 +197,7 @@ impl Backend {
     ) -> Result<Frame, BackendError> {
         match self {
             Backend::Redis(r) => r.dispatch(request, acquire_timeout).await,
+            Backend::Sql(s) => s.dispatch(request, acquire_timeout).await,
         }
     }
 
@@ -195,6 +215,7 @@ impl Backend {
                 .dedicated(proto, acquire_timeout)
                 .await
                 .map(Dedicated::Redis),
+            Backend::Sql(s) => Ok(Dedicated::Sql(s.dedicated(proto, acquire_timeout))),
         }
     }
 
@@ -202,6 +223,7 @@ impl Backend {
     pub async fn ready(&self, timeout: Duration) -> bool {
         match self {
             Backend::Redis(r) => r.ready(timeout).await,
+            Backend::Sql(s) => s.ready(timeout).await,
         }
     }
 }
@@ -210,6 +232,8 @@ impl Backend {
 pub enum Dedicated {
     /// A fred client of its own.
     Redis(redis::DedicatedRedis),
+    /// A queue for MULTI/EXEC on a SQL backend.
+    Sql(sql::SqlDedicated),
 }
 
 impl Dedicated {
@@ -220,6 +244,7 @@ impl Dedicated {
     pub async fn send(&self, request: &Request<'_>) -> Result<Frame, BackendError> {
         match self {
             Dedicated::Redis(r) => r.send(request).await,
+            Dedicated::Sql(s) => s.send(request).await,
         }
     }
 
@@ -227,6 +252,7 @@ impl Dedicated {
     pub async fn close(self) {
         match self {
             Dedicated::Redis(r) => r.close().await,
+            Dedicated::Sql(_) => {}
         }
     }
 }

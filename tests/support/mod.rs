@@ -2,11 +2,14 @@
 //! raw RESP helpers, and holdfast itself started in-process on `127.0.0.1:0`.
 #![allow(dead_code)]
 
+pub mod postgres;
 pub mod redis;
 pub mod relay;
 pub mod resp;
 
 // Each test binary uses its own part of the support code.
+#[allow(unused_imports)]
+pub use postgres::PgServer;
 #[allow(unused_imports)]
 pub use redis::RedisServer;
 #[allow(unused_imports)]

@@ -1,0 +1,146 @@
+//! The commands a SQL backend serves: which ones write, and which function runs each.
+//!
+//! A command not listed here is answered with an error naming it, never forwarded anywhere.
+
+use super::store::{fail, Ctx, Out};
+use super::zsets::Form;
+use super::{hashes, keys, lists, sets, streams, strings, zsets};
+use bytes::Bytes;
+
+/// Whether the command writes (it then runs in a write transaction); None when the SQL
+/// backends do not serve it.
+pub fn writes(name: &[u8]) -> Option<bool> {
+    let upper = name.to_ascii_uppercase();
+    Some(match upper.as_slice() {
+        b"GET" | b"MGET" | b"STRLEN" | b"GETRANGE" | b"EXISTS" | b"TOUCH" | b"TYPE" | b"TTL"
+        | b"PTTL" | b"EXPIRETIME" | b"PEXPIRETIME" | b"KEYS" | b"SCAN" | b"DBSIZE" | b"HGET"
+        | b"HMGET" | b"HGETALL" | b"HKEYS" | b"HVALS" | b"HLEN" | b"HEXISTS" | b"HSTRLEN"
+        | b"SMEMBERS" | b"SISMEMBER" | b"SMISMEMBER" | b"SCARD" | b"ZSCORE" | b"ZMSCORE"
+        | b"ZCARD" | b"ZRANK" | b"ZREVRANK" | b"ZCOUNT" | b"ZRANGE" | b"ZREVRANGE"
+        | b"ZRANGEBYSCORE" | b"ZREVRANGEBYSCORE" | b"LRANGE" | b"LLEN" | b"LINDEX" | b"XLEN"
+        | b"XRANGE" | b"XREVRANGE" | b"WAIT" => false,
+        b"SET" | b"SETNX" | b"SETEX" | b"PSETEX" | b"GETSET" | b"GETDEL" | b"GETEX" | b"MSET"
+        | b"MSETNX" | b"INCR" | b"DECR" | b"INCRBY" | b"DECRBY" | b"INCRBYFLOAT" | b"APPEND"
+        | b"DEL" | b"UNLINK" | b"RENAME" | b"RENAMENX" | b"EXPIRE" | b"PEXPIRE" | b"EXPIREAT"
+        | b"PEXPIREAT" | b"PERSIST" | b"FLUSHDB" | b"FLUSHALL" | b"HSET" | b"HMSET" | b"HSETNX"
+        | b"HDEL" | b"HINCRBY" | b"HINCRBYFLOAT" | b"SADD" | b"SREM" | b"ZADD" | b"ZINCRBY"
+        | b"ZREM" | b"ZREMRANGEBYSCORE" | b"LPUSH" | b"RPUSH" | b"LPUSHX" | b"RPUSHX" | b"LPOP"
+        | b"RPOP" | b"LSET" | b"LREM" | b"LTRIM" | b"XADD" | b"XTRIM" | b"XDEL" => true,
+        _ => return None,
+    })
+}
+
+/// Runs one command; `allow_flush` is the backend's setting.
+pub async fn run(ctx: &mut Ctx<'_>, a: &[Bytes], allow_flush: bool) -> Out {
+    let name = a
+        .first()
+        .map(|n| n.to_ascii_uppercase())
+        .unwrap_or_default();
+    match name.as_slice() {
+        b"GET" => strings::get(ctx, a).await,
+        b"SET" => strings::set(ctx, a).await,
+        b"SETNX" => strings::setnx(ctx, a).await,
+        b"SETEX" => strings::setex(ctx, a, true).await,
+        b"PSETEX" => strings::setex(ctx, a, false).await,
+        b"GETSET" => strings::getset(ctx, a).await,
+        b"GETDEL" => strings::getdel(ctx, a).await,
+        b"GETEX" => strings::getex(ctx, a).await,
+        b"MGET" => strings::mget(ctx, a).await,
+        b"MSET" => strings::mset(ctx, a, false).await,
+        b"MSETNX" => strings::mset(ctx, a, true).await,
+        b"INCR" => strings::incr_by(ctx, a, 1).await,
+        b"DECR" => strings::incr_by(ctx, a, -1).await,
+        b"INCRBY" => strings::incr_by_arg(ctx, a, false).await,
+        b"DECRBY" => strings::incr_by_arg(ctx, a, true).await,
+        b"INCRBYFLOAT" => strings::incrbyfloat(ctx, a).await,
+        b"APPEND" => strings::append(ctx, a).await,
+        b"STRLEN" => strings::strlen(ctx, a).await,
+        b"GETRANGE" => strings::getrange(ctx, a).await,
+        b"DEL" | b"UNLINK" => keys::del(ctx, a).await,
+        b"EXISTS" | b"TOUCH" => keys::exists(ctx, a).await,
+        b"TYPE" => keys::kind(ctx, a).await,
+        b"RENAME" => keys::rename(ctx, a, false).await,
+        b"RENAMENX" => keys::rename(ctx, a, true).await,
+        b"EXPIRE" => keys::expire(ctx, a, true, true).await,
+        b"PEXPIRE" => keys::expire(ctx, a, false, true).await,
+        b"EXPIREAT" => keys::expire(ctx, a, true, false).await,
+        b"PEXPIREAT" => keys::expire(ctx, a, false, false).await,
+        b"TTL" => keys::ttl(ctx, a, true, false).await,
+        b"PTTL" => keys::ttl(ctx, a, false, false).await,
+        b"EXPIRETIME" => keys::ttl(ctx, a, true, true).await,
+        b"PEXPIRETIME" => keys::ttl(ctx, a, false, true).await,
+        b"PERSIST" => keys::persist(ctx, a).await,
+        b"KEYS" => keys::keys(ctx, a).await,
+        b"SCAN" => keys::scan(ctx, a).await,
+        b"DBSIZE" => keys::dbsize(ctx).await,
+        b"FLUSHDB" | b"FLUSHALL" => keys::flush(ctx, a, allow_flush).await,
+        // Every acknowledged write is already durable in the database; there are no
+        // replicas for WAIT to count.
+        b"WAIT" => {
+            super::args::int(strings::arg(a, 1))?;
+            super::args::int(strings::arg(a, 2))?;
+            Ok(super::store::int(0))
+        }
+        b"HSET" => hashes::hset(ctx, a, false).await,
+        b"HMSET" => hashes::hset(ctx, a, true).await,
+        b"HSETNX" => hashes::hsetnx(ctx, a).await,
+        b"HGET" => hashes::hget(ctx, a).await,
+        b"HMGET" => hashes::hmget(ctx, a).await,
+        b"HGETALL" => hashes::hgetall(ctx, a, true, true).await,
+        b"HKEYS" => hashes::hgetall(ctx, a, true, false).await,
+        b"HVALS" => hashes::hgetall(ctx, a, false, true).await,
+        b"HLEN" => hashes::hlen(ctx, a).await,
+        b"HEXISTS" => hashes::hexists(ctx, a).await,
+        b"HSTRLEN" => hashes::hstrlen(ctx, a).await,
+        b"HDEL" => hashes::hdel(ctx, a).await,
+        b"HINCRBY" => hashes::hincrby(ctx, a).await,
+        b"HINCRBYFLOAT" => hashes::hincrbyfloat(ctx, a).await,
+        b"SADD" => sets::sadd(ctx, a).await,
+        b"SREM" => sets::srem(ctx, a).await,
+        b"SMEMBERS" => sets::smembers(ctx, a).await,
+        b"SISMEMBER" => sets::sismember(ctx, a).await,
+        b"SMISMEMBER" => sets::smismember(ctx, a).await,
+        b"SCARD" => sets::scard(ctx, a).await,
+        b"ZADD" => zsets::zadd(ctx, a).await,
+        b"ZINCRBY" => zsets::zincrby(ctx, a).await,
+        b"ZREM" => zsets::zrem(ctx, a).await,
+        b"ZSCORE" => zsets::zscore(ctx, a).await,
+        b"ZMSCORE" => zsets::zmscore(ctx, a).await,
+        b"ZCARD" => zsets::zcard(ctx, a).await,
+        b"ZRANK" => zsets::zrank(ctx, a, false).await,
+        b"ZREVRANK" => zsets::zrank(ctx, a, true).await,
+        b"ZCOUNT" => zsets::zcount(ctx, a).await,
+        b"ZRANGE" => zsets::zrange(ctx, a, Form::Range).await,
+        b"ZREVRANGE" => zsets::zrange(ctx, a, Form::RevRange).await,
+        b"ZRANGEBYSCORE" => zsets::zrange(ctx, a, Form::ByScore).await,
+        b"ZREVRANGEBYSCORE" => zsets::zrange(ctx, a, Form::RevByScore).await,
+        b"ZREMRANGEBYSCORE" => zsets::zremrangebyscore(ctx, a).await,
+        b"LPUSH" => lists::push(ctx, a, true, false).await,
+        b"RPUSH" => lists::push(ctx, a, false, false).await,
+        b"LPUSHX" => lists::push(ctx, a, true, true).await,
+        b"RPUSHX" => lists::push(ctx, a, false, true).await,
+        b"LPOP" => lists::pop(ctx, a, true).await,
+        b"RPOP" => lists::pop(ctx, a, false).await,
+        b"LRANGE" => lists::lrange(ctx, a).await,
+        b"LLEN" => lists::llen(ctx, a).await,
+        b"LINDEX" => lists::lindex(ctx, a).await,
+        b"LSET" => lists::lset(ctx, a).await,
+        b"LREM" => lists::lrem(ctx, a).await,
+        b"LTRIM" => lists::ltrim(ctx, a).await,
+        b"XADD" => streams::xadd(ctx, a).await,
+        b"XTRIM" => streams::xtrim(ctx, a).await,
+        b"XLEN" => streams::xlen(ctx, a).await,
+        b"XDEL" => streams::xdel(ctx, a).await,
+        b"XRANGE" => streams::xrange(ctx, a, false).await,
+        b"XREVRANGE" => streams::xrange(ctx, a, true).await,
+        _ => fail(unsupported(&name)),
+    }
+}
+
+/// The reply to a command the SQL backends do not serve.
+pub fn unsupported(name: &[u8]) -> String {
+    format!(
+        "ERR holdfast: '{}' is not served by SQL backends",
+        String::from_utf8_lossy(name).to_ascii_lowercase()
+    )
+}

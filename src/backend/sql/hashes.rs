@@ -1,0 +1,211 @@
+//! Hash commands over `hf_hash`. Fields come back in insertion order (by row id), as a small
+//! Redis hash keeps them.
+
+use super::args;
+use super::store::*;
+use super::strings::arg;
+use bytes::Bytes;
+
+async fn hash(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<bool, Fail> {
+    Ok(ctx.typed(key, Kind::Hash).await?.is_some())
+}
+
+async fn field(ctx: &mut Ctx<'_>, key: &[u8], field: &[u8]) -> Result<Option<Vec<u8>>, Fail> {
+    let v: Option<Vec<u8>> =
+        sqlx::query_scalar("SELECT value FROM hf_hash WHERE key = $1 AND field = $2")
+            .bind(key)
+            .bind(field)
+            .fetch_optional(&mut *ctx.conn)
+            .await?;
+    Ok(v)
+}
+
+/// Sets a field; true when it is new.
+async fn put(ctx: &mut Ctx<'_>, key: &[u8], field_name: &[u8], value: &[u8]) -> Result<bool, Fail> {
+    let new = field(ctx, key, field_name).await?.is_none();
+    if new {
+        sqlx::query("INSERT INTO hf_hash (key, field, value) VALUES ($1, $2, $3)")
+            .bind(key)
+            .bind(field_name)
+            .bind(value)
+            .execute(&mut *ctx.conn)
+            .await?;
+    } else {
+        sqlx::query("UPDATE hf_hash SET value = $3 WHERE key = $1 AND field = $2")
+            .bind(key)
+            .bind(field_name)
+            .bind(value)
+            .execute(&mut *ctx.conn)
+            .await?;
+    }
+    Ok(new)
+}
+
+/// HSET (number of new fields) and HMSET (`+OK`).
+pub async fn hset(ctx: &mut Ctx<'_>, a: &[Bytes], hmset: bool) -> Out {
+    if a.len() < 4 || a.len() % 2 != 0 {
+        let name = if hmset { "hmset" } else { "hset" };
+        return fail(format!(
+            "ERR wrong number of arguments for '{name}' command"
+        ));
+    }
+    let key = arg(a, 1);
+    ctx.lock(&[key]).await?;
+    hash(ctx, key).await?;
+    ctx.create(key, Kind::Hash, None).await?;
+    let mut added = 0;
+    for pair in a[2..].chunks(2) {
+        if put(ctx, key, arg(pair, 0), arg(pair, 1)).await? {
+            added += 1;
+        }
+    }
+    Ok(if hmset { ok() } else { int(added) })
+}
+
+pub async fn hsetnx(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
+    let key = arg(a, 1);
+    ctx.lock(&[key]).await?;
+    hash(ctx, key).await?;
+    if field(ctx, key, arg(a, 2)).await?.is_some() {
+        return Ok(int(0));
+    }
+    ctx.create(key, Kind::Hash, None).await?;
+    put(ctx, key, arg(a, 2), arg(a, 3)).await?;
+    Ok(int(1))
+}
+
+pub async fn hget(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
+    let key = arg(a, 1);
+    if !hash(ctx, key).await? {
+        return Ok(null());
+    }
+    Ok(bulk_or_null(field(ctx, key, arg(a, 2)).await?))
+}
+
+pub async fn hmget(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
+    let key = arg(a, 1);
+    let exists = hash(ctx, key).await?;
+    let mut out = Vec::new();
+    for f in a.iter().skip(2) {
+        let v = if exists {
+            field(ctx, key, f).await?
+        } else {
+            None
+        };
+        out.push(bulk_or_null(v));
+    }
+    Ok(array(out))
+}
+
+pub async fn hexists(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
+    let key = arg(a, 1);
+    let found = hash(ctx, key).await? && field(ctx, key, arg(a, 2)).await?.is_some();
+    Ok(int(i64::from(found)))
+}
+
+pub async fn hstrlen(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
+    let key = arg(a, 1);
+    let v = if hash(ctx, key).await? {
+        field(ctx, key, arg(a, 2)).await?
+    } else {
+        None
+    };
+    Ok(int(v.map_or(0, |v| v.len() as i64)))
+}
+
+pub async fn hlen(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
+    let key = arg(a, 1);
+    if !hash(ctx, key).await? {
+        return Ok(int(0));
+    }
+    Ok(int(ctx.count(key, Kind::Hash).await?))
+}
+
+/// HGETALL (a map), HKEYS, HVALS.
+pub async fn hgetall(ctx: &mut Ctx<'_>, a: &[Bytes], keys: bool, values: bool) -> Out {
+    let key = arg(a, 1);
+    let exists = hash(ctx, key).await?;
+    let rows = if exists {
+        sqlx::query("SELECT field, value FROM hf_hash WHERE key = $1 ORDER BY id")
+            .bind(key)
+            .fetch_all(&mut *ctx.conn)
+            .await?
+    } else {
+        Vec::new()
+    };
+    if keys && values {
+        let mut map = redis_protocol::resp3::types::FrameMap::default();
+        for row in &rows {
+            map.insert(bulk(bytes_at(row, 0)?), bulk(bytes_at(row, 1)?));
+        }
+        return Ok(redis_protocol::resp3::types::BytesFrame::Map {
+            data: map,
+            attributes: None,
+        });
+    }
+    let column = if keys { 0 } else { 1 };
+    let mut out = Vec::with_capacity(rows.len());
+    for row in &rows {
+        out.push(bulk(bytes_at(row, column)?));
+    }
+    Ok(array(out))
+}
+
+pub async fn hdel(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
+    let key = arg(a, 1);
+    ctx.lock(&[key]).await?;
+    if !hash(ctx, key).await? {
+        return Ok(int(0));
+    }
+    Ok(int(ctx
+        .remove(key, Kind::Hash, a.get(2..).unwrap_or_default())
+        .await?))
+}
+
+pub async fn hincrby(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
+    let key = arg(a, 1);
+    let by = args::int(arg(a, 3))?;
+    ctx.lock(&[key]).await?;
+    hash(ctx, key).await?;
+    let current = match field(ctx, key, arg(a, 2)).await? {
+        Some(v) => match args::parse_i64(&v) {
+            Some(n) => n,
+            None => return fail("ERR hash value is not an integer"),
+        },
+        None => 0,
+    };
+    let Some(next) = current.checked_add(by) else {
+        return fail("ERR increment or decrement would overflow");
+    };
+    ctx.create(key, Kind::Hash, None).await?;
+    put(
+        ctx,
+        key,
+        arg(a, 2),
+        itoa::Buffer::new().format(next).as_bytes(),
+    )
+    .await?;
+    Ok(int(next))
+}
+
+pub async fn hincrbyfloat(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
+    let key = arg(a, 1);
+    let by = args::float(arg(a, 3))?;
+    ctx.lock(&[key]).await?;
+    hash(ctx, key).await?;
+    let current = match field(ctx, key, arg(a, 2)).await? {
+        Some(v) => match args::parse_f64(&v) {
+            Some(n) => n,
+            None => return fail("ERR hash value is not a float"),
+        },
+        None => 0.0,
+    };
+    let next = current + by;
+    if !next.is_finite() {
+        return fail("ERR increment would produce NaN or Infinity");
+    }
+    let text = args::human_double(next);
+    ctx.create(key, Kind::Hash, None).await?;
+    put(ctx, key, arg(a, 2), text.as_bytes()).await?;
+    Ok(bulk(Bytes::from(text)))
+}

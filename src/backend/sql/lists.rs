@@ -1,0 +1,243 @@
+//! List commands over `hf_list`: an element's place is its `pos`, which pushes extend
+//! downwards (head) or upwards (tail), so a push touches one row.
+
+use super::args;
+use super::store::*;
+use super::strings::arg;
+use bytes::Bytes;
+use sqlx::Row;
+
+async fn list(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<bool, Fail> {
+    Ok(ctx.typed(key, Kind::List).await?.is_some())
+}
+
+/// LPUSH, RPUSH, LPUSHX, RPUSHX.
+pub async fn push(ctx: &mut Ctx<'_>, a: &[Bytes], head: bool, only_existing: bool) -> Out {
+    let key = arg(a, 1);
+    ctx.lock(&[key]).await?;
+    let exists = list(ctx, key).await?;
+    if only_existing && !exists {
+        return Ok(int(0));
+    }
+    ctx.create(key, Kind::List, None).await?;
+    let edge: Option<i64> = sqlx::query_scalar(if head {
+        "SELECT MIN(pos) FROM hf_list WHERE key = $1"
+    } else {
+        "SELECT MAX(pos) FROM hf_list WHERE key = $1"
+    })
+    .bind(key)
+    .fetch_one(&mut *ctx.conn)
+    .await?;
+    let mut pos = edge.unwrap_or(0);
+    let mut first = edge.is_none();
+    for value in a.iter().skip(2) {
+        if !first {
+            pos = if head { pos - 1 } else { pos + 1 };
+        }
+        first = false;
+        sqlx::query("INSERT INTO hf_list (key, pos, value) VALUES ($1, $2, $3)")
+            .bind(key)
+            .bind(pos)
+            .bind(value.as_ref())
+            .execute(&mut *ctx.conn)
+            .await?;
+    }
+    Ok(int(ctx.count(key, Kind::List).await?))
+}
+
+/// The list's (pos, value) rows in order, from `offset`, at most `limit`.
+async fn rows(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    reverse: bool,
+    offset: i64,
+    limit: i64,
+) -> Result<Vec<(i64, Bytes)>, Fail> {
+    let order = if reverse { "DESC" } else { "ASC" };
+    let rows = sqlx::query(&format!(
+        "SELECT pos, value FROM hf_list WHERE key = $1 ORDER BY pos {order} LIMIT $2 OFFSET $3"
+    ))
+    .bind(key)
+    .bind(limit)
+    .bind(offset)
+    .fetch_all(&mut *ctx.conn)
+    .await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in &rows {
+        out.push((row.try_get(0)?, bytes_at(row, 1)?));
+    }
+    Ok(out)
+}
+
+/// LPOP and RPOP, with or without a count.
+pub async fn pop(ctx: &mut Ctx<'_>, a: &[Bytes], head: bool) -> Out {
+    let key = arg(a, 1);
+    let count = match a.get(2) {
+        Some(c) => {
+            let n = args::parse_i64(c).filter(|n| *n >= 0);
+            match n {
+                Some(n) => Some(n),
+                None => return fail("ERR value is out of range, must be positive"),
+            }
+        }
+        None => None,
+    };
+    ctx.lock(&[key]).await?;
+    if !list(ctx, key).await? {
+        return Ok(null());
+    }
+    if count == Some(0) {
+        return Ok(array(Vec::new()));
+    }
+    let taken = rows(ctx, key, !head, 0, count.unwrap_or(1)).await?;
+    for (pos, _) in &taken {
+        sqlx::query("DELETE FROM hf_list WHERE key = $1 AND pos = $2")
+            .bind(key)
+            .bind(*pos)
+            .execute(&mut *ctx.conn)
+            .await?;
+    }
+    ctx.drop_if_empty(key, Kind::List).await?;
+    let mut values: Vec<Frame> = taken.into_iter().map(|(_, v)| bulk(v)).collect();
+    Ok(match count {
+        Some(_) => array(values),
+        None => values.pop().unwrap_or(Frame::Null),
+    })
+}
+
+use redis_protocol::resp3::types::BytesFrame as Frame;
+
+/// Resolves Redis's inclusive, possibly negative, range to (offset, count).
+fn span(start: i64, end: i64, len: i64) -> Option<(i64, i64)> {
+    let start = if start < 0 {
+        (len + start).max(0)
+    } else {
+        start
+    };
+    let end = if end < 0 { len + end } else { end };
+    if start > end || start >= len {
+        return None;
+    }
+    let end = end.min(len - 1);
+    Some((start, end - start + 1))
+}
+
+pub async fn lrange(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
+    let key = arg(a, 1);
+    let (start, end) = (args::int(arg(a, 2))?, args::int(arg(a, 3))?);
+    if !list(ctx, key).await? {
+        return Ok(array(Vec::new()));
+    }
+    let len = ctx.count(key, Kind::List).await?;
+    let Some((offset, count)) = span(start, end, len) else {
+        return Ok(array(Vec::new()));
+    };
+    let got = rows(ctx, key, false, offset, count).await?;
+    Ok(array(got.into_iter().map(|(_, v)| bulk(v)).collect()))
+}
+
+pub async fn llen(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
+    let key = arg(a, 1);
+    if !list(ctx, key).await? {
+        return Ok(int(0));
+    }
+    Ok(int(ctx.count(key, Kind::List).await?))
+}
+
+/// The row at a Redis index (negative from the tail).
+async fn at(ctx: &mut Ctx<'_>, key: &[u8], index: i64) -> Result<Option<(i64, Bytes)>, Fail> {
+    let (reverse, offset) = if index < 0 {
+        (true, -(index + 1))
+    } else {
+        (false, index)
+    };
+    Ok(rows(ctx, key, reverse, offset, 1).await?.pop())
+}
+
+pub async fn lindex(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
+    let key = arg(a, 1);
+    // Redis looks the key up before it reads the index.
+    if !list(ctx, key).await? {
+        return Ok(null());
+    }
+    let index = args::int(arg(a, 2))?;
+    Ok(at(ctx, key, index).await?.map_or(null(), |(_, v)| bulk(v)))
+}
+
+pub async fn lset(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
+    let key = arg(a, 1);
+    ctx.lock(&[key]).await?;
+    if !list(ctx, key).await? {
+        return fail("ERR no such key");
+    }
+    let index = args::int(arg(a, 2))?;
+    let Some((pos, _)) = at(ctx, key, index).await? else {
+        return fail("ERR index out of range");
+    };
+    sqlx::query("UPDATE hf_list SET value = $3 WHERE key = $1 AND pos = $2")
+        .bind(key)
+        .bind(pos)
+        .bind(arg(a, 3))
+        .execute(&mut *ctx.conn)
+        .await?;
+    Ok(ok())
+}
+
+pub async fn lrem(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
+    let key = arg(a, 1);
+    let count = args::int(arg(a, 2))?;
+    let value = arg(a, 3);
+    ctx.lock(&[key]).await?;
+    if !list(ctx, key).await? {
+        return Ok(int(0));
+    }
+    let order = if count < 0 { "DESC" } else { "ASC" };
+    let positions: Vec<i64> = sqlx::query_scalar(&format!(
+        "SELECT pos FROM hf_list WHERE key = $1 AND value = $2 ORDER BY pos {order} LIMIT $3"
+    ))
+    .bind(key)
+    .bind(value)
+    .bind(if count == 0 {
+        i64::MAX
+    } else {
+        count.saturating_abs()
+    })
+    .fetch_all(&mut *ctx.conn)
+    .await?;
+    for pos in &positions {
+        sqlx::query("DELETE FROM hf_list WHERE key = $1 AND pos = $2")
+            .bind(key)
+            .bind(*pos)
+            .execute(&mut *ctx.conn)
+            .await?;
+    }
+    ctx.drop_if_empty(key, Kind::List).await?;
+    Ok(int(positions.len() as i64))
+}
+
+pub async fn ltrim(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
+    let key = arg(a, 1);
+    let (start, end) = (args::int(arg(a, 2))?, args::int(arg(a, 3))?);
+    ctx.lock(&[key]).await?;
+    if !list(ctx, key).await? {
+        return Ok(ok());
+    }
+    let len = ctx.count(key, Kind::List).await?;
+    match span(start, end, len) {
+        None => {
+            ctx.purge(key, Kind::List).await?;
+        }
+        Some((offset, count)) => {
+            let kept = rows(ctx, key, false, offset, count).await?;
+            if let (Some((lo, _)), Some((hi, _))) = (kept.first(), kept.last()) {
+                sqlx::query("DELETE FROM hf_list WHERE key = $1 AND (pos < $2 OR pos > $3)")
+                    .bind(key)
+                    .bind(*lo)
+                    .bind(*hi)
+                    .execute(&mut *ctx.conn)
+                    .await?;
+            }
+        }
+    }
+    Ok(ok())
+}

@@ -1,0 +1,560 @@
+//! PostgreSQL and SQLite backends: the Redis data model on tables, through sqlx's `Any`
+//! driver so one body of SQL serves both.
+//!
+//! Each command runs in a transaction of its own (a MULTI/EXEC in one transaction, with a
+//! savepoint per command, because Redis applies the rest of a transaction when one of its
+//! commands answers an error). A command that answers an error reply is rolled back, so an
+//! error never leaves a partial write behind. Failures carry the [`SqlStage`] they happened
+//! in: before COMMIT is sent, a transaction cannot have been applied.
+//!
+//! SQLite runs one writer connection (a single writer is what SQLite allows anyway; one
+//! connection means no `database is locked` between holdfast's own writers) beside a pool
+//! of readers, in WAL mode with a busy timeout. PostgreSQL serialises writers of the same
+//! key with transaction-scoped advisory locks.
+
+mod args;
+mod commands;
+mod hashes;
+mod keys;
+mod lists;
+mod schema;
+mod sets;
+mod store;
+mod streams;
+mod strings;
+mod zsets;
+
+use crate::backend::{BackendError, Proto, Request};
+use crate::config::{PostgresConfig, SqliteConfig, Synchronous};
+use bytes::Bytes;
+use redis_protocol::resp3::types::BytesFrame as Frame;
+use sqlx::any::AnyPoolOptions;
+use sqlx::pool::PoolConnection;
+use sqlx::{Any, AnyPool, Executor};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use store::{Ctx, Dialect, Fail};
+use tokio::sync::OnceCell;
+
+/// Where in a command's transaction a database failure happened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SqlStage {
+    /// Getting a connection (connecting, migrating): nothing was sent.
+    Connect,
+    /// Inside the transaction, before COMMIT: the transaction is rolled back by the
+    /// database if the connection dies, so nothing was applied.
+    Work,
+    /// COMMIT was sent and its answer did not arrive: it may have been applied.
+    Commit,
+}
+
+/// libpq's multi-host URL (`postgres://u@h1:5432,h2:5433/db`) as one single-host URL per
+/// host, in order.
+///
+/// # Errors
+/// Which part of the URL is wrong.
+pub fn postgres_hosts(url: &str) -> Result<Vec<String>, String> {
+    let rest = url
+        .strip_prefix("postgres://")
+        .or_else(|| url.strip_prefix("postgresql://"))
+        .ok_or("must start with postgres://")?;
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let (userinfo, hosts) = match authority.rfind('@') {
+        Some(at) => (&authority[..=at], &authority[at + 1..]),
+        None => ("", authority),
+    };
+    let mut out = Vec::new();
+    for host in hosts.split(',') {
+        if host.is_empty() {
+            return Err("a host in the list is empty".to_string());
+        }
+        let single = format!("postgres://{userinfo}{host}{tail}");
+        single
+            .parse::<sqlx::postgres::PgConnectOptions>()
+            .map_err(|e| format!("{host}: {e}"))?;
+        out.push(single);
+    }
+    Ok(out)
+}
+
+/// A SQL database serving namespaces.
+pub struct SqlBackend {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    name: String,
+    dialect: Dialect,
+    /// Write transactions (SQLite: exactly one connection).
+    writer: AnyPool,
+    /// Read transactions (PostgreSQL: the same pool as `writer`).
+    reader: AnyPool,
+    allow_flush: bool,
+    /// Set once the schema is current.
+    migrated: OnceCell<()>,
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+fn connect_error(e: sqlx::Error) -> BackendError {
+    BackendError::Sql {
+        stage: SqlStage::Connect,
+        source: e,
+    }
+}
+
+impl SqlBackend {
+    /// A SQLite backend; the file and its directory are created on first connect.
+    ///
+    /// # Errors
+    /// [`BackendError::Unsupported`] when the path cannot be used.
+    pub fn sqlite(name: &str, config: &SqliteConfig) -> Result<SqlBackend, BackendError> {
+        sqlx::any::install_default_drivers();
+        let path = std::path::Path::new(&config.path);
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| BackendError::Unsupported {
+                what: format!("backends.{name}.path: cannot create {}: {e}", dir.display()),
+            })?;
+        }
+        let url = format!("sqlite://{}?mode=rwc", config.path);
+        let busy = config.busy_timeout.as_millis();
+        let sync = match config.synchronous {
+            Synchronous::Full => "FULL",
+            Synchronous::Normal => "NORMAL",
+        };
+        let pragmas = [
+            format!("PRAGMA busy_timeout = {busy}"),
+            "PRAGMA journal_mode = WAL".to_string(),
+            format!("PRAGMA synchronous = {sync}"),
+        ];
+        let pool = |size: usize| -> Result<AnyPool, BackendError> {
+            let pragmas = pragmas.clone();
+            AnyPoolOptions::new()
+                .max_connections(size as u32)
+                .min_connections(0)
+                .acquire_timeout(Duration::from_secs(3600))
+                .test_before_acquire(false)
+                .after_connect(move |conn, _| {
+                    let pragmas = pragmas.clone();
+                    Box::pin(async move {
+                        for pragma in &pragmas {
+                            conn.execute(pragma.as_str()).await?;
+                        }
+                        Ok(())
+                    })
+                })
+                .connect_lazy(&url)
+                .map_err(|e| BackendError::Unsupported {
+                    what: format!("backends.{name}.path: {e}"),
+                })
+        };
+        let writer = pool(1)?;
+        let reader = pool(config.readers)?;
+        Ok(SqlBackend::start(
+            name,
+            Dialect::Sqlite,
+            writer,
+            reader,
+            config.allow_flush,
+        ))
+    }
+
+    /// A PostgreSQL backend; connections are opened when first needed.
+    ///
+    /// # Errors
+    /// [`BackendError::Unsupported`] when the URL does not parse.
+    pub fn postgres(name: &str, config: &PostgresConfig) -> Result<SqlBackend, BackendError> {
+        sqlx::any::install_default_drivers();
+        let hosts = postgres_hosts(&config.url).map_err(|e| BackendError::Unsupported {
+            what: format!("backends.{name}.url: {e}"),
+        })?;
+        // Following a promotion to the next host is the failover work's; until then the
+        // first host is the primary.
+        let first = hosts.first().cloned().unwrap_or_default();
+        let timeout_ms = config.statement_timeout.as_millis();
+        let pool = AnyPoolOptions::new()
+            .max_connections(config.pool_size as u32)
+            .min_connections(0)
+            .acquire_timeout(config.connection_timeout)
+            // A connection that died with a restarted server is found here, not by a command.
+            .test_before_acquire(true)
+            .after_connect(move |conn, _| {
+                Box::pin(async move {
+                    conn.execute(format!("SET statement_timeout = {timeout_ms}").as_str())
+                        .await?;
+                    Ok(())
+                })
+            })
+            .connect_lazy(&first)
+            .map_err(|e| BackendError::Unsupported {
+                what: format!("backends.{name}.url: {e}"),
+            })?;
+        Ok(SqlBackend::start(
+            name,
+            Dialect::Postgres,
+            pool.clone(),
+            pool,
+            config.allow_flush,
+        ))
+    }
+
+    fn start(
+        name: &str,
+        dialect: Dialect,
+        writer: AnyPool,
+        reader: AnyPool,
+        allow_flush: bool,
+    ) -> SqlBackend {
+        let inner = Arc::new(Inner {
+            name: name.to_string(),
+            dialect,
+            writer,
+            reader,
+            allow_flush,
+            migrated: OnceCell::new(),
+        });
+        // Migrate at start, and reap expired keys, for as long as the backend is in use.
+        let weak = Arc::downgrade(&inner);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                let Some(inner) = weak.upgrade() else { return };
+                if inner.ensure_schema().await.is_ok() {
+                    if let Err(e) = inner.reap().await {
+                        tracing::debug!(backend = %inner.name, error = %e, "reaping expired keys failed");
+                    }
+                }
+            }
+        });
+        SqlBackend { inner }
+    }
+
+    /// The `[backends]` key.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Runs one command.
+    ///
+    /// # Errors
+    /// [`BackendError::Sql`] with the stage it failed in, or [`BackendError::Reply`].
+    pub async fn dispatch(
+        &self,
+        request: &Request<'_>,
+        acquire_timeout: Duration,
+    ) -> Result<Frame, BackendError> {
+        let mut replies = self
+            .inner
+            .run(&[request.args], request.proto, acquire_timeout, false)
+            .await?;
+        let frame = replies.pop().unwrap_or(Frame::Null);
+        BackendError::check_reply(frame)
+    }
+
+    /// A MULTI/EXEC emulation owned by one client connection.
+    pub fn dedicated(&self, proto: Proto, acquire_timeout: Duration) -> SqlDedicated {
+        SqlDedicated {
+            inner: self.inner.clone(),
+            proto,
+            acquire_timeout,
+            queue: Mutex::new(None),
+        }
+    }
+
+    /// Whether a trivial query is answered within `timeout`.
+    pub async fn ready(&self, timeout: Duration) -> bool {
+        let probe = async {
+            self.inner.ensure_schema().await.ok()?;
+            let mut conn = self.inner.reader.acquire().await.ok()?;
+            conn.execute("SELECT 1").await.ok()
+        };
+        matches!(tokio::time::timeout(timeout, probe).await, Ok(Some(_)))
+    }
+}
+
+impl Inner {
+    async fn ensure_schema(&self) -> Result<(), BackendError> {
+        self.migrated
+            .get_or_try_init(|| async {
+                let mut conn = self.writer.acquire().await.map_err(connect_error)?;
+                schema::migrate(&mut conn, self.dialect).await.map_err(|e| {
+                    conn.close_on_drop();
+                    connect_error(e)
+                })
+            })
+            .await
+            .map(|_| ())
+    }
+
+    /// Deletes keys whose expiry has passed (readers already skip them).
+    async fn reap(&self) -> Result<(), BackendError> {
+        let mut conn = self.writer.acquire().await.map_err(connect_error)?;
+        let expired: Vec<(Vec<u8>, i64)> =
+            sqlx::query_as("SELECT key, kind FROM hf_keys WHERE expires_at <= $1 LIMIT 1000")
+                .bind(now_ms())
+                .fetch_all(&mut *conn)
+                .await
+                .map_err(connect_error)?;
+        if expired.is_empty() {
+            return Ok(());
+        }
+        self.begin(&mut conn, true).await?;
+        let mut ctx = Ctx {
+            conn: &mut conn,
+            now: now_ms(),
+            proto: Proto::Resp2,
+            dialect: self.dialect,
+            write: true,
+        };
+        for (key, _) in &expired {
+            ctx.lock(&[key]).await.map_err(work_error)?;
+            // `meta` purges a key it finds expired.
+            ctx.meta(key).await.map_err(work_error)?;
+        }
+        self.commit(&mut conn).await
+    }
+
+    async fn begin(&self, conn: &mut PoolConnection<Any>, write: bool) -> Result<(), BackendError> {
+        let begin = match (self.dialect, write) {
+            (Dialect::Sqlite, true) => "BEGIN IMMEDIATE",
+            (Dialect::Sqlite, false) => "BEGIN",
+            (Dialect::Postgres, true) => "BEGIN",
+            // One snapshot for every statement of a read.
+            (Dialect::Postgres, false) => "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
+        };
+        conn.execute(begin).await.map(|_| ()).map_err(|e| {
+            conn.close_on_drop();
+            BackendError::Sql {
+                stage: SqlStage::Work,
+                source: e,
+            }
+        })
+    }
+
+    async fn commit(&self, conn: &mut PoolConnection<Any>) -> Result<(), BackendError> {
+        conn.execute("COMMIT").await.map(|_| ()).map_err(|e| {
+            conn.close_on_drop();
+            BackendError::Sql {
+                stage: SqlStage::Commit,
+                source: e,
+            }
+        })
+    }
+
+    /// Runs commands in one transaction. Alone (`batch` false), an error reply rolls the
+    /// command back and is returned as [`BackendError::Reply`]; in a batch each command
+    /// has a savepoint and its error reply takes its place among the replies.
+    async fn run(
+        &self,
+        commands: &[&[Bytes]],
+        proto: Proto,
+        acquire_timeout: Duration,
+        batch: bool,
+    ) -> Result<Vec<Frame>, BackendError> {
+        let mut write = false;
+        for args in commands {
+            let name = args.first().map(|n| n.as_ref()).unwrap_or_default();
+            match commands::writes(name) {
+                Some(w) => write |= w,
+                None if !batch => {
+                    return Err(BackendError::reply(Bytes::from(commands::unsupported(
+                        name,
+                    ))));
+                }
+                None => {}
+            }
+        }
+        let acquire = async {
+            self.ensure_schema().await?;
+            let pool = if write { &self.writer } else { &self.reader };
+            pool.acquire().await.map_err(connect_error)
+        };
+        let mut conn = match tokio::time::timeout(acquire_timeout, acquire).await {
+            Ok(conn) => conn?,
+            Err(_) => {
+                return Err(BackendError::AcquireTimeout {
+                    waited: acquire_timeout,
+                })
+            }
+        };
+        self.begin(&mut conn, write).await?;
+        let mut replies = Vec::with_capacity(commands.len());
+        let now = now_ms();
+        for args in commands {
+            if batch {
+                conn.execute("SAVEPOINT hf")
+                    .await
+                    .map_err(|e| abandon(&mut conn, e))?;
+            }
+            let mut ctx = Ctx {
+                conn: &mut conn,
+                now,
+                proto,
+                dialect: self.dialect,
+                write,
+            };
+            match commands::run(&mut ctx, args, self.allow_flush).await {
+                Ok(frame) => {
+                    if batch {
+                        conn.execute("RELEASE SAVEPOINT hf")
+                            .await
+                            .map_err(|e| abandon(&mut conn, e))?;
+                    }
+                    replies.push(frame);
+                }
+                Err(Fail::Reply(text)) if batch => {
+                    conn.execute("ROLLBACK TO SAVEPOINT hf")
+                        .await
+                        .map_err(|e| abandon(&mut conn, e))?;
+                    conn.execute("RELEASE SAVEPOINT hf")
+                        .await
+                        .map_err(|e| abandon(&mut conn, e))?;
+                    replies.push(error_frame(text));
+                }
+                Err(Fail::Reply(text)) => {
+                    if conn.execute("ROLLBACK").await.is_err() {
+                        conn.close_on_drop();
+                    }
+                    return Err(BackendError::reply(Bytes::from(text)));
+                }
+                Err(Fail::Sql(e)) => return Err(abandon(&mut conn, e)),
+            }
+        }
+        self.commit(&mut conn).await?;
+        Ok(replies)
+    }
+}
+
+/// A failure inside the transaction: roll back, and never reuse a connection in doubt.
+fn abandon(conn: &mut PoolConnection<Any>, e: sqlx::Error) -> BackendError {
+    conn.close_on_drop();
+    BackendError::Sql {
+        stage: SqlStage::Work,
+        source: e,
+    }
+}
+
+fn work_error(f: Fail) -> BackendError {
+    match f {
+        Fail::Sql(e) => BackendError::Sql {
+            stage: SqlStage::Work,
+            source: e,
+        },
+        Fail::Reply(text) => BackendError::reply(Bytes::from(text)),
+    }
+}
+
+fn error_frame(text: String) -> Frame {
+    Frame::SimpleError {
+        data: text.into(),
+        attributes: None,
+    }
+}
+
+fn simple(text: &'static str) -> Frame {
+    Frame::SimpleString {
+        data: Bytes::from_static(text.as_bytes()),
+        attributes: None,
+    }
+}
+
+/// MULTI/EXEC for one client: commands are queued here and run at EXEC in one transaction.
+/// WATCH is not served (a SQL transaction is already atomic; optimistic locking over it is
+/// not built).
+pub struct SqlDedicated {
+    inner: Arc<Inner>,
+    proto: Proto,
+    acquire_timeout: Duration,
+    queue: Mutex<Option<Vec<Vec<Bytes>>>>,
+}
+
+impl SqlDedicated {
+    /// One command on this client's transaction state.
+    ///
+    /// # Errors
+    /// As [`SqlBackend::dispatch`].
+    pub async fn send(&self, request: &Request<'_>) -> Result<Frame, BackendError> {
+        let name = request
+            .args
+            .first()
+            .map(|n| n.to_ascii_uppercase())
+            .unwrap_or_default();
+        let queued = {
+            let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+            match (name.as_slice(), queue.as_mut()) {
+                (b"MULTI", _) => {
+                    *queue = Some(Vec::new());
+                    return Ok(simple("OK"));
+                }
+                (b"DISCARD", _) => {
+                    *queue = None;
+                    return Ok(simple("OK"));
+                }
+                (b"EXEC", _) => queue.take(),
+                (_, Some(q)) => {
+                    q.push(request.args.to_vec());
+                    return Ok(simple("QUEUED"));
+                }
+                (b"UNWATCH", None) => return Ok(simple("OK")),
+                (b"WATCH", None) => {
+                    return Err(BackendError::reply(Bytes::from_static(
+                        b"ERR holdfast: WATCH is not served by SQL backends",
+                    )))
+                }
+                (_, None) => None,
+            }
+        };
+        match queued {
+            Some(commands) => {
+                let refs: Vec<&[Bytes]> = commands.iter().map(|c| c.as_slice()).collect();
+                let replies = self
+                    .inner
+                    .run(&refs, self.proto, self.acquire_timeout, true)
+                    .await?;
+                Ok(Frame::Array {
+                    data: replies,
+                    attributes: None,
+                })
+            }
+            None if name.as_slice() == b"EXEC" => Err(BackendError::reply(Bytes::from_static(
+                b"ERR EXEC without MULTI",
+            ))),
+            None => {
+                let mut replies = self
+                    .inner
+                    .run(&[request.args], self.proto, self.acquire_timeout, false)
+                    .await?;
+                BackendError::check_reply(replies.pop().unwrap_or(Frame::Null))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::postgres_hosts;
+
+    #[test]
+    fn a_multi_host_url_is_one_url_per_host() {
+        assert_eq!(
+            postgres_hosts("postgres://u:p@h1:5432,h2:5433/db?sslmode=disable").unwrap(),
+            vec![
+                "postgres://u:p@h1:5432/db?sslmode=disable",
+                "postgres://u:p@h2:5433/db?sslmode=disable"
+            ]
+        );
+        assert_eq!(
+            postgres_hosts("postgres://h/db").unwrap(),
+            vec!["postgres://h/db"]
+        );
+        assert!(postgres_hosts("postgres://u@h1,/db").is_err());
+        assert!(postgres_hosts("mysql://h/db").is_err());
+        assert!(postgres_hosts("postgres://u@h1:notaport/db").is_err());
+    }
+}

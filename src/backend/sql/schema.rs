@@ -1,0 +1,141 @@
+//! The schema, created and upgraded by numbered migrations when a backend first connects.
+//!
+//! A handful of statements per dialect do not justify sqlx's migration macros (and the
+//! compile time of its macro crate); the runner is a version table and a loop, run in one
+//! transaction under a lock, so two holdfast processes starting together migrate once.
+
+use super::store::Dialect;
+use sqlx::{AnyConnection, Executor};
+
+/// Migration `n` is `MIGRATIONS[n - 1]`.
+const SQLITE: &[&str] = &["
+CREATE TABLE hf_keys (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    key BLOB NOT NULL UNIQUE,
+    kind INTEGER NOT NULL,
+    expires_at INTEGER,
+    value BLOB
+);
+CREATE INDEX hf_keys_expiry ON hf_keys (expires_at) WHERE expires_at IS NOT NULL;
+CREATE TABLE hf_hash (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    key BLOB NOT NULL,
+    field BLOB NOT NULL,
+    value BLOB NOT NULL,
+    UNIQUE (key, field)
+);
+CREATE TABLE hf_set (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    key BLOB NOT NULL,
+    member BLOB NOT NULL,
+    UNIQUE (key, member)
+);
+CREATE TABLE hf_zset (
+    key BLOB NOT NULL,
+    member BLOB NOT NULL,
+    score REAL NOT NULL,
+    PRIMARY KEY (key, member)
+);
+CREATE INDEX hf_zset_by_score ON hf_zset (key, score, member);
+CREATE TABLE hf_list (
+    key BLOB NOT NULL,
+    pos INTEGER NOT NULL,
+    value BLOB NOT NULL,
+    PRIMARY KEY (key, pos)
+);
+CREATE TABLE hf_stream (
+    key BLOB NOT NULL,
+    ms INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    fields BLOB NOT NULL,
+    PRIMARY KEY (key, ms, seq)
+);
+"];
+
+const POSTGRES: &[&str] = &["
+CREATE TABLE hf_keys (
+    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    key BYTEA NOT NULL UNIQUE,
+    kind BIGINT NOT NULL,
+    expires_at BIGINT,
+    value BYTEA
+);
+CREATE INDEX hf_keys_expiry ON hf_keys (expires_at) WHERE expires_at IS NOT NULL;
+CREATE TABLE hf_hash (
+    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    key BYTEA NOT NULL,
+    field BYTEA NOT NULL,
+    value BYTEA NOT NULL,
+    UNIQUE (key, field)
+);
+CREATE TABLE hf_set (
+    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    key BYTEA NOT NULL,
+    member BYTEA NOT NULL,
+    UNIQUE (key, member)
+);
+CREATE TABLE hf_zset (
+    key BYTEA NOT NULL,
+    member BYTEA NOT NULL,
+    score DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (key, member)
+);
+CREATE INDEX hf_zset_by_score ON hf_zset (key, score, member);
+CREATE TABLE hf_list (
+    key BYTEA NOT NULL,
+    pos BIGINT NOT NULL,
+    value BYTEA NOT NULL,
+    PRIMARY KEY (key, pos)
+);
+CREATE TABLE hf_stream (
+    key BYTEA NOT NULL,
+    ms BIGINT NOT NULL,
+    seq BIGINT NOT NULL,
+    fields BYTEA NOT NULL,
+    PRIMARY KEY (key, ms, seq)
+);
+"];
+
+/// Brings the schema to the newest version.
+///
+/// # Errors
+/// The database's error, unchanged, for `classify`.
+pub async fn migrate(conn: &mut AnyConnection, dialect: Dialect) -> Result<(), sqlx::Error> {
+    let (begin, steps) = match dialect {
+        Dialect::Sqlite => ("BEGIN IMMEDIATE", SQLITE),
+        Dialect::Postgres => ("BEGIN", POSTGRES),
+    };
+    conn.execute(begin).await?;
+    let result = async {
+        if dialect == Dialect::Postgres {
+            // Any constant will do: it only has to be the same for every holdfast.
+            conn.execute("SELECT pg_advisory_xact_lock(7361626)")
+                .await?;
+        }
+        conn.execute("CREATE TABLE IF NOT EXISTS hf_schema (version BIGINT NOT NULL)")
+            .await?;
+        let version: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM hf_schema")
+            .fetch_one(&mut *conn)
+            .await?;
+        let version = usize::try_from(version.unwrap_or(0)).unwrap_or(0);
+        for (index, step) in steps.iter().enumerate().skip(version) {
+            // One statement at a time: the schema has no `;` inside a statement.
+            for statement in step.split(';').filter(|s| !s.trim().is_empty()) {
+                conn.execute(statement).await?;
+            }
+            sqlx::query("INSERT INTO hf_schema (version) VALUES ($1)")
+                .bind((index + 1) as i64)
+                .execute(&mut *conn)
+                .await?;
+        }
+        Ok::<(), sqlx::Error>(())
+    }
+    .await;
+    match result {
+        Ok(()) => conn.execute("COMMIT").await.map(|_| ()),
+        Err(e) => {
+            let _ = conn.execute("ROLLBACK").await;
+            Err(e)
+        }
+    }
+}

@@ -1,0 +1,394 @@
+//! The Redis data model on tables: key metadata, expiry and the per-kind tables.
+//!
+//! Every command runs against a [`Ctx`]: one connection inside one transaction, one clock
+//! reading, the client's protocol. The SQL here is shared by both dialects (`$n`
+//! placeholders, `ON CONFLICT`, byte-wise ordering of BLOB/bytea); only the schema differs.
+
+use crate::backend::Proto;
+use bytes::Bytes;
+use redis_protocol::resp3::types::BytesFrame as Frame;
+use sqlx::any::AnyRow;
+use sqlx::{AnyConnection, Row};
+
+/// Which database the SQL runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dialect {
+    /// SQLite: one writer at a time, in-process.
+    Sqlite,
+    /// PostgreSQL: concurrent writers, serialised per key by advisory locks.
+    Postgres,
+}
+
+/// What a key holds, as stored in `hf_keys.kind`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    String = 0,
+    List = 1,
+    Set = 2,
+    ZSet = 3,
+    Hash = 4,
+    Stream = 5,
+}
+
+impl Kind {
+    fn from_code(code: i64) -> Option<Kind> {
+        Some(match code {
+            0 => Kind::String,
+            1 => Kind::List,
+            2 => Kind::Set,
+            3 => Kind::ZSet,
+            4 => Kind::Hash,
+            5 => Kind::Stream,
+            _ => return None,
+        })
+    }
+
+    /// The `TYPE` reply.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::String => "string",
+            Kind::List => "list",
+            Kind::Set => "set",
+            Kind::ZSet => "zset",
+            Kind::Hash => "hash",
+            Kind::Stream => "stream",
+        }
+    }
+
+    /// The `TYPE` argument of `SCAN`.
+    pub fn from_name(name: &[u8]) -> Option<Kind> {
+        [
+            Kind::String,
+            Kind::List,
+            Kind::Set,
+            Kind::ZSet,
+            Kind::Hash,
+            Kind::Stream,
+        ]
+        .into_iter()
+        .find(|k| k.name().as_bytes().eq_ignore_ascii_case(name))
+    }
+
+    /// The table holding this kind's elements, if it has one.
+    pub fn table(self) -> Option<&'static str> {
+        match self {
+            Kind::String => None,
+            Kind::List => Some("hf_list"),
+            Kind::Set => Some("hf_set"),
+            Kind::ZSet => Some("hf_zset"),
+            Kind::Hash => Some("hf_hash"),
+            Kind::Stream => Some("hf_stream"),
+        }
+    }
+}
+
+/// Why a command did not produce its reply: an answer for the client (an error reply, which
+/// also rolls the command back), or a database failure for `classify`.
+#[derive(Debug)]
+pub enum Fail {
+    /// An error reply, without the leading `-`.
+    Reply(String),
+    /// The database failed.
+    Sql(sqlx::Error),
+}
+
+impl From<sqlx::Error> for Fail {
+    fn from(e: sqlx::Error) -> Fail {
+        Fail::Sql(e)
+    }
+}
+
+/// A command's result.
+pub type Out = Result<Frame, Fail>;
+
+pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+pub const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
+pub const NOT_FLOAT: &str = "ERR value is not a valid float";
+pub const SYNTAX: &str = "ERR syntax error";
+
+/// An error reply.
+pub fn fail<T>(text: impl Into<String>) -> Result<T, Fail> {
+    Err(Fail::Reply(text.into()))
+}
+
+/// A key's row in `hf_keys`, live (not expired).
+#[derive(Debug)]
+pub struct Meta {
+    pub kind: Kind,
+    /// Unix milliseconds, or none for a key without expiry.
+    pub expires: Option<i64>,
+    /// A string's value; a stream's last id.
+    pub value: Option<Vec<u8>>,
+}
+
+/// One command's view of the database.
+pub struct Ctx<'c> {
+    pub conn: &'c mut AnyConnection,
+    /// Unix milliseconds, read once per command so one command sees one instant.
+    pub now: i64,
+    pub proto: Proto,
+    pub dialect: Dialect,
+    /// Expired keys met on the way are purged (only inside a write transaction).
+    pub write: bool,
+}
+
+impl Ctx<'_> {
+    /// The key's live metadata; an expired key is absent (and purged when writing).
+    pub async fn meta(&mut self, key: &[u8]) -> Result<Option<Meta>, Fail> {
+        let row = sqlx::query("SELECT kind, expires_at, value FROM hf_keys WHERE key = $1")
+            .bind(key)
+            .fetch_optional(&mut *self.conn)
+            .await?;
+        let Some(row) = row else { return Ok(None) };
+        let code: i64 = row.try_get(0)?;
+        let Some(kind) = Kind::from_code(code) else {
+            return fail(format!("ERR holdfast: unknown stored kind {code}"));
+        };
+        let expires: Option<i64> = row.try_get(1)?;
+        if expires.is_some_and(|at| at <= self.now) {
+            if self.write {
+                self.purge(key, kind).await?;
+            }
+            return Ok(None);
+        }
+        Ok(Some(Meta {
+            kind,
+            expires,
+            value: row.try_get(2)?,
+        }))
+    }
+
+    /// The key's metadata when it is absent or of kind `want`; WRONGTYPE otherwise.
+    pub async fn typed(&mut self, key: &[u8], want: Kind) -> Result<Option<Meta>, Fail> {
+        match self.meta(key).await? {
+            Some(m) if m.kind != want => fail(WRONGTYPE),
+            other => Ok(other),
+        }
+    }
+
+    /// Removes a key of any kind, with its elements.
+    pub async fn purge(&mut self, key: &[u8], kind: Kind) -> Result<(), Fail> {
+        sqlx::query("DELETE FROM hf_keys WHERE key = $1")
+            .bind(key)
+            .execute(&mut *self.conn)
+            .await?;
+        if let Some(table) = kind.table() {
+            sqlx::query(&format!("DELETE FROM {table} WHERE key = $1"))
+                .bind(key)
+                .execute(&mut *self.conn)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Deletes the key if it is live; true if it was.
+    pub async fn delete(&mut self, key: &[u8]) -> Result<bool, Fail> {
+        match self.meta(key).await? {
+            Some(m) => {
+                self.purge(key, m.kind).await?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Writes a string, replacing whatever the key held.
+    pub async fn put_string(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        expires: Option<i64>,
+        old: Option<Kind>,
+    ) -> Result<(), Fail> {
+        if let Some(kind) = old.filter(|k| *k != Kind::String) {
+            self.purge(key, kind).await?;
+        }
+        sqlx::query(
+            "INSERT INTO hf_keys (key, kind, expires_at, value) VALUES ($1, 0, $2, $3) \
+             ON CONFLICT (key) DO UPDATE SET kind = 0, expires_at = excluded.expires_at, \
+             value = excluded.value",
+        )
+        .bind(key)
+        .bind(expires)
+        .bind(value)
+        .execute(&mut *self.conn)
+        .await?;
+        Ok(())
+    }
+
+    /// Creates the key row of a collection unless it exists.
+    pub async fn create(
+        &mut self,
+        key: &[u8],
+        kind: Kind,
+        value: Option<&[u8]>,
+    ) -> Result<(), Fail> {
+        sqlx::query(
+            "INSERT INTO hf_keys (key, kind, expires_at, value) VALUES ($1, $2, NULL, $3) \
+             ON CONFLICT (key) DO NOTHING",
+        )
+        .bind(key)
+        .bind(kind as i64)
+        .bind(value)
+        .execute(&mut *self.conn)
+        .await?;
+        Ok(())
+    }
+
+    /// Sets a key's expiry (none: persistent).
+    pub async fn set_expiry(&mut self, key: &[u8], expires: Option<i64>) -> Result<(), Fail> {
+        sqlx::query("UPDATE hf_keys SET expires_at = $2 WHERE key = $1")
+            .bind(key)
+            .bind(expires)
+            .execute(&mut *self.conn)
+            .await?;
+        Ok(())
+    }
+
+    /// Sets a key's stored value (a stream's last id).
+    pub async fn set_value(&mut self, key: &[u8], value: &[u8]) -> Result<(), Fail> {
+        sqlx::query("UPDATE hf_keys SET value = $2 WHERE key = $1")
+            .bind(key)
+            .bind(value)
+            .execute(&mut *self.conn)
+            .await?;
+        Ok(())
+    }
+
+    /// Elements of a collection.
+    pub async fn count(&mut self, key: &[u8], kind: Kind) -> Result<i64, Fail> {
+        let Some(table) = kind.table() else {
+            return Ok(0);
+        };
+        let n: i64 = sqlx::query_scalar(&format!("SELECT COUNT(*) FROM {table} WHERE key = $1"))
+            .bind(key)
+            .fetch_one(&mut *self.conn)
+            .await?;
+        Ok(n)
+    }
+
+    /// Removes elements of a hash, set or sorted set by their name (field or member), and
+    /// the key with its last element; returns how many were there.
+    pub async fn remove(&mut self, key: &[u8], kind: Kind, names: &[Bytes]) -> Result<i64, Fail> {
+        let (table, column) = match kind {
+            Kind::Hash => ("hf_hash", "field"),
+            Kind::Set => ("hf_set", "member"),
+            Kind::ZSet => ("hf_zset", "member"),
+            _ => return Ok(0),
+        };
+        let sql = format!("DELETE FROM {table} WHERE key = $1 AND {column} = $2");
+        let mut n = 0;
+        for name in names {
+            let done = sqlx::query(&sql)
+                .bind(key)
+                .bind(name.as_ref())
+                .execute(&mut *self.conn)
+                .await?;
+            n += done.rows_affected() as i64;
+        }
+        self.drop_if_empty(key, kind).await?;
+        Ok(n)
+    }
+
+    /// Redis deletes a collection when its last element goes (streams excepted).
+    pub async fn drop_if_empty(&mut self, key: &[u8], kind: Kind) -> Result<(), Fail> {
+        let Some(table) = kind.table() else {
+            return Ok(());
+        };
+        let any = sqlx::query(&format!("SELECT 1 FROM {table} WHERE key = $1 LIMIT 1"))
+            .bind(key)
+            .fetch_optional(&mut *self.conn)
+            .await?;
+        if any.is_none() {
+            sqlx::query("DELETE FROM hf_keys WHERE key = $1")
+                .bind(key)
+                .execute(&mut *self.conn)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Serialises writers of the same keys on PostgreSQL for the rest of the transaction
+    /// (SQLite has one writer). Locks are taken in a fixed order, so two commands over the
+    /// same keys cannot deadlock.
+    pub async fn lock(&mut self, keys: &[&[u8]]) -> Result<(), Fail> {
+        if self.dialect != Dialect::Postgres || !self.write {
+            return Ok(());
+        }
+        let mut ids: Vec<i64> = keys.iter().map(|k| lock_id(k)).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        for id in ids {
+            sqlx::query("SELECT pg_advisory_xact_lock($1)")
+                .bind(id)
+                .execute(&mut *self.conn)
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+/// A stable 64-bit id for a key's advisory lock (FNV-1a): collisions only serialise two
+/// unrelated keys.
+fn lock_id(key: &[u8]) -> i64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in key {
+        hash ^= u64::from(*b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    i64::from_ne_bytes(hash.to_ne_bytes())
+}
+
+/// A column as bytes.
+pub fn bytes_at(row: &AnyRow, index: usize) -> Result<Bytes, Fail> {
+    let v: Vec<u8> = row.try_get(index)?;
+    Ok(Bytes::from(v))
+}
+
+/// Replies.
+pub fn bulk(data: impl Into<Bytes>) -> Frame {
+    Frame::BlobString {
+        data: data.into(),
+        attributes: None,
+    }
+}
+
+pub fn int(n: i64) -> Frame {
+    Frame::Number {
+        data: n,
+        attributes: None,
+    }
+}
+
+pub fn ok() -> Frame {
+    simple("OK")
+}
+
+pub fn simple(text: &'static str) -> Frame {
+    Frame::SimpleString {
+        data: Bytes::from_static(text.as_bytes()),
+        attributes: None,
+    }
+}
+
+pub fn array(items: Vec<Frame>) -> Frame {
+    Frame::Array {
+        data: items,
+        attributes: None,
+    }
+}
+
+pub fn double(d: f64) -> Frame {
+    Frame::Double {
+        data: d,
+        attributes: None,
+    }
+}
+
+pub fn null() -> Frame {
+    Frame::Null
+}
+
+pub fn bulk_or_null(value: Option<impl Into<Bytes>>) -> Frame {
+    value.map(bulk).unwrap_or(Frame::Null)
+}

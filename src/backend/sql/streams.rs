@@ -1,0 +1,483 @@
+//! Streams as an append-only log over `hf_stream`. An id's two u64 halves are stored with
+//! their top bit flipped, so signed 64-bit columns sort them as unsigned. The stream's last
+//! id lives in its key row (`value`, 16 bytes), as Redis keeps it past deletions.
+//!
+//! Approximate trimming (`~`) trims nothing: Redis trims whole internal nodes only, so "at
+//! least N entries" is what both promise, and keeping all of them is the exact-reply choice
+//! for the small streams where Redis trims nothing either.
+
+use super::args::is;
+use super::store::*;
+use super::strings::arg;
+use bytes::Bytes;
+use sqlx::Row;
+
+const INVALID_ID: &str = "ERR Invalid stream ID specified as stream command argument";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Id {
+    ms: u64,
+    seq: u64,
+}
+
+impl Id {
+    const MIN: Id = Id { ms: 0, seq: 0 };
+    const MAX: Id = Id {
+        ms: u64::MAX,
+        seq: u64::MAX,
+    };
+
+    fn text(self) -> Bytes {
+        Bytes::from(format!("{}-{}", self.ms, self.seq))
+    }
+
+    fn stored(self) -> [u8; 16] {
+        let mut out = [0u8; 16];
+        out[..8].copy_from_slice(&self.ms.to_be_bytes());
+        out[8..].copy_from_slice(&self.seq.to_be_bytes());
+        out
+    }
+
+    fn from_stored(raw: Option<&[u8]>) -> Id {
+        let half = |r: Option<&[u8]>| {
+            r.and_then(|b| <[u8; 8]>::try_from(b).ok())
+                .map_or(0, u64::from_be_bytes)
+        };
+        Id {
+            ms: half(raw.and_then(|r| r.get(..8))),
+            seq: half(raw.and_then(|r| r.get(8..16))),
+        }
+    }
+
+    fn next(self) -> Option<Id> {
+        if self.seq < u64::MAX {
+            Some(Id {
+                ms: self.ms,
+                seq: self.seq + 1,
+            })
+        } else if self.ms < u64::MAX {
+            Some(Id {
+                ms: self.ms + 1,
+                seq: 0,
+            })
+        } else {
+            None
+        }
+    }
+
+    fn prev(self) -> Option<Id> {
+        if self.seq > 0 {
+            Some(Id {
+                ms: self.ms,
+                seq: self.seq - 1,
+            })
+        } else if self.ms > 0 {
+            Some(Id {
+                ms: self.ms - 1,
+                seq: u64::MAX,
+            })
+        } else {
+            None
+        }
+    }
+}
+
+/// A u64 as a column value that sorts like it.
+fn col(v: u64) -> i64 {
+    i64::from_ne_bytes((v ^ (1 << 63)).to_ne_bytes())
+}
+
+fn uncol(v: i64) -> u64 {
+    u64::from_ne_bytes(v.to_ne_bytes()) ^ (1 << 63)
+}
+
+fn digits(text: &[u8]) -> Option<u64> {
+    if text.is_empty() || !text.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(text).ok()?.parse().ok()
+}
+
+/// `ms[-seq]` with a default for a missing seq; `-`/`+` only when `specials`.
+fn parse_id(text: &[u8], missing_seq: u64, specials: bool) -> Option<Id> {
+    if specials && text == b"-" {
+        return Some(Id::MIN);
+    }
+    if specials && text == b"+" {
+        return Some(Id::MAX);
+    }
+    match text.iter().position(|b| *b == b'-') {
+        Some(dash) => Some(Id {
+            ms: digits(text.get(..dash)?)?,
+            seq: digits(text.get(dash + 1..)?)?,
+        }),
+        None => Some(Id {
+            ms: digits(text)?,
+            seq: missing_seq,
+        }),
+    }
+}
+
+/// An XADD id: explicit, `ms-*`, or `*` (None, None).
+enum AddId {
+    Auto,
+    AutoSeq(u64),
+    Explicit(Id),
+}
+
+fn parse_add_id(text: &[u8]) -> Option<AddId> {
+    if text == b"*" {
+        return Some(AddId::Auto);
+    }
+    if let Some(ms) = text.strip_suffix(b"-*") {
+        return digits(ms).map(AddId::AutoSeq);
+    }
+    parse_id(text, 0, false).map(AddId::Explicit)
+}
+
+#[derive(Clone, Copy)]
+enum Trim {
+    MaxLen(i64),
+    MinId(Id),
+}
+
+/// The trimming options shared by XADD and XTRIM; returns where parsing stopped.
+fn trim_options(
+    a: &[Bytes],
+    from: usize,
+    xadd: bool,
+) -> Result<(Option<Trim>, bool, bool, usize), Fail> {
+    let (mut trim, mut approx, mut nomkstream, mut limit) = (None, false, false, false);
+    let mut i = from;
+    while i < a.len() {
+        let more = a.len() - 1 - i;
+        let opt = arg(a, i);
+        if xadd && opt == b"*" {
+            break;
+        }
+        let maxlen = is(opt, "MAXLEN");
+        if (maxlen || is(opt, "MINID")) && more > 0 {
+            if trim.is_some() {
+                return fail("ERR syntax error, MAXLEN and MINID options at the same time are not compatible");
+            }
+            approx = false;
+            let next = arg(a, i + 1);
+            if more >= 2 && next == b"~" {
+                approx = true;
+                i += 1;
+            } else if more >= 2 && next == b"=" {
+                i += 1;
+            }
+            let value = arg(a, i + 1);
+            trim = Some(if maxlen {
+                let n = super::args::int(value)?;
+                if n < 0 {
+                    return fail("ERR The MAXLEN argument must be >= 0.");
+                }
+                Trim::MaxLen(n)
+            } else {
+                match parse_id(value, 0, false) {
+                    Some(id) => Trim::MinId(id),
+                    None => return fail(INVALID_ID),
+                }
+            });
+            i += 1;
+        } else if is(opt, "LIMIT") && more > 0 {
+            match super::args::parse_i64(arg(a, i + 1)) {
+                Some(n) if (0..=1_000_000).contains(&n) => {}
+                _ => return fail("ERR The LIMIT argument must be >= 0."),
+            }
+            limit = true;
+            i += 1;
+        } else if xadd && is(opt, "NOMKSTREAM") {
+            nomkstream = true;
+        } else if xadd {
+            break;
+        } else {
+            return fail(SYNTAX);
+        }
+        i += 1;
+    }
+    if limit && trim.is_none() {
+        return fail(
+            "ERR syntax error, LIMIT cannot be used without specifying a trimming strategy",
+        );
+    }
+    if !xadd && trim.is_none() {
+        return fail("ERR syntax error, XTRIM must be called with a trimming strategy");
+    }
+    if limit && !approx {
+        return fail("ERR syntax error, LIMIT cannot be used without the special ~ option");
+    }
+    Ok((if approx { None } else { trim }, approx, nomkstream, i))
+}
+
+fn encode_fields(pairs: &[Bytes]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(pairs.iter().map(|p| p.len() + 4).sum());
+    for p in pairs {
+        out.extend_from_slice(&(p.len() as u32).to_be_bytes());
+        out.extend_from_slice(p);
+    }
+    out
+}
+
+fn decode_fields(mut raw: &[u8]) -> Vec<Frame> {
+    let mut out = Vec::new();
+    while raw.len() >= 4 {
+        let len = u32::from_be_bytes([raw[0], raw[1], raw[2], raw[3]]) as usize;
+        let Some(value) = raw.get(4..4 + len) else {
+            break;
+        };
+        out.push(bulk(Bytes::copy_from_slice(value)));
+        raw = &raw[4 + len..];
+    }
+    out
+}
+
+use redis_protocol::resp3::types::BytesFrame as Frame;
+
+async fn apply_trim(ctx: &mut Ctx<'_>, key: &[u8], trim: Trim) -> Result<i64, Fail> {
+    let done = match trim {
+        Trim::MaxLen(max) => {
+            let len = ctx.count(key, Kind::Stream).await?;
+            if len <= max {
+                return Ok(0);
+            }
+            let cut = sqlx::query(
+                "SELECT ms, seq FROM hf_stream WHERE key = $1 ORDER BY ms, seq LIMIT 1 OFFSET $2",
+            )
+            .bind(key)
+            .bind(len - max)
+            .fetch_optional(&mut *ctx.conn)
+            .await?;
+            match cut {
+                Some(row) => {
+                    let (ms, seq): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
+                    sqlx::query("DELETE FROM hf_stream WHERE key = $1 AND (ms < $2 OR (ms = $2 AND seq < $3))")
+                        .bind(key)
+                        .bind(ms)
+                        .bind(seq)
+                        .execute(&mut *ctx.conn)
+                        .await?
+                }
+                None => {
+                    sqlx::query("DELETE FROM hf_stream WHERE key = $1")
+                        .bind(key)
+                        .execute(&mut *ctx.conn)
+                        .await?
+                }
+            }
+        }
+        Trim::MinId(id) => {
+            sqlx::query(
+                "DELETE FROM hf_stream WHERE key = $1 AND (ms < $2 OR (ms = $2 AND seq < $3))",
+            )
+            .bind(key)
+            .bind(col(id.ms))
+            .bind(col(id.seq))
+            .execute(&mut *ctx.conn)
+            .await?
+        }
+    };
+    Ok(done.rows_affected() as i64)
+}
+
+pub async fn xadd(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
+    let key = arg(a, 1);
+    let (trim, _approx, nomkstream, idpos) = trim_options(a, 2, true)?;
+    let Some(add) = parse_add_id(arg(a, idpos)) else {
+        return fail(INVALID_ID);
+    };
+    let fields = a.get(idpos + 1..).unwrap_or_default();
+    if fields.len() < 2 || fields.len() % 2 != 0 {
+        return fail("ERR wrong number of arguments for 'xadd' command");
+    }
+    if let AddId::Explicit(Id::MIN) = add {
+        return fail("ERR The ID specified in XADD must be greater than 0-0");
+    }
+    ctx.lock(&[key]).await?;
+    let meta = ctx.typed(key, Kind::Stream).await?;
+    if meta.is_none() && nomkstream {
+        return Ok(null());
+    }
+    let last = Id::from_stored(meta.as_ref().and_then(|m| m.value.as_deref()));
+    if last == Id::MAX {
+        return fail("ERR The stream has exhausted the last possible ID, unable to add more items");
+    }
+    let too_small =
+        || fail("ERR The ID specified in XADD is equal or smaller than the target stream top item");
+    let id = match add {
+        AddId::Auto => {
+            let now = u64::try_from(ctx.now).unwrap_or(0);
+            if now > last.ms {
+                Id { ms: now, seq: 0 }
+            } else {
+                match last.next() {
+                    Some(id) => id,
+                    None => return too_small(),
+                }
+            }
+        }
+        AddId::AutoSeq(ms) => {
+            if ms > last.ms {
+                Id { ms, seq: 0 }
+            } else if ms == last.ms && last.seq < u64::MAX {
+                Id {
+                    ms,
+                    seq: last.seq + 1,
+                }
+            } else {
+                return too_small();
+            }
+        }
+        AddId::Explicit(id) if id > last => id,
+        AddId::Explicit(_) => return too_small(),
+    };
+    ctx.create(key, Kind::Stream, None).await?;
+    sqlx::query("INSERT INTO hf_stream (key, ms, seq, fields) VALUES ($1, $2, $3, $4)")
+        .bind(key)
+        .bind(col(id.ms))
+        .bind(col(id.seq))
+        .bind(encode_fields(fields))
+        .execute(&mut *ctx.conn)
+        .await?;
+    ctx.set_value(key, &id.stored()).await?;
+    if let Some(trim) = trim {
+        apply_trim(ctx, key, trim).await?;
+    }
+    Ok(bulk(id.text()))
+}
+
+pub async fn xtrim(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
+    let key = arg(a, 1);
+    let (trim, _, _, _) = trim_options(a, 2, false)?;
+    ctx.lock(&[key]).await?;
+    if ctx.typed(key, Kind::Stream).await?.is_none() {
+        return Ok(int(0));
+    }
+    match trim {
+        Some(trim) => Ok(int(apply_trim(ctx, key, trim).await?)),
+        None => Ok(int(0)),
+    }
+}
+
+pub async fn xlen(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
+    let key = arg(a, 1);
+    if ctx.typed(key, Kind::Stream).await?.is_none() {
+        return Ok(int(0));
+    }
+    Ok(int(ctx.count(key, Kind::Stream).await?))
+}
+
+pub async fn xdel(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
+    let key = arg(a, 1);
+    ctx.lock(&[key]).await?;
+    // Redis looks the key up before it reads the ids.
+    if ctx.typed(key, Kind::Stream).await?.is_none() {
+        return Ok(int(0));
+    }
+    let mut ids = Vec::new();
+    for raw in a.iter().skip(2) {
+        match parse_id(raw, 0, false) {
+            Some(id) => ids.push(id),
+            None => return fail(INVALID_ID),
+        }
+    }
+    let mut n = 0;
+    for id in ids {
+        let done = sqlx::query("DELETE FROM hf_stream WHERE key = $1 AND ms = $2 AND seq = $3")
+            .bind(key)
+            .bind(col(id.ms))
+            .bind(col(id.seq))
+            .execute(&mut *ctx.conn)
+            .await?;
+        n += done.rows_affected() as i64;
+    }
+    Ok(int(n))
+}
+
+/// One end of an XRANGE interval; `(` makes it exclusive.
+fn range_end(text: &[u8], start: bool) -> Result<Option<Id>, Fail> {
+    let (exclusive, text) = match text.split_first() {
+        Some((b'(', rest)) => (true, rest),
+        _ => (false, text),
+    };
+    if exclusive && (text == b"-" || text == b"+") {
+        return fail(INVALID_ID);
+    }
+    let missing = if start { 0 } else { u64::MAX };
+    let Some(id) = parse_id(text, missing, true) else {
+        return fail(INVALID_ID);
+    };
+    if !exclusive {
+        return Ok(Some(id));
+    }
+    let moved = if start { id.next() } else { id.prev() };
+    match moved {
+        Some(id) => Ok(Some(id)),
+        None => fail(if start {
+            "ERR invalid start ID for the interval"
+        } else {
+            "ERR invalid end ID for the interval"
+        }),
+    }
+}
+
+/// XRANGE and XREVRANGE.
+pub async fn xrange(ctx: &mut Ctx<'_>, a: &[Bytes], rev: bool) -> Out {
+    let key = arg(a, 1);
+    let (lo_text, hi_text) = if rev {
+        (arg(a, 3), arg(a, 2))
+    } else {
+        (arg(a, 2), arg(a, 3))
+    };
+    let lo = range_end(lo_text, true)?;
+    let hi = range_end(hi_text, false)?;
+    let mut count = None;
+    let mut j = 4;
+    while j < a.len() {
+        if is(arg(a, j), "COUNT") && j + 1 < a.len() {
+            count = Some(super::args::int(arg(a, j + 1))?.max(0));
+            j += 2;
+        } else {
+            return fail(SYNTAX);
+        }
+    }
+    if ctx.typed(key, Kind::Stream).await?.is_none() {
+        return Ok(array(Vec::new()));
+    }
+    // Redis answers COUNT 0 with a null array, not an empty one.
+    if count == Some(0) {
+        return Ok(null());
+    }
+    let (Some(lo), Some(hi)) = (lo, hi) else {
+        return Ok(array(Vec::new()));
+    };
+    if lo > hi {
+        return Ok(array(Vec::new()));
+    }
+    let order = if rev { "ms DESC, seq DESC" } else { "ms, seq" };
+    let rows = sqlx::query(&format!(
+        "SELECT ms, seq, fields FROM hf_stream WHERE key = $1 \
+         AND (ms > $2 OR (ms = $2 AND seq >= $3)) AND (ms < $4 OR (ms = $4 AND seq <= $5)) \
+         ORDER BY {order} LIMIT $6"
+    ))
+    .bind(key)
+    .bind(col(lo.ms))
+    .bind(col(lo.seq))
+    .bind(col(hi.ms))
+    .bind(col(hi.seq))
+    .bind(count.unwrap_or(i64::MAX))
+    .fetch_all(&mut *ctx.conn)
+    .await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let id = Id {
+            ms: uncol(row.try_get(0)?),
+            seq: uncol(row.try_get(1)?),
+        };
+        let fields: Vec<u8> = row.try_get(2)?;
+        out.push(array(vec![bulk(id.text()), array(decode_fields(&fields))]));
+    }
+    Ok(array(out))
+}
