@@ -425,6 +425,25 @@ fn fixed_script() -> Vec<Cmd> {
         &["XDEL", "x", "6-0"],
         &["XLEN", "x"],
         &["XADD", "x", "6-0", "f", "v"],
+        // Transactions: one database transaction; an error inside does not undo the rest.
+        &["MULTI"],
+        &["SET", "t1", "1"],
+        &["INCR", "t1"],
+        &["HSET", "t1", "f", "v"],
+        &["INCRBY", "t1", "10"],
+        &["EXEC"],
+        &["GET", "t1"],
+        &["MULTI"],
+        &["SET", "t2", "x"],
+        &["DISCARD"],
+        &["EXISTS", "t2"],
+        &["MULTI"],
+        &["EXEC"],
+        &["EXEC"],
+        &["MULTI"],
+        &["GET", "t1"],
+        &["NOSUCHCOMMAND"],
+        &["EXEC"],
         // Key space.
         &["KEYS", "*"],
         &["KEYS", "z*"],
@@ -595,4 +614,52 @@ fn generated_sequences_answer_as_redis_does_on_sqlite_and_postgres() {
     if let Err(e) = result {
         panic!("{e}");
     }
+}
+
+/// SCAN with MATCH, COUNT and TYPE finds every key present for the whole iteration, once.
+#[test]
+fn scan_iterates_every_key_once() {
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Targets::start().await;
+        for (_, addr) in t.addrs().iter().skip(1) {
+            let mut c = RawConn::connect(addr).await;
+            assert_eq!(c.command(&["FLUSHALL"]).await, b"+OK\r\n");
+            for i in 0..60 {
+                let key = format!("key:{i}");
+                if i % 3 == 0 {
+                    c.command(&["SADD", &key, "m"]).await;
+                } else {
+                    c.command(&["SET", &key, "v"]).await;
+                }
+            }
+            for (extra, want) in [
+                (vec![], 60),
+                (vec!["MATCH", "key:1*"], 11),
+                (vec!["TYPE", "set"], 20),
+            ] {
+                let mut cursor = "0".to_string();
+                let mut seen = std::collections::BTreeSet::new();
+                let mut rounds = 0;
+                loop {
+                    let mut args = vec!["SCAN", cursor.as_str(), "COUNT", "7"];
+                    args.extend(extra.iter().copied());
+                    let reply = c.command(&args).await;
+                    let text = String::from_utf8_lossy(&reply).to_string();
+                    let lines: Vec<&str> = text.split("\r\n").collect();
+                    let next = lines[2].to_string();
+                    for key in lines.iter().filter(|l| l.starts_with("key:")) {
+                        assert!(seen.insert(key.to_string()), "{key} returned twice");
+                    }
+                    rounds += 1;
+                    assert!(rounds < 100, "SCAN does not end");
+                    if next == "0" {
+                        break;
+                    }
+                    cursor = next;
+                }
+                assert_eq!(seen.len(), want, "{addr} SCAN {extra:?}");
+            }
+        }
+    });
 }

@@ -1,0 +1,294 @@
+//! SQL backends under failure and load, with real databases: PostgreSQL stopped with
+//! `-m immediate` and started again while clients write; SQLite under many concurrent
+//! writers with another process taking its write lock; the embedded default started the way
+//! the README says, and its data surviving a restart.
+
+#[allow(unused_imports)]
+mod support;
+use support::*;
+
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::time::sleep;
+
+fn text(reply: &[u8]) -> String {
+    String::from_utf8_lossy(reply).into_owned()
+}
+
+fn sql_backend(backend: &str) -> String {
+    format!(
+        r#"
+[defaults]
+reply_mode = "fast"
+[backends.db]
+{backend}
+[[namespaces]]
+name = "all"
+backend = "db"
+"#
+    )
+}
+
+/// Each client writes its own keys in sequence and remembers what was acknowledged; every
+/// reply that is not the expected one is a client-visible error.
+async fn writer(
+    addr: String,
+    id: usize,
+    stop: Arc<AtomicBool>,
+) -> (Vec<(String, String)>, Vec<String>) {
+    let mut conn = RawConn::connect(&addr).await;
+    let (mut acked, mut errors) = (Vec::new(), Vec::new());
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        n += 1;
+        let key = format!("w{id}:{}", n % 50);
+        let value = format!("{n}");
+        let reply = text(&conn.command(&["SET", &key, &value]).await);
+        if reply == "+OK\r\n" {
+            acked.push((key.clone(), value.clone()));
+        } else {
+            errors.push(format!("SET {key}: {reply}"));
+        }
+        let reply = text(
+            &conn
+                .command(&["HSET", &format!("h{id}"), &key, &value])
+                .await,
+        );
+        if !reply.starts_with(':') {
+            errors.push(format!("HSET: {reply}"));
+        }
+        let reply = text(&conn.command(&["GET", &key]).await);
+        if reply != format!("${}\r\n{value}\r\n", value.len()) {
+            errors.push(format!("GET {key} after SET {value}: {reply}"));
+        }
+    }
+    (acked, errors)
+}
+
+/// The last acknowledged value of each key, read back.
+async fn check_acknowledged(addr: &str, acked: &[(String, String)]) {
+    let mut last = std::collections::BTreeMap::new();
+    for (k, v) in acked {
+        last.insert(k.clone(), v.clone());
+    }
+    let mut conn = RawConn::connect(addr).await;
+    for (k, v) in &last {
+        let reply = text(&conn.command(&["GET", k]).await);
+        assert_eq!(
+            reply,
+            format!("${}\r\n{v}\r\n", v.len()),
+            "{k} lost its acknowledged value"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_stopped_and_started_again_is_a_slow_reply() {
+    let mut pg = PgServer::start();
+    let proxy = Proxy::start(&sql_backend(&format!(
+        "kind = \"postgres\"\nurl = \"{}\"\npool_size = 4",
+        pg.url()
+    )))
+    .await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..4)
+        .map(|i| tokio::spawn(writer(proxy.addr.clone(), i, stop.clone())))
+        .collect();
+    sleep(Duration::from_millis(800)).await;
+    pg.stop_immediate();
+    let down = Instant::now();
+    sleep(Duration::from_secs(5)).await;
+    pg.start_again();
+    let outage = down.elapsed();
+    sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut acked = Vec::new();
+    for c in clients {
+        let (a, errors) = c.await.unwrap();
+        assert!(
+            errors.is_empty(),
+            "client errors through a {outage:?} outage: {errors:?}"
+        );
+        acked.extend(a);
+    }
+    assert!(acked.len() > 100, "too few writes: {}", acked.len());
+    check_acknowledged(&proxy.addr, &acked).await;
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sqlite_under_many_writers_never_answers_locked() {
+    use sqlx::{Connection, Executor};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("busy.db");
+    let proxy = Proxy::start(&sql_backend(&format!(
+        "kind = \"sqlite\"\npath = \"{}\"\nsynchronous = \"normal\"\nbusy_timeout = \"2s\"",
+        path.display()
+    )))
+    .await;
+    // The schema exists once holdfast has answered.
+    let mut first = proxy.connect().await;
+    assert_eq!(first.command(&["SET", "ready", "1"]).await, b"+OK\r\n");
+
+    // Another process's writer takes SQLite's write lock again and again, each time for
+    // longer than nothing: holdfast's writer must wait, never fail.
+    let stop = Arc::new(AtomicBool::new(false));
+    let url = format!("sqlite://{}", path.display());
+    let intruder_stop = stop.clone();
+    let intruder = tokio::spawn(async move {
+        let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+        conn.execute("PRAGMA busy_timeout = 5000").await.unwrap();
+        let mut held = 0;
+        while !intruder_stop.load(Ordering::Relaxed) {
+            conn.execute("BEGIN IMMEDIATE").await.unwrap();
+            sleep(Duration::from_millis(30)).await;
+            conn.execute("COMMIT").await.unwrap();
+            held += 1;
+            sleep(Duration::from_millis(5)).await;
+        }
+        held
+    });
+
+    const CLIENTS: usize = 24;
+    const EACH: usize = 60;
+    let tasks: Vec<_> = (0..CLIENTS)
+        .map(|i| {
+            let addr = proxy.addr.clone();
+            tokio::spawn(async move {
+                let mut conn = RawConn::connect(&addr).await;
+                let mut errors = Vec::new();
+                for n in 1..=EACH {
+                    let reply = text(&conn.command(&["INCR", &format!("own:{i}")]).await);
+                    if reply != format!(":{n}\r\n") {
+                        errors.push(reply);
+                    }
+                    let reply = text(&conn.command(&["INCR", "shared"]).await);
+                    if !reply.starts_with(':') {
+                        errors.push(reply);
+                    }
+                }
+                errors
+            })
+        })
+        .collect();
+    let mut errors = Vec::new();
+    for t in tasks {
+        errors.extend(t.await.unwrap());
+    }
+    stop.store(true, Ordering::Relaxed);
+    let held = intruder.await.unwrap();
+    assert!(
+        errors.is_empty(),
+        "{} client errors: {:?}",
+        errors.len(),
+        &errors[..errors.len().min(5)]
+    );
+    assert!(held > 5, "the other writer took the lock only {held} times");
+    let total = CLIENTS * EACH;
+    assert_eq!(
+        text(&first.command(&["GET", "shared"]).await),
+        format!("${}\r\n{total}\r\n", total.to_string().len())
+    );
+    for i in 0..CLIENTS {
+        let reply = text(&first.command(&["GET", &format!("own:{i}")]).await);
+        assert_eq!(reply, format!("${}\r\n{EACH}\r\n", EACH.to_string().len()));
+    }
+    proxy.stop().await;
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The binary as the README runs it: no arguments, the built-in default (SQLite in
+/// `data/holdfast.db` below the working directory); only the ports are moved, by environment.
+struct Default {
+    child: Child,
+    addr: String,
+}
+
+impl Default {
+    fn start(cwd: &std::path::Path) -> Default {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let child = Command::new(env!("CARGO_BIN_EXE_holdfast"))
+            .current_dir(cwd)
+            .env("HOLDFAST_SERVER__LISTEN", &addr)
+            .env(
+                "HOLDFAST_SERVER__METRICS_LISTEN",
+                format!("127.0.0.1:{}", free_port()),
+            )
+            .env("HOLDFAST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        Default { child, addr }
+    }
+
+    async fn connect(&self) -> RawConn {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(conn) = RawConn::try_connect(&self.addr, Duration::from_secs(1)).await {
+                return conn;
+            }
+            assert!(Instant::now() < deadline, "holdfast never listened");
+            sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn stop(mut self) {
+        let status = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert_eq!(status.code(), Some(0));
+                return;
+            }
+            assert!(Instant::now() < deadline, "holdfast did not exit");
+            sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Default {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_default_runs_on_sqlite_and_keeps_data_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = Default::start(dir.path());
+    let mut conn = first.connect().await;
+    assert_eq!(conn.command(&["SET", "a", "b"]).await, b"+OK\r\n");
+    assert_eq!(conn.command(&["GET", "a"]).await, b"$1\r\nb\r\n");
+    assert_eq!(conn.command(&["HSET", "h", "f", "v"]).await, b":1\r\n");
+    assert_eq!(
+        conn.command(&["XADD", "s", "1-1", "f", "v"]).await,
+        b"$3\r\n1-1\r\n"
+    );
+    drop(conn);
+    first.stop().await;
+    assert!(dir.path().join("data/holdfast.db").exists());
+
+    let second = Default::start(dir.path());
+    let mut conn = second.connect().await;
+    assert_eq!(conn.command(&["GET", "a"]).await, b"$1\r\nb\r\n");
+    assert_eq!(conn.command(&["HGET", "h", "f"]).await, b"$1\r\nv\r\n");
+    assert_eq!(conn.command(&["XLEN", "s"]).await, b":1\r\n");
+    drop(conn);
+    second.stop().await;
+}
