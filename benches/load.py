@@ -4,7 +4,12 @@ twemproxy (nutcracker) and through holdfast, interleaved and repeated in one run
 throughput, p50/p99 latency and holdfast/direct and holdfast/twemproxy ratios.
 
 Starts its own redis-server, nutcracker and holdfast (release build) on free loopback ports and
-stops them by PID. Usage: benches/load.py [--rounds N] [--requests N] [--quick]
+stops them by PID. Usage: benches/load.py [--rounds N] [--requests N] [--quick] [--sql]
+
+With --sql it also starts PostgreSQL (initdb into a temporary directory, as the `postgres`
+user when run as root) and runs SET and GET, with and without pipelining, through holdfast on
+SQLite (synchronous full and normal) and on PostgreSQL (default durability), reported as
+ratios to direct Redis measured in the same rounds.
 
 On a 2-core machine the benchmark client, the proxy and Redis share the two cores: read the
 ratios, not the absolute figures.
@@ -12,6 +17,8 @@ ratios, not the absolute figures.
 
 import argparse
 import csv
+import glob
+import pwd
 import io
 import os
 import socket
@@ -66,9 +73,13 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--requests", type=int, default=200_000)
     parser.add_argument("--quick", action="store_true", help="one round, fewer requests")
+    parser.add_argument("--sql", action="store_true", help="SQLite and PostgreSQL backends too")
+    parser.add_argument("--sql-requests", type=int, default=20_000)
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.requests = 1, 50_000
+    if args.sql:
+        return sql_main(args)
 
     binary = os.path.join(ROOT, "target", "release", "holdfast")
     subprocess.run(["cargo", "build", "--release", "--locked", "--bin", "holdfast"], cwd=ROOT, check=True)
@@ -146,6 +157,113 @@ backend = "cache"
             p99 = "/".join(f"{med(name, x, 'p99_latency_ms'):.3f}" for x in ("direct", "twemproxy", "holdfast"))
             print(f"{name:14} {d:>10.0f} {t:>10.0f} {h:>10.0f} {h / d:>9.2f} {h / t:>8.2f}  {p50:21} {p99}")
     finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        log.close()
+
+
+
+def as_postgres(cmd):
+    return (["runuser", "-u", "postgres", "--"] + cmd) if os.geteuid() == 0 else cmd
+
+
+def start_postgres(log):
+    """initdb into a fresh directory and start a server on a free port; returns (proc, port, dir)."""
+    bindir = sorted(glob.glob("/usr/lib/postgresql/*/bin"))[-1]
+    pgdir = tempfile.mkdtemp(prefix="holdfast-bench-pg-", dir="/tmp")
+    if os.geteuid() == 0:
+        pw = pwd.getpwnam("postgres")
+        os.chown(pgdir, pw.pw_uid, pw.pw_gid)
+    data = os.path.join(pgdir, "data")
+    subprocess.run(as_postgres([os.path.join(bindir, "initdb"), "-D", data, "--auth=trust", "-U", "holdfast",
+                                "--no-sync", "--no-locale", "-E", "UTF8"]), check=True, stdout=log, stderr=log)
+    port = free_port()
+    proc = subprocess.Popen(as_postgres([os.path.join(bindir, "postgres"), "-D", data,
+                                         "-c", "listen_addresses=127.0.0.1", "-c", f"port={port}",
+                                         "-c", f"unix_socket_directories={pgdir}"]),
+                            stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.time() + 30
+    while subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(port), "-U", "holdfast", "-d", "postgres",
+                          "-Atc", "select 1"], capture_output=True).returncode != 0:
+        if time.time() > deadline:
+            sys.exit("postgres never answered")
+        time.sleep(0.2)
+    subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(port), "-U", "holdfast", "-d", "postgres",
+                    "-c", "CREATE DATABASE holdfast"], check=True, capture_output=True)
+    return proc, port, pgdir
+
+
+def holdfast_on(binary, tmp, name, backend, log):
+    port, metrics = free_port(), free_port()
+    conf = os.path.join(tmp, f"holdfast-{name}.toml")
+    with open(conf, "w") as f:
+        f.write(f"""[server]
+listen = "127.0.0.1:{port}"
+metrics_listen = "127.0.0.1:{metrics}"
+[defaults]
+reply_mode = "fast"
+[backends.db]
+{backend}
+[[namespaces]]
+name = "default"
+backend = "db"
+""")
+    return start([binary, "--config", conf], log), port
+
+
+def sql_main(args):
+    binary = os.path.join(ROOT, "target", "release", "holdfast")
+    subprocess.run(["cargo", "build", "--release", "--locked", "--bin", "holdfast"], cwd=ROOT, check=True)
+    tmp = tempfile.mkdtemp(prefix="holdfast-bench-")
+    log = open(os.path.join(tmp, "servers.log"), "w")
+    procs = []
+    try:
+        redis_port = free_port()
+        procs.append(start(["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1",
+                            "--save", "", "--appendonly", "no", "--dir", tmp], log))
+        pg, pg_port, pgdir = start_postgres(log)
+        procs.append(pg)
+        targets = [("direct", redis_port)]
+        for name, backend in [
+            ("sqlite-full", f'kind = "sqlite"\npath = "{tmp}/full.db"\nsynchronous = "full"'),
+            ("sqlite-normal", f'kind = "sqlite"\npath = "{tmp}/normal.db"\nsynchronous = "normal"'),
+            ("postgres", f'kind = "postgres"\nurl = "postgres://holdfast@127.0.0.1:{pg_port}/holdfast"\npool_size = 16'),
+        ]:
+            proc, port = holdfast_on(binary, tmp, name, backend, log)
+            procs.append(proc)
+            targets.append((name, port))
+        for _, port in targets:
+            wait_port(port)
+        workloads = [
+            ("SET", "set", 50, 1),
+            ("GET", "get", 50, 1),
+            ("SET P16", "set", 50, 16),
+            ("GET P16", "get", 50, 16),
+        ]
+        results = {}
+        for rnd in range(args.rounds):
+            for name, test, clients, pipeline in workloads:
+                for target, port in targets:
+                    row = bench(port, test, clients, pipeline, 100, args.sql_requests, 10_000)
+                    results.setdefault((name, target), []).append(float(row["rps"]))
+                    print(f"round {rnd + 1} {name:8} {target:14} {float(row['rps']):>10.0f} req/s "
+                          f"p50 {row['p50_latency_ms']} ms p99 {row['p99_latency_ms']} ms", flush=True)
+        names = [t for t, _ in targets]
+        print()
+        print(f"{'workload':9}" + "".join(f"{n:>15}" for n in names) + "   ratios to direct")
+        for name, *_ in workloads:
+            rps = [statistics.median(results[(name, n)]) for n in names]
+            ratios = "  ".join(f"{n}={r / rps[0]:.2f}" for n, r in zip(names[1:], rps[1:]))
+            print(f"{name:9}" + "".join(f"{r:>15.0f}" for r in rps) + "   " + ratios)
+    finally:
+        # The postmaster runs under runuser: stop it by the PID it wrote, then the rest.
+        try:
+            with open(os.path.join(pgdir, "data", "postmaster.pid")) as f:
+                os.kill(int(f.readline()), 3)  # SIGQUIT: immediate shutdown
+            time.sleep(0.5)
+        except (OSError, ValueError, UnboundLocalError):
+            pass
         for p in procs:
             p.kill()
             p.wait()

@@ -74,6 +74,7 @@ fn classify_backend(error: &BackendError) -> ErrorClass {
         BackendError::Reply { prefix, .. } => reply_prefix(prefix),
         BackendError::Unsupported { .. } => ErrorClass::Other,
         BackendError::Sql { stage, source } => sql_error(*stage, source),
+        BackendError::Shared(inner) => classify_backend(inner),
     }
 }
 

@@ -170,6 +170,14 @@ pub const LIMITS: Def = def(
     "Requests or connections stopped at a limit (max_request_bytes, max_bulk_bytes, max_arguments, max_keys_per_command, max_queued_commands, idle_timeout, tls_handshake, inline, malformed).",
 );
 
+/// Requests committed together by one SQLite group-commit transaction.
+pub const GROUP_COMMIT: Def = def(
+    "holdfast_group_commit_requests",
+    Histogram,
+    &["backend"],
+    "Requests committed together by one group-commit transaction (SQLite), by backend.",
+);
+
 /// Every metric holdfast exports. Dashboards, alerts and tests check their queries against
 /// this list.
 pub const CATALOGUE: &[Def] = &[
@@ -190,6 +198,7 @@ pub const CATALOGUE: &[Def] = &[
     CONFIG_GENERATION,
     CONFIG_RELOADS,
     LIMITS,
+    GROUP_COMMIT,
 ];
 
 /// Histogram buckets, in seconds, reaching past the default retry budget (~93 s, ~107 s with
@@ -199,12 +208,21 @@ const BUCKETS: &[f64] = &[
     5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
 ];
 
+/// Group sizes: one request up to a full group.
+const GROUP_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0];
+
 /// Installs the Prometheus recorder once per process and returns its handle.
 pub fn install() -> &'static PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE.get_or_init(|| {
         let recorder = PrometheusBuilder::new()
             .set_buckets(BUCKETS)
+            .and_then(|b| {
+                b.set_buckets_for_metric(
+                    metrics_exporter_prometheus::Matcher::Full(GROUP_COMMIT.name.to_string()),
+                    GROUP_BUCKETS,
+                )
+            })
             .map(|b| b.build_recorder())
             .unwrap_or_else(|_| PrometheusBuilder::new().build_recorder());
         let handle = recorder.handle();
@@ -224,6 +242,9 @@ fn describe() {
         match def.kind {
             Kind::Counter => describe_counter!(def.name, def.help),
             Kind::Gauge => describe_gauge!(def.name, def.help),
+            Kind::Histogram if def.name == GROUP_COMMIT.name => {
+                describe_histogram!(def.name, Unit::Count, def.help)
+            }
             Kind::Histogram => describe_histogram!(def.name, Unit::Seconds, def.help),
         }
     }
@@ -366,6 +387,11 @@ impl Drop for RequestHooks<'_> {
     fn drop(&mut self) {
         self.release();
     }
+}
+
+/// One group-commit transaction of `requests` requests.
+pub fn group_commit(backend: &str, requests: usize) {
+    histogram!(GROUP_COMMIT.name, "backend" => backend.to_string()).record(requests as f64);
 }
 
 /// A pooled backend connection came up (true) or went down (false).

@@ -292,3 +292,81 @@ async fn the_default_runs_on_sqlite_and_keeps_data_across_a_restart() {
     drop(conn);
     second.stop().await;
 }
+
+/// Group commit: many clients' writes share transactions, and each still gets its own
+/// reply: a command that answers an error in the middle of a group undoes only itself.
+#[tokio::test(flavor = "multi_thread")]
+async fn group_commit_shares_transactions_but_not_outcomes() {
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = Proxy::start(&format!(
+        r#"
+[defaults]
+reply_mode = "fast"
+[backends.grouped]
+kind = "sqlite"
+path = "{}"
+synchronous = "full"
+[[namespaces]]
+name = "all"
+backend = "grouped"
+"#,
+        dir.path().join("group.db").display()
+    ))
+    .await;
+    const CLIENTS: usize = 32;
+    const EACH: usize = 40;
+    let tasks: Vec<_> = (0..CLIENTS)
+        .map(|i| {
+            let addr = proxy.addr.clone();
+            tokio::spawn(async move {
+                let mut conn = RawConn::connect(&addr).await;
+                let mut wrong = Vec::new();
+                let (text_key, count_key) = (format!("text:{i}"), format!("count:{i}"));
+                for n in 1..=EACH {
+                    let word = format!("w{i}-{n}");
+                    let checks: [(Vec<&str>, String); 4] = [
+                        (vec!["SET", "word", &word], "+OK\r\n".into()),
+                        // Not a number: an error, and nothing of it applied.
+                        (
+                            vec!["INCR", &text_key],
+                            if n == 1 {
+                                ":1\r\n".into()
+                            } else {
+                                "-ERR value is not an integer or out of range\r\n".into()
+                            },
+                        ),
+                        (vec!["APPEND", &text_key, "x"], format!(":{}\r\n", n + 1)),
+                        (vec!["INCR", &count_key], format!(":{n}\r\n")),
+                    ];
+                    for (args, want) in checks {
+                        let got = text(&conn.command(&args).await);
+                        if got != want {
+                            wrong.push(format!("{args:?}: {got:?}, wanted {want:?}"));
+                        }
+                    }
+                }
+                wrong
+            })
+        })
+        .collect();
+    let mut wrong = Vec::new();
+    for t in tasks {
+        wrong.extend(t.await.unwrap());
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} wrong replies: {:?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(5)]
+    );
+    let sum = proxy
+        .metric(r#"holdfast_group_commit_requests_sum{backend="grouped"}"#)
+        .await;
+    let count = proxy
+        .metric(r#"holdfast_group_commit_requests_count{backend="grouped"}"#)
+        .await;
+    // Every write went through a group; with 32 writers, groups hold more than one.
+    assert_eq!(sum as usize, CLIENTS * EACH * 4);
+    assert!(sum / count > 1.5, "{sum} requests in {count} transactions");
+    proxy.stop().await;
+}

@@ -92,6 +92,9 @@ pub enum BackendError {
         #[source]
         source: sqlx::Error,
     },
+    /// One failure shared by several requests (a group commit that failed as a whole).
+    #[error(transparent)]
+    Shared(Arc<BackendError>),
     /// The backend cannot serve this command or kind at all.
     #[error("{what}")]
     Unsupported {

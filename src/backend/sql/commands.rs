@@ -30,6 +30,20 @@ pub fn writes(name: &[u8]) -> Option<bool> {
     })
 }
 
+/// Whether a read runs exactly one statement, so it needs no transaction around it.
+pub fn one_statement(args: &[Bytes]) -> bool {
+    let name = args
+        .first()
+        .map(|n| n.to_ascii_uppercase())
+        .unwrap_or_default();
+    match name.as_slice() {
+        b"GET" | b"STRLEN" | b"GETRANGE" | b"TYPE" | b"TTL" | b"PTTL" | b"EXPIRETIME"
+        | b"PEXPIRETIME" | b"KEYS" | b"SCAN" | b"DBSIZE" | b"WAIT" => true,
+        b"EXISTS" | b"TOUCH" => args.len() == 2,
+        _ => false,
+    }
+}
+
 /// Runs one command; `allow_flush` is the backend's setting.
 pub async fn run(ctx: &mut Ctx<'_>, a: &[Bytes], allow_flush: bool) -> Out {
     let name = a

@@ -14,6 +14,7 @@
 
 mod args;
 mod commands;
+mod group;
 mod hashes;
 mod keys;
 mod lists;
@@ -93,6 +94,8 @@ struct Inner {
     allow_flush: bool,
     /// Set once the schema is current.
     migrated: OnceCell<()>,
+    /// SQLite's writes go through group commit; PostgreSQL's run on connections of their own.
+    group: Option<group::GroupWriter>,
 }
 
 fn now_ms() -> i64 {
@@ -210,13 +213,14 @@ impl SqlBackend {
         reader: AnyPool,
         allow_flush: bool,
     ) -> SqlBackend {
-        let inner = Arc::new(Inner {
+        let inner = Arc::new_cyclic(|weak| Inner {
             name: name.to_string(),
             dialect,
             writer,
             reader,
             allow_flush,
             migrated: OnceCell::new(),
+            group: (dialect == Dialect::Sqlite).then(|| group::GroupWriter::start(weak.clone())),
         });
         // Migrate at start, and reap expired keys, for as long as the backend is in use.
         let weak = Arc::downgrade(&inner);
@@ -304,7 +308,9 @@ impl Inner {
         if expired.is_empty() {
             return Ok(());
         }
-        self.begin(&mut conn, true).await?;
+        conn.execute(self.begin_statement(true))
+            .await
+            .map_err(|e| abandon(&mut conn, e))?;
         let mut ctx = Ctx {
             conn: &mut conn,
             now: now_ms(),
@@ -312,29 +318,24 @@ impl Inner {
             dialect: self.dialect,
             write: true,
         };
+        let mut purged = Ok(());
         for (key, _) in &expired {
-            ctx.lock(&[key]).await.map_err(work_error)?;
             // `meta` purges a key it finds expired.
-            ctx.meta(key).await.map_err(work_error)?;
+            purged = ctx.lock(&[key]).await;
+            if purged.is_ok() {
+                purged = ctx.meta(key).await.map(|_| ());
+            }
+            if purged.is_err() {
+                break;
+            }
+        }
+        if let Err(e) = purged {
+            if conn.execute("ROLLBACK").await.is_err() {
+                conn.close_on_drop();
+            }
+            return Err(work_error(e));
         }
         self.commit(&mut conn).await
-    }
-
-    async fn begin(&self, conn: &mut PoolConnection<Any>, write: bool) -> Result<(), BackendError> {
-        let begin = match (self.dialect, write) {
-            (Dialect::Sqlite, true) => "BEGIN IMMEDIATE",
-            (Dialect::Sqlite, false) => "BEGIN",
-            (Dialect::Postgres, true) => "BEGIN",
-            // One snapshot for every statement of a read.
-            (Dialect::Postgres, false) => "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
-        };
-        conn.execute(begin).await.map(|_| ()).map_err(|e| {
-            conn.close_on_drop();
-            BackendError::Sql {
-                stage: SqlStage::Work,
-                source: e,
-            }
-        })
     }
 
     async fn commit(&self, conn: &mut PoolConnection<Any>) -> Result<(), BackendError> {
@@ -347,11 +348,109 @@ impl Inner {
         })
     }
 
-    /// Runs commands in one transaction. Alone (`batch` false), an error reply rolls the
-    /// command back and is returned as [`BackendError::Reply`]; in a batch each command
-    /// has a savepoint and its error reply takes its place among the replies.
-    async fn run(
+    /// A connection of the right pool, its first statement (BEGIN, or the read itself)
+    /// already answered. A pooled connection that died with its server (a restart) fails
+    /// that first statement; nothing of the request has run then, so it is closed and
+    /// another one taken, within the acquire timeout.
+    async fn acquire(
         &self,
+        write: bool,
+        first: Option<&str>,
+        acquire_timeout: Duration,
+    ) -> Result<PoolConnection<Any>, BackendError> {
+        let attempt = async {
+            self.ensure_schema().await?;
+            let pool = if write { &self.writer } else { &self.reader };
+            loop {
+                let mut conn = pool.acquire().await.map_err(connect_error)?;
+                let Some(statement) = first else {
+                    return Ok(conn);
+                };
+                match conn.execute(statement).await {
+                    Ok(_) => return Ok(conn),
+                    Err(e @ sqlx::Error::Database(_)) => {
+                        conn.close_on_drop();
+                        return Err(connect_error(e));
+                    }
+                    // A dead connection: try the next one (a new one once the pool is empty).
+                    Err(_) => conn.close_on_drop(),
+                }
+            }
+        };
+        match tokio::time::timeout(acquire_timeout, attempt).await {
+            Ok(result) => result,
+            Err(_) => Err(BackendError::AcquireTimeout {
+                waited: acquire_timeout,
+            }),
+        }
+    }
+
+    fn begin_statement(&self, write: bool) -> &'static str {
+        match (self.dialect, write) {
+            (Dialect::Sqlite, true) => "BEGIN IMMEDIATE",
+            (Dialect::Sqlite, false) => "BEGIN",
+            (Dialect::Postgres, true) => "BEGIN",
+            // One snapshot for every statement of a read.
+            (Dialect::Postgres, false) => "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
+        }
+    }
+
+    /// Runs a job's commands on `conn`, inside a transaction the caller opened. Alone
+    /// (`batch` false), an error reply is returned as [`BackendError::Reply`] and the caller
+    /// rolls back; in a MULTI each command has a savepoint and its error reply takes its
+    /// place among the replies, as Redis applies the rest of a transaction.
+    async fn apply(
+        &self,
+        conn: &mut PoolConnection<Any>,
+        commands: &[&[Bytes]],
+        proto: Proto,
+        batch: bool,
+        write: bool,
+    ) -> Result<Vec<Frame>, BackendError> {
+        let mut replies = Vec::with_capacity(commands.len());
+        let now = now_ms();
+        for args in commands {
+            if batch {
+                conn.execute("SAVEPOINT hf_cmd")
+                    .await
+                    .map_err(|e| abandon(conn, e))?;
+            }
+            let mut ctx = Ctx {
+                conn: &mut *conn,
+                now,
+                proto,
+                dialect: self.dialect,
+                write,
+            };
+            match commands::run(&mut ctx, args, self.allow_flush).await {
+                Ok(frame) => {
+                    if batch {
+                        conn.execute("RELEASE SAVEPOINT hf_cmd")
+                            .await
+                            .map_err(|e| abandon(conn, e))?;
+                    }
+                    replies.push(frame);
+                }
+                Err(Fail::Reply(text)) if batch => {
+                    conn.execute("ROLLBACK TO SAVEPOINT hf_cmd")
+                        .await
+                        .map_err(|e| abandon(conn, e))?;
+                    conn.execute("RELEASE SAVEPOINT hf_cmd")
+                        .await
+                        .map_err(|e| abandon(conn, e))?;
+                    replies.push(error_frame(text));
+                }
+                Err(Fail::Reply(text)) => return Err(BackendError::reply(Bytes::from(text))),
+                Err(Fail::Sql(e)) => return Err(abandon(conn, e)),
+            }
+        }
+        Ok(replies)
+    }
+
+    /// Runs commands as one transaction: writes to SQLite through the group-commit writer,
+    /// everything else on a connection of its own.
+    async fn run(
+        self: &Arc<Self>,
         commands: &[&[Bytes]],
         proto: Proto,
         acquire_timeout: Duration,
@@ -370,64 +469,47 @@ impl Inner {
                 None => {}
             }
         }
-        let acquire = async {
-            self.ensure_schema().await?;
-            let pool = if write { &self.writer } else { &self.reader };
-            pool.acquire().await.map_err(connect_error)
-        };
-        let mut conn = match tokio::time::timeout(acquire_timeout, acquire).await {
-            Ok(conn) => conn?,
-            Err(_) => {
-                return Err(BackendError::AcquireTimeout {
-                    waited: acquire_timeout,
-                })
-            }
-        };
-        self.begin(&mut conn, write).await?;
-        let mut replies = Vec::with_capacity(commands.len());
-        let now = now_ms();
-        for args in commands {
-            if batch {
-                conn.execute("SAVEPOINT hf")
-                    .await
-                    .map_err(|e| abandon(&mut conn, e))?;
-            }
-            let mut ctx = Ctx {
-                conn: &mut conn,
-                now,
-                proto,
-                dialect: self.dialect,
-                write,
-            };
-            match commands::run(&mut ctx, args, self.allow_flush).await {
-                Ok(frame) => {
-                    if batch {
-                        conn.execute("RELEASE SAVEPOINT hf")
-                            .await
-                            .map_err(|e| abandon(&mut conn, e))?;
-                    }
-                    replies.push(frame);
-                }
-                Err(Fail::Reply(text)) if batch => {
-                    conn.execute("ROLLBACK TO SAVEPOINT hf")
-                        .await
-                        .map_err(|e| abandon(&mut conn, e))?;
-                    conn.execute("RELEASE SAVEPOINT hf")
-                        .await
-                        .map_err(|e| abandon(&mut conn, e))?;
-                    replies.push(error_frame(text));
-                }
-                Err(Fail::Reply(text)) => {
-                    if conn.execute("ROLLBACK").await.is_err() {
-                        conn.close_on_drop();
-                    }
-                    return Err(BackendError::reply(Bytes::from(text)));
-                }
-                Err(Fail::Sql(e)) => return Err(abandon(&mut conn, e)),
+        if write {
+            if let Some(writer) = &self.group {
+                return writer.submit(commands, proto, batch, acquire_timeout).await;
             }
         }
-        self.commit(&mut conn).await?;
-        Ok(replies)
+        // A read of one statement is atomic without a transaction around it.
+        let single = !write
+            && !batch
+            && commands.len() == 1
+            && commands
+                .first()
+                .is_some_and(|args| commands::one_statement(args));
+        if single {
+            // A pooled connection that died with its server fails the read itself; a read
+            // can be repeated, on another connection, within the acquire timeout.
+            let deadline = tokio::time::Instant::now() + acquire_timeout;
+            loop {
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                let mut conn = self.acquire(false, None, left).await?;
+                match self.apply(&mut conn, commands, proto, false, false).await {
+                    Err(BackendError::Sql { source, .. })
+                        if !matches!(source, sqlx::Error::Database(_))
+                            && tokio::time::Instant::now() < deadline => {}
+                    other => return other,
+                }
+            }
+        }
+        let begin = self.begin_statement(write);
+        let mut conn = self.acquire(write, Some(begin), acquire_timeout).await?;
+        match self.apply(&mut conn, commands, proto, batch, write).await {
+            Ok(replies) => {
+                self.commit(&mut conn).await?;
+                Ok(replies)
+            }
+            Err(e) => {
+                if conn.execute("ROLLBACK").await.is_err() {
+                    conn.close_on_drop();
+                }
+                Err(e)
+            }
+        }
     }
 }
 

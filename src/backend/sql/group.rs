@@ -1,0 +1,198 @@
+//! Group commit for SQLite: writes from every client connection go to one writer task, which
+//! runs whatever has queued up meanwhile as one transaction, a savepoint per request, and
+//! answers each request only after the COMMIT. One fsync then serves many clients.
+//!
+//! Each client connection waits for its reply before its next command is sent, so its order
+//! holds; each reply is its own command's (a request that fails is rolled back to its
+//! savepoint and answers its own error). A request that waited in the queue past its acquire
+//! timeout is withdrawn before the writer takes it, never after, so "not attempted" stays true.
+
+use super::{abandon, Inner, SqlStage};
+use crate::backend::{BackendError, Proto};
+use bytes::Bytes;
+use redis_protocol::resp3::types::BytesFrame as Frame;
+use sqlx::Executor;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+
+/// Most requests in one transaction.
+const MAX_BATCH: usize = 256;
+/// Requests waiting for the writer; a full queue makes callers wait (within their timeout).
+const QUEUE: usize = 4096;
+
+const QUEUED: u8 = 0;
+const TAKEN: u8 = 1;
+const WITHDRAWN: u8 = 2;
+
+type Outcome = Result<Vec<Frame>, BackendError>;
+
+struct Job {
+    commands: Vec<Vec<Bytes>>,
+    proto: Proto,
+    batch: bool,
+    state: Arc<AtomicU8>,
+    reply: oneshot::Sender<Outcome>,
+}
+
+/// The handle requests are submitted through.
+pub struct GroupWriter {
+    queue: mpsc::Sender<Job>,
+}
+
+impl GroupWriter {
+    /// Starts the writer task for `inner`; it ends when the backend is dropped.
+    pub fn start(inner: Weak<Inner>) -> GroupWriter {
+        let (queue, jobs) = mpsc::channel(QUEUE);
+        tokio::spawn(run(inner, jobs));
+        GroupWriter { queue }
+    }
+
+    /// Runs `commands` in the next group; waits at most `acquire_timeout` for the writer to
+    /// take it, then for as long as its transaction takes.
+    pub async fn submit(
+        &self,
+        commands: &[&[Bytes]],
+        proto: Proto,
+        batch: bool,
+        acquire_timeout: Duration,
+    ) -> Outcome {
+        let state = Arc::new(AtomicU8::new(QUEUED));
+        let (reply, answer) = oneshot::channel();
+        let job = Job {
+            commands: commands.iter().map(|c| c.to_vec()).collect(),
+            proto,
+            batch,
+            state: state.clone(),
+            reply,
+        };
+        let timed_out = || BackendError::AcquireTimeout {
+            waited: acquire_timeout,
+        };
+        let deadline = tokio::time::Instant::now() + acquire_timeout;
+        match tokio::time::timeout_at(deadline, self.queue.send(job)).await {
+            Ok(Ok(())) => {}
+            // The writer is gone (the backend is being dropped) or the queue stayed full.
+            _ => return Err(timed_out()),
+        }
+        let mut answer = answer;
+        match tokio::time::timeout_at(deadline, &mut answer).await {
+            Ok(outcome) => outcome.unwrap_or_else(|_| Err(lost())),
+            Err(_) => {
+                if state
+                    .compare_exchange(QUEUED, WITHDRAWN, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    return Err(timed_out());
+                }
+                // Taken: its transaction is under way; its outcome is the answer.
+                answer.await.unwrap_or_else(|_| Err(lost()))
+            }
+        }
+    }
+}
+
+/// The writer stopped while holding a request: it may have committed.
+fn lost() -> BackendError {
+    BackendError::Sql {
+        stage: SqlStage::Commit,
+        source: sqlx::Error::WorkerCrashed,
+    }
+}
+
+async fn run(inner: Weak<Inner>, mut jobs: mpsc::Receiver<Job>) {
+    while let Some(first) = jobs.recv().await {
+        let mut group = vec![first];
+        while group.len() < MAX_BATCH {
+            match jobs.try_recv() {
+                Ok(job) => group.push(job),
+                Err(_) => break,
+            }
+        }
+        group.retain(|job| {
+            job.state
+                .compare_exchange(QUEUED, TAKEN, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        });
+        if group.is_empty() {
+            continue;
+        }
+        let Some(inner) = inner.upgrade() else { return };
+        crate::metrics::group_commit(&inner.name, group.len());
+        let outcomes = commit_group(&inner, &group).await;
+        for (job, outcome) in group.into_iter().zip(outcomes) {
+            let _ = job.reply.send(outcome);
+        }
+    }
+}
+
+/// One transaction for the whole group; returns an outcome per job.
+async fn commit_group(inner: &Inner, group: &[Job]) -> Vec<Outcome> {
+    let every = |e: &dyn Fn() -> BackendError| group.iter().map(|_| Err(e())).collect();
+    // The writer is not bounded by any one request's timeout: a request is only taken when
+    // it can still be served, and the busy timeout bounds the wait for the lock.
+    let begin = inner.begin_statement(true);
+    let mut conn = match inner
+        .acquire(true, Some(begin), Duration::from_secs(3600))
+        .await
+    {
+        Ok(conn) => conn,
+        Err(e) => {
+            let shared = Arc::new(e);
+            return every(&|| share(&shared));
+        }
+    };
+    let mut outcomes: Vec<Outcome> = Vec::with_capacity(group.len());
+    for job in group {
+        if let Err(e) = conn.execute("SAVEPOINT hf_job").await {
+            let e = abandon(&mut conn, e);
+            return rollback_all(&mut conn, group.len(), e).await;
+        }
+        let commands: Vec<&[Bytes]> = job.commands.iter().map(|c| c.as_slice()).collect();
+        let outcome = inner
+            .apply(&mut conn, &commands, job.proto, job.batch, true)
+            .await;
+        let undo = outcome.is_err();
+        if undo && conn.execute("ROLLBACK TO SAVEPOINT hf_job").await.is_err() {
+            let e = outcome.err().unwrap_or_else(lost);
+            return rollback_all(&mut conn, group.len(), e).await;
+        }
+        if let Err(e) = conn.execute("RELEASE SAVEPOINT hf_job").await {
+            let e = abandon(&mut conn, e);
+            return rollback_all(&mut conn, group.len(), e).await;
+        }
+        outcomes.push(outcome);
+    }
+    if let Err(e) = inner.commit(&mut conn).await {
+        // Whatever had succeeded may or may not be on disk now; what failed was undone.
+        let shared = Arc::new(e);
+        return outcomes
+            .into_iter()
+            .map(|o| match o {
+                Ok(_) => Err(share(&shared)),
+                failed => failed,
+            })
+            .collect();
+    }
+    outcomes
+}
+
+/// The transaction cannot go on: nothing of it is committed, so every job fails with the
+/// same error, before COMMIT.
+async fn rollback_all(
+    conn: &mut sqlx::pool::PoolConnection<sqlx::Any>,
+    jobs: usize,
+    error: BackendError,
+) -> Vec<Outcome> {
+    if conn.execute("ROLLBACK").await.is_err() {
+        conn.close_on_drop();
+    }
+    let shared = Arc::new(error);
+    (0..jobs).map(|_| Err(share(&shared))).collect()
+}
+
+/// One failure handed to several requests: each gets the same error, and so the same class.
+fn share(error: &Arc<BackendError>) -> BackendError {
+    BackendError::Shared(error.clone())
+}
