@@ -170,12 +170,12 @@ pub const LIMITS: Def = def(
     "Requests or connections stopped at a limit (max_request_bytes, max_bulk_bytes, max_arguments, max_keys_per_command, max_queued_commands, idle_timeout, tls_handshake, inline, malformed).",
 );
 
-/// Requests committed together by one SQLite group-commit transaction.
+/// Requests committed together by one group-commit transaction.
 pub const GROUP_COMMIT: Def = def(
     "holdfast_group_commit_requests",
     Histogram,
     &["backend"],
-    "Requests committed together by one group-commit transaction (SQLite), by backend.",
+    "Requests committed together by one group-commit transaction (SQL backends), by backend.",
 );
 
 /// Every metric holdfast exports. Dashboards, alerts and tests check their queries against

@@ -1,6 +1,8 @@
-//! Group commit for SQLite: writes from every client connection go to one writer task, which
-//! runs whatever has queued up meanwhile as one transaction, a savepoint per request, and
-//! answers each request only after the COMMIT. One fsync then serves many clients.
+//! Group commit: writes from every client connection go to a writer task, which runs whatever
+//! has queued up meanwhile as one transaction and answers each request only after the COMMIT.
+//! One fsync, and one BEGIN/COMMIT round trip, then serve many clients. SQLite has one writer
+//! task (it has one writer connection); PostgreSQL has one per two pooled connections, each
+//! taking the next group while the others commit theirs.
 //!
 //! Each client connection waits for its reply before its next command is sent, so its order
 //! holds; each reply is its own command's (a request that fails is rolled back to its
@@ -43,9 +45,12 @@ pub struct GroupWriter {
 
 impl GroupWriter {
     /// Starts the writer task for `inner`; it ends when the backend is dropped.
-    pub fn start(inner: Weak<Inner>) -> GroupWriter {
+    pub fn start(inner: Weak<Inner>, writers: usize) -> GroupWriter {
         let (queue, jobs) = mpsc::channel(QUEUE);
-        tokio::spawn(run(inner, jobs));
+        let jobs = Arc::new(tokio::sync::Mutex::new(jobs));
+        for _ in 0..writers.max(1) {
+            tokio::spawn(run(inner.clone(), jobs.clone()));
+        }
         GroupWriter { queue }
     }
 
@@ -101,15 +106,22 @@ fn lost() -> BackendError {
     }
 }
 
-async fn run(inner: Weak<Inner>, mut jobs: mpsc::Receiver<Job>) {
-    while let Some(first) = jobs.recv().await {
-        let mut group = vec![first];
-        while group.len() < MAX_BATCH {
-            match jobs.try_recv() {
-                Ok(job) => group.push(job),
-                Err(_) => break,
+async fn run(inner: Weak<Inner>, jobs: Arc<tokio::sync::Mutex<mpsc::Receiver<Job>>>) {
+    loop {
+        let mut group = {
+            let mut jobs = jobs.lock().await;
+            let Some(first) = jobs.recv().await else {
+                return;
+            };
+            let mut group = vec![first];
+            while group.len() < MAX_BATCH {
+                match jobs.try_recv() {
+                    Ok(job) => group.push(job),
+                    Err(_) => break,
+                }
             }
-        }
+            group
+        };
         group.retain(|job| {
             job.state
                 .compare_exchange(QUEUED, TAKEN, Ordering::AcqRel, Ordering::Acquire)
@@ -128,7 +140,65 @@ async fn run(inner: Weak<Inner>, mut jobs: mpsc::Receiver<Job>) {
 }
 
 /// One transaction for the whole group; returns an outcome per job.
+///
+/// Optimistically first: no savepoints, since a command answers its errors before it
+/// changes anything. Should one fail after changing something (or the database fail), the
+/// whole transaction is rolled back, uncommitted, and the group runs again with a savepoint
+/// per request.
 async fn commit_group(inner: &Inner, group: &[Job]) -> Vec<Outcome> {
+    match optimistic(inner, group).await {
+        Some(outcomes) => outcomes,
+        None => careful(inner, group).await,
+    }
+}
+
+/// The group without savepoints; None when it had to be rolled back.
+async fn optimistic(inner: &Inner, group: &[Job]) -> Option<Vec<Outcome>> {
+    let begin = inner.begin_statement(true);
+    let mut conn = inner
+        .acquire(true, Some(begin), Duration::from_secs(3600))
+        .await
+        .ok()?;
+    let mut outcomes: Vec<Outcome> = Vec::with_capacity(group.len());
+    for job in group {
+        let commands: Vec<&[Bytes]> = job.commands.iter().map(|c| c.as_slice()).collect();
+        let mut dirty = false;
+        let outcome = inner
+            .apply(&mut conn, &commands, job.proto, job.batch, true, &mut dirty)
+            .await;
+        if dirty {
+            if conn.execute("ROLLBACK").await.is_err() {
+                conn.close_on_drop();
+            }
+            return None;
+        }
+        outcomes.push(outcome);
+    }
+    Some(commit_outcomes(inner, &mut conn, outcomes).await)
+}
+
+/// Commits, and turns the outcomes of the requests that succeeded into the commit's error
+/// when it fails: they may or may not be on disk now; what failed was undone.
+async fn commit_outcomes(
+    inner: &Inner,
+    conn: &mut sqlx::pool::PoolConnection<sqlx::Any>,
+    outcomes: Vec<Outcome>,
+) -> Vec<Outcome> {
+    if let Err(e) = inner.commit(conn).await {
+        let shared = Arc::new(e);
+        return outcomes
+            .into_iter()
+            .map(|o| match o {
+                Ok(_) => Err(share(&shared)),
+                failed => failed,
+            })
+            .collect();
+    }
+    outcomes
+}
+
+/// The group with a savepoint per request.
+async fn careful(inner: &Inner, group: &[Job]) -> Vec<Outcome> {
     let every = |e: &dyn Fn() -> BackendError| group.iter().map(|_| Err(e())).collect();
     // The writer is not bounded by any one request's timeout: a request is only taken when
     // it can still be served, and the busy timeout bounds the wait for the lock.
@@ -151,7 +221,7 @@ async fn commit_group(inner: &Inner, group: &[Job]) -> Vec<Outcome> {
         }
         let commands: Vec<&[Bytes]> = job.commands.iter().map(|c| c.as_slice()).collect();
         let outcome = inner
-            .apply(&mut conn, &commands, job.proto, job.batch, true)
+            .apply(&mut conn, &commands, job.proto, job.batch, true, &mut false)
             .await;
         let undo = outcome.is_err();
         if undo && conn.execute("ROLLBACK TO SAVEPOINT hf_job").await.is_err() {
@@ -164,18 +234,7 @@ async fn commit_group(inner: &Inner, group: &[Job]) -> Vec<Outcome> {
         }
         outcomes.push(outcome);
     }
-    if let Err(e) = inner.commit(&mut conn).await {
-        // Whatever had succeeded may or may not be on disk now; what failed was undone.
-        let shared = Arc::new(e);
-        return outcomes
-            .into_iter()
-            .map(|o| match o {
-                Ok(_) => Err(share(&shared)),
-                failed => failed,
-            })
-            .collect();
-    }
-    outcomes
+    commit_outcomes(inner, &mut conn, outcomes).await
 }
 
 /// The transaction cannot go on: nothing of it is committed, so every job fails with the

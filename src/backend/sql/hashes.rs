@@ -24,19 +24,21 @@ async fn field(ctx: &mut Ctx<'_>, key: &[u8], field: &[u8]) -> Result<Option<Vec
 async fn put(ctx: &mut Ctx<'_>, key: &[u8], field_name: &[u8], value: &[u8]) -> Result<bool, Fail> {
     let new = field(ctx, key, field_name).await?.is_none();
     if new {
-        sqlx::query("INSERT INTO hf_hash (key, field, value) VALUES ($1, $2, $3)")
-            .bind(key)
-            .bind(field_name)
-            .bind(value)
-            .execute(&mut *ctx.conn)
-            .await?;
+        ctx.exec(
+            sqlx::query("INSERT INTO hf_hash (key, field, value) VALUES ($1, $2, $3)")
+                .bind(key)
+                .bind(field_name)
+                .bind(value),
+        )
+        .await?;
     } else {
-        sqlx::query("UPDATE hf_hash SET value = $3 WHERE key = $1 AND field = $2")
-            .bind(key)
-            .bind(field_name)
-            .bind(value)
-            .execute(&mut *ctx.conn)
-            .await?;
+        ctx.exec(
+            sqlx::query("UPDATE hf_hash SET value = $3 WHERE key = $1 AND field = $2")
+                .bind(key)
+                .bind(field_name)
+                .bind(value),
+        )
+        .await?;
     }
     Ok(new)
 }

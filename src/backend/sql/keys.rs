@@ -50,17 +50,19 @@ pub async fn rename(ctx: &mut Ctx<'_>, a: &[Bytes], nx: bool) -> Out {
         }
         ctx.purge(to, old.kind).await?;
     }
-    sqlx::query("UPDATE hf_keys SET key = $2 WHERE key = $1")
-        .bind(from)
-        .bind(to)
-        .execute(&mut *ctx.conn)
-        .await?;
-    if let Some(table) = m.kind.table() {
-        sqlx::query(&format!("UPDATE {table} SET key = $2 WHERE key = $1"))
+    ctx.exec(
+        sqlx::query("UPDATE hf_keys SET key = $2 WHERE key = $1")
             .bind(from)
-            .bind(to)
-            .execute(&mut *ctx.conn)
-            .await?;
+            .bind(to),
+    )
+    .await?;
+    if let Some(table) = m.kind.table() {
+        ctx.exec(
+            sqlx::query(&format!("UPDATE {table} SET key = $2 WHERE key = $1"))
+                .bind(from)
+                .bind(to),
+        )
+        .await?;
     }
     Ok(if nx { int(1) } else { ok() })
 }
@@ -264,8 +266,7 @@ pub async fn flush(ctx: &mut Ctx<'_>, a: &[Bytes], allowed: bool) -> Out {
         "hf_list",
         "hf_stream",
     ] {
-        sqlx::query(&format!("DELETE FROM {table}"))
-            .execute(&mut *ctx.conn)
+        ctx.exec(sqlx::query(&format!("DELETE FROM {table}")))
             .await?;
     }
     Ok(ok())

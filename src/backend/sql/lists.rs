@@ -35,12 +35,13 @@ pub async fn push(ctx: &mut Ctx<'_>, a: &[Bytes], head: bool, only_existing: boo
             pos = if head { pos - 1 } else { pos + 1 };
         }
         first = false;
-        sqlx::query("INSERT INTO hf_list (key, pos, value) VALUES ($1, $2, $3)")
-            .bind(key)
-            .bind(pos)
-            .bind(value.as_ref())
-            .execute(&mut *ctx.conn)
-            .await?;
+        ctx.exec(
+            sqlx::query("INSERT INTO hf_list (key, pos, value) VALUES ($1, $2, $3)")
+                .bind(key)
+                .bind(pos)
+                .bind(value.as_ref()),
+        )
+        .await?;
     }
     Ok(int(ctx.count(key, Kind::List).await?))
 }
@@ -91,11 +92,12 @@ pub async fn pop(ctx: &mut Ctx<'_>, a: &[Bytes], head: bool) -> Out {
     }
     let taken = rows(ctx, key, !head, 0, count.unwrap_or(1)).await?;
     for (pos, _) in &taken {
-        sqlx::query("DELETE FROM hf_list WHERE key = $1 AND pos = $2")
-            .bind(key)
-            .bind(*pos)
-            .execute(&mut *ctx.conn)
-            .await?;
+        ctx.exec(
+            sqlx::query("DELETE FROM hf_list WHERE key = $1 AND pos = $2")
+                .bind(key)
+                .bind(*pos),
+        )
+        .await?;
     }
     ctx.drop_if_empty(key, Kind::List).await?;
     let mut values: Vec<Frame> = taken.into_iter().map(|(_, v)| bulk(v)).collect();
@@ -174,12 +176,13 @@ pub async fn lset(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     let Some((pos, _)) = at(ctx, key, index).await? else {
         return fail("ERR index out of range");
     };
-    sqlx::query("UPDATE hf_list SET value = $3 WHERE key = $1 AND pos = $2")
-        .bind(key)
-        .bind(pos)
-        .bind(arg(a, 3))
-        .execute(&mut *ctx.conn)
-        .await?;
+    ctx.exec(
+        sqlx::query("UPDATE hf_list SET value = $3 WHERE key = $1 AND pos = $2")
+            .bind(key)
+            .bind(pos)
+            .bind(arg(a, 3)),
+    )
+    .await?;
     Ok(ok())
 }
 
@@ -205,11 +208,12 @@ pub async fn lrem(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     .fetch_all(&mut *ctx.conn)
     .await?;
     for pos in &positions {
-        sqlx::query("DELETE FROM hf_list WHERE key = $1 AND pos = $2")
-            .bind(key)
-            .bind(*pos)
-            .execute(&mut *ctx.conn)
-            .await?;
+        ctx.exec(
+            sqlx::query("DELETE FROM hf_list WHERE key = $1 AND pos = $2")
+                .bind(key)
+                .bind(*pos),
+        )
+        .await?;
     }
     ctx.drop_if_empty(key, Kind::List).await?;
     Ok(int(positions.len() as i64))
@@ -230,12 +234,13 @@ pub async fn ltrim(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
         Some((offset, count)) => {
             let kept = rows(ctx, key, false, offset, count).await?;
             if let (Some((lo, _)), Some((hi, _))) = (kept.first(), kept.last()) {
-                sqlx::query("DELETE FROM hf_list WHERE key = $1 AND (pos < $2 OR pos > $3)")
-                    .bind(key)
-                    .bind(*lo)
-                    .bind(*hi)
-                    .execute(&mut *ctx.conn)
-                    .await?;
+                ctx.exec(
+                    sqlx::query("DELETE FROM hf_list WHERE key = $1 AND (pos < $2 OR pos > $3)")
+                        .bind(key)
+                        .bind(*lo)
+                        .bind(*hi),
+                )
+                .await?;
             }
         }
     }

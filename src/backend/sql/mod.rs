@@ -94,7 +94,7 @@ struct Inner {
     allow_flush: bool,
     /// Set once the schema is current.
     migrated: OnceCell<()>,
-    /// SQLite's writes go through group commit; PostgreSQL's run on connections of their own.
+    /// Writes go through group commit.
     group: Option<group::GroupWriter>,
 }
 
@@ -159,6 +159,7 @@ impl SqlBackend {
         let writer = pool(1)?;
         let reader = pool(config.readers)?;
         Ok(SqlBackend::start(
+            1,
             name,
             Dialect::Sqlite,
             writer,
@@ -184,8 +185,9 @@ impl SqlBackend {
             .max_connections(config.pool_size as u32)
             .min_connections(0)
             .acquire_timeout(config.connection_timeout)
-            // A connection that died with a restarted server is found here, not by a command.
-            .test_before_acquire(true)
+            // No ping per request: a connection that died with a restarted server fails its
+            // first statement, and `acquire` replaces it then.
+            .test_before_acquire(false)
             .after_connect(move |conn, _| {
                 Box::pin(async move {
                     conn.execute(format!("SET statement_timeout = {timeout_ms}").as_str())
@@ -198,6 +200,7 @@ impl SqlBackend {
                 what: format!("backends.{name}.url: {e}"),
             })?;
         Ok(SqlBackend::start(
+            (config.pool_size / 2).max(1),
             name,
             Dialect::Postgres,
             pool.clone(),
@@ -207,6 +210,7 @@ impl SqlBackend {
     }
 
     fn start(
+        writers: usize,
         name: &str,
         dialect: Dialect,
         writer: AnyPool,
@@ -220,7 +224,7 @@ impl SqlBackend {
             reader,
             allow_flush,
             migrated: OnceCell::new(),
-            group: (dialect == Dialect::Sqlite).then(|| group::GroupWriter::start(weak.clone())),
+            group: Some(group::GroupWriter::start(weak.clone(), writers)),
         });
         // Migrate at start, and reap expired keys, for as long as the backend is in use.
         let weak = Arc::downgrade(&inner);
@@ -317,6 +321,7 @@ impl Inner {
             proto: Proto::Resp2,
             dialect: self.dialect,
             write: true,
+            wrote: false,
         };
         let mut purged = Ok(());
         for (key, _) in &expired {
@@ -398,7 +403,8 @@ impl Inner {
     /// Runs a job's commands on `conn`, inside a transaction the caller opened. Alone
     /// (`batch` false), an error reply is returned as [`BackendError::Reply`] and the caller
     /// rolls back; in a MULTI each command has a savepoint and its error reply takes its
-    /// place among the replies, as Redis applies the rest of a transaction.
+    /// place among the replies, as Redis applies the rest of a transaction. `dirty` is set
+    /// when a failure may have left changes behind that only a rollback undoes.
     async fn apply(
         &self,
         conn: &mut PoolConnection<Any>,
@@ -406,6 +412,7 @@ impl Inner {
         proto: Proto,
         batch: bool,
         write: bool,
+        dirty: &mut bool,
     ) -> Result<Vec<Frame>, BackendError> {
         let mut replies = Vec::with_capacity(commands.len());
         let now = now_ms();
@@ -421,6 +428,7 @@ impl Inner {
                 proto,
                 dialect: self.dialect,
                 write,
+                wrote: false,
             };
             match commands::run(&mut ctx, args, self.allow_flush).await {
                 Ok(frame) => {
@@ -440,15 +448,21 @@ impl Inner {
                         .map_err(|e| abandon(conn, e))?;
                     replies.push(error_frame(text));
                 }
-                Err(Fail::Reply(text)) => return Err(BackendError::reply(Bytes::from(text))),
-                Err(Fail::Sql(e)) => return Err(abandon(conn, e)),
+                Err(Fail::Reply(text)) => {
+                    *dirty = ctx.wrote;
+                    return Err(BackendError::reply(Bytes::from(text)));
+                }
+                Err(Fail::Sql(e)) => {
+                    *dirty = true;
+                    return Err(abandon(conn, e));
+                }
             }
         }
         Ok(replies)
     }
 
-    /// Runs commands as one transaction: writes to SQLite through the group-commit writer,
-    /// everything else on a connection of its own.
+    /// Runs commands as one transaction: writes through the group-commit writers, reads on a
+    /// connection of their own.
     async fn run(
         self: &Arc<Self>,
         commands: &[&[Bytes]],
@@ -488,7 +502,10 @@ impl Inner {
             loop {
                 let left = deadline.saturating_duration_since(tokio::time::Instant::now());
                 let mut conn = self.acquire(false, None, left).await?;
-                match self.apply(&mut conn, commands, proto, false, false).await {
+                match self
+                    .apply(&mut conn, commands, proto, false, false, &mut false)
+                    .await
+                {
                     Err(BackendError::Sql { source, .. })
                         if !matches!(source, sqlx::Error::Database(_))
                             && tokio::time::Instant::now() < deadline => {}
@@ -498,7 +515,10 @@ impl Inner {
         }
         let begin = self.begin_statement(write);
         let mut conn = self.acquire(write, Some(begin), acquire_timeout).await?;
-        match self.apply(&mut conn, commands, proto, batch, write).await {
+        match self
+            .apply(&mut conn, commands, proto, batch, write, &mut false)
+            .await
+        {
             Ok(replies) => {
                 self.commit(&mut conn).await?;
                 Ok(replies)

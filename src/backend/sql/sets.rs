@@ -26,12 +26,12 @@ pub async fn sadd(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     ctx.create(key, Kind::Set, None).await?;
     let mut n = 0;
     for m in a.iter().skip(2) {
-        let done = sqlx::query(
+        let done = ctx.exec(sqlx::query(
             "INSERT INTO hf_set (key, member) VALUES ($1, $2) ON CONFLICT (key, member) DO NOTHING",
         )
         .bind(key)
         .bind(m.as_ref())
-        .execute(&mut *ctx.conn)
+        )
         .await?;
         n += done.rows_affected() as i64;
     }

@@ -130,9 +130,21 @@ pub struct Ctx<'c> {
     pub dialect: Dialect,
     /// Expired keys met on the way are purged (only inside a write transaction).
     pub write: bool,
+    /// Set by the first statement that may have changed something: a command that answers
+    /// an error after that must be undone (group commit checks).
+    pub wrote: bool,
 }
 
 impl Ctx<'_> {
+    /// Runs a statement that may change rows.
+    pub async fn exec<'q>(
+        &mut self,
+        query: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
+    ) -> Result<sqlx::any::AnyQueryResult, Fail> {
+        self.wrote = true;
+        Ok(query.execute(&mut *self.conn).await?)
+    }
+
     /// The key's live metadata; an expired key is absent (and purged when writing).
     pub async fn meta(&mut self, key: &[u8]) -> Result<Option<Meta>, Fail> {
         let row = sqlx::query("SELECT kind, expires_at, value FROM hf_keys WHERE key = $1")
@@ -168,14 +180,10 @@ impl Ctx<'_> {
 
     /// Removes a key of any kind, with its elements.
     pub async fn purge(&mut self, key: &[u8], kind: Kind) -> Result<(), Fail> {
-        sqlx::query("DELETE FROM hf_keys WHERE key = $1")
-            .bind(key)
-            .execute(&mut *self.conn)
+        self.exec(sqlx::query("DELETE FROM hf_keys WHERE key = $1").bind(key))
             .await?;
         if let Some(table) = kind.table() {
-            sqlx::query(&format!("DELETE FROM {table} WHERE key = $1"))
-                .bind(key)
-                .execute(&mut *self.conn)
+            self.exec(sqlx::query(&format!("DELETE FROM {table} WHERE key = $1")).bind(key))
                 .await?;
         }
         Ok(())
@@ -203,15 +211,16 @@ impl Ctx<'_> {
         if let Some(kind) = old.filter(|k| *k != Kind::String) {
             self.purge(key, kind).await?;
         }
-        sqlx::query(
-            "INSERT INTO hf_keys (key, kind, expires_at, value) VALUES ($1, 0, $2, $3) \
+        self.exec(
+            sqlx::query(
+                "INSERT INTO hf_keys (key, kind, expires_at, value) VALUES ($1, 0, $2, $3) \
              ON CONFLICT (key) DO UPDATE SET kind = 0, expires_at = excluded.expires_at, \
              value = excluded.value",
+            )
+            .bind(key)
+            .bind(expires)
+            .bind(value),
         )
-        .bind(key)
-        .bind(expires)
-        .bind(value)
-        .execute(&mut *self.conn)
         .await?;
         Ok(())
     }
@@ -223,35 +232,38 @@ impl Ctx<'_> {
         kind: Kind,
         value: Option<&[u8]>,
     ) -> Result<(), Fail> {
-        sqlx::query(
-            "INSERT INTO hf_keys (key, kind, expires_at, value) VALUES ($1, $2, NULL, $3) \
+        self.exec(
+            sqlx::query(
+                "INSERT INTO hf_keys (key, kind, expires_at, value) VALUES ($1, $2, NULL, $3) \
              ON CONFLICT (key) DO NOTHING",
+            )
+            .bind(key)
+            .bind(kind as i64)
+            .bind(value),
         )
-        .bind(key)
-        .bind(kind as i64)
-        .bind(value)
-        .execute(&mut *self.conn)
         .await?;
         Ok(())
     }
 
     /// Sets a key's expiry (none: persistent).
     pub async fn set_expiry(&mut self, key: &[u8], expires: Option<i64>) -> Result<(), Fail> {
-        sqlx::query("UPDATE hf_keys SET expires_at = $2 WHERE key = $1")
-            .bind(key)
-            .bind(expires)
-            .execute(&mut *self.conn)
-            .await?;
+        self.exec(
+            sqlx::query("UPDATE hf_keys SET expires_at = $2 WHERE key = $1")
+                .bind(key)
+                .bind(expires),
+        )
+        .await?;
         Ok(())
     }
 
     /// Sets a key's stored value (a stream's last id).
     pub async fn set_value(&mut self, key: &[u8], value: &[u8]) -> Result<(), Fail> {
-        sqlx::query("UPDATE hf_keys SET value = $2 WHERE key = $1")
-            .bind(key)
-            .bind(value)
-            .execute(&mut *self.conn)
-            .await?;
+        self.exec(
+            sqlx::query("UPDATE hf_keys SET value = $2 WHERE key = $1")
+                .bind(key)
+                .bind(value),
+        )
+        .await?;
         Ok(())
     }
 
@@ -279,10 +291,8 @@ impl Ctx<'_> {
         let sql = format!("DELETE FROM {table} WHERE key = $1 AND {column} = $2");
         let mut n = 0;
         for name in names {
-            let done = sqlx::query(&sql)
-                .bind(key)
-                .bind(name.as_ref())
-                .execute(&mut *self.conn)
+            let done = self
+                .exec(sqlx::query(&sql).bind(key).bind(name.as_ref()))
                 .await?;
             n += done.rows_affected() as i64;
         }
@@ -300,9 +310,7 @@ impl Ctx<'_> {
             .fetch_optional(&mut *self.conn)
             .await?;
         if any.is_none() {
-            sqlx::query("DELETE FROM hf_keys WHERE key = $1")
-                .bind(key)
-                .execute(&mut *self.conn)
+            self.exec(sqlx::query("DELETE FROM hf_keys WHERE key = $1").bind(key))
                 .await?;
         }
         Ok(())

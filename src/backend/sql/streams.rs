@@ -253,29 +253,28 @@ async fn apply_trim(ctx: &mut Ctx<'_>, key: &[u8], trim: Trim) -> Result<i64, Fa
             match cut {
                 Some(row) => {
                     let (ms, seq): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
-                    sqlx::query("DELETE FROM hf_stream WHERE key = $1 AND (ms < $2 OR (ms = $2 AND seq < $3))")
+                    ctx.exec(sqlx::query("DELETE FROM hf_stream WHERE key = $1 AND (ms < $2 OR (ms = $2 AND seq < $3))")
                         .bind(key)
                         .bind(ms)
                         .bind(seq)
-                        .execute(&mut *ctx.conn)
+                        )
                         .await?
                 }
                 None => {
-                    sqlx::query("DELETE FROM hf_stream WHERE key = $1")
-                        .bind(key)
-                        .execute(&mut *ctx.conn)
+                    ctx.exec(sqlx::query("DELETE FROM hf_stream WHERE key = $1").bind(key))
                         .await?
                 }
             }
         }
         Trim::MinId(id) => {
-            sqlx::query(
-                "DELETE FROM hf_stream WHERE key = $1 AND (ms < $2 OR (ms = $2 AND seq < $3))",
+            ctx.exec(
+                sqlx::query(
+                    "DELETE FROM hf_stream WHERE key = $1 AND (ms < $2 OR (ms = $2 AND seq < $3))",
+                )
+                .bind(key)
+                .bind(col(id.ms))
+                .bind(col(id.seq)),
             )
-            .bind(key)
-            .bind(col(id.ms))
-            .bind(col(id.seq))
-            .execute(&mut *ctx.conn)
             .await?
         }
     };
@@ -334,13 +333,14 @@ pub async fn xadd(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
         AddId::Explicit(_) => return too_small(),
     };
     ctx.create(key, Kind::Stream, None).await?;
-    sqlx::query("INSERT INTO hf_stream (key, ms, seq, fields) VALUES ($1, $2, $3, $4)")
-        .bind(key)
-        .bind(col(id.ms))
-        .bind(col(id.seq))
-        .bind(encode_fields(fields))
-        .execute(&mut *ctx.conn)
-        .await?;
+    ctx.exec(
+        sqlx::query("INSERT INTO hf_stream (key, ms, seq, fields) VALUES ($1, $2, $3, $4)")
+            .bind(key)
+            .bind(col(id.ms))
+            .bind(col(id.seq))
+            .bind(encode_fields(fields)),
+    )
+    .await?;
     ctx.set_value(key, &id.stored()).await?;
     if let Some(trim) = trim {
         apply_trim(ctx, key, trim).await?;
@@ -385,11 +385,13 @@ pub async fn xdel(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     }
     let mut n = 0;
     for id in ids {
-        let done = sqlx::query("DELETE FROM hf_stream WHERE key = $1 AND ms = $2 AND seq = $3")
-            .bind(key)
-            .bind(col(id.ms))
-            .bind(col(id.seq))
-            .execute(&mut *ctx.conn)
+        let done = ctx
+            .exec(
+                sqlx::query("DELETE FROM hf_stream WHERE key = $1 AND ms = $2 AND seq = $3")
+                    .bind(key)
+                    .bind(col(id.ms))
+                    .bind(col(id.seq)),
+            )
             .await?;
         n += done.rows_affected() as i64;
     }

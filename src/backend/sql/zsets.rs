@@ -28,11 +28,7 @@ async fn put(ctx: &mut Ctx<'_>, key: &[u8], member: &[u8], s: f64, new: bool) ->
     } else {
         "UPDATE hf_zset SET score = $3 WHERE key = $1 AND member = $2"
     };
-    sqlx::query(sql)
-        .bind(key)
-        .bind(member)
-        .bind(s)
-        .execute(&mut *ctx.conn)
+    ctx.exec(sqlx::query(sql).bind(key).bind(member).bind(s))
         .await?;
     Ok(())
 }
@@ -384,15 +380,17 @@ pub async fn zremrangebyscore(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     if !zset(ctx, key).await? {
         return Ok(int(0));
     }
-    let done = sqlx::query(&format!(
-        "DELETE FROM hf_zset WHERE key = $1 AND {}",
-        score_where(lo, hi)
-    ))
-    .bind(key)
-    .bind(lo.value)
-    .bind(hi.value)
-    .execute(&mut *ctx.conn)
-    .await?;
+    let done = ctx
+        .exec(
+            sqlx::query(&format!(
+                "DELETE FROM hf_zset WHERE key = $1 AND {}",
+                score_where(lo, hi)
+            ))
+            .bind(key)
+            .bind(lo.value)
+            .bind(hi.value),
+        )
+        .await?;
     ctx.drop_if_empty(key, Kind::ZSet).await?;
     Ok(int(done.rows_affected() as i64))
 }
