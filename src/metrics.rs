@@ -442,7 +442,12 @@ mod tests {
             assert!(def.name.starts_with("holdfast_"), "{}", def.name);
             match def.kind {
                 Kind::Counter => assert!(def.name.ends_with("_total"), "{}", def.name),
-                Kind::Histogram => assert!(def.name.ends_with("_seconds"), "{}", def.name),
+                // A histogram's name ends with its unit: seconds, or requests (group sizes).
+                Kind::Histogram => assert!(
+                    def.name.ends_with("_seconds") || def.name.ends_with("_requests"),
+                    "{}",
+                    def.name
+                ),
                 Kind::Gauge => assert!(!def.name.ends_with("_total"), "{}", def.name),
             }
             assert!(!def.help.is_empty());
