@@ -370,3 +370,97 @@ backend = "grouped"
     assert!(sum / count > 1.5, "{sum} requests in {count} transactions");
     proxy.stop().await;
 }
+
+/// How many of one key per namespace exist (one EXISTS each: they live in three).
+async fn present(c: &mut RawConn) -> usize {
+    let mut n = 0;
+    for key in ["w:1", "j:1", "other"] {
+        if c.command(&["EXISTS", key]).await == b":1\r\n" {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// FLUSHALL empties every namespace the client may reach, on every backend, once per
+/// backend; a user may not empty a backend that also holds a namespace it may not reach;
+/// `allow_flush = false` refuses it.
+#[tokio::test(flavor = "multi_thread")]
+async fn flushall_reaches_every_namespace_the_client_may_reach() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let db = |name: &str| dir.path().join(name).display().to_string();
+    let config = |flush: bool| {
+        format!(
+            r#"
+[defaults]
+reply_mode = "fast"
+[backends.cache]
+kind = "redis"
+url = "{}"
+[backends.local]
+kind = "sqlite"
+path = "{}"
+allow_flush = {flush}
+[[namespaces]]
+name = "workers"
+prefixes = ["w:"]
+backend = "cache"
+[[namespaces]]
+name = "jobs"
+prefixes = ["j:"]
+backend = "local"
+[[namespaces]]
+name = "rest"
+backend = "local"
+[[users]]
+name = "admin"
+password = "a"
+[[users]]
+name = "worker"
+password = "w"
+namespaces = ["workers"]
+[[users]]
+name = "jobs"
+password = "j"
+namespaces = ["jobs"]
+"#,
+            redis.url(),
+            db(if flush { "flush.db" } else { "noflush.db" })
+        )
+    };
+    let proxy = Proxy::start(&config(true)).await;
+    let mut admin = proxy.connect().await;
+    assert_eq!(admin.command(&["AUTH", "admin", "a"]).await, b"+OK\r\n");
+    for key in ["w:1", "j:1", "other"] {
+        assert_eq!(admin.command(&["SET", key, "v"]).await, b"+OK\r\n");
+    }
+    // A user whose namespace shares its backend with others may not empty it.
+    let mut jobs = proxy.connect().await;
+    assert_eq!(jobs.command(&["AUTH", "jobs", "j"]).await, b"+OK\r\n");
+    assert_eq!(
+        text(&jobs.command(&["FLUSHALL"]).await),
+        "-NOPERM this user has no permissions to run the 'flushall' command\r\n"
+    );
+    assert_eq!(present(&mut admin).await, 3);
+    // A user alone on its backend empties that backend only.
+    let mut worker = proxy.connect().await;
+    assert_eq!(worker.command(&["AUTH", "worker", "w"]).await, b"+OK\r\n");
+    assert_eq!(worker.command(&["FLUSHDB"]).await, b"+OK\r\n");
+    assert_eq!(present(&mut admin).await, 2);
+    assert_eq!(redis.cmd(&["DBSIZE"]), ":0\r\n");
+    // Whoever may reach everything empties everything.
+    assert_eq!(admin.command(&["SET", "w:1", "v"]).await, b"+OK\r\n");
+    assert_eq!(admin.command(&["FLUSHALL"]).await, b"+OK\r\n");
+    assert_eq!(present(&mut admin).await, 0);
+    proxy.stop().await;
+
+    let refusing = Proxy::start(&config(false)).await;
+    let mut admin = refusing.connect().await;
+    assert_eq!(admin.command(&["AUTH", "admin", "a"]).await, b"+OK\r\n");
+    assert_eq!(admin.command(&["SET", "other", "v"]).await, b"+OK\r\n");
+    let reply = text(&admin.command(&["FLUSHALL"]).await);
+    assert!(reply.contains("allow_flush = false"), "{reply}");
+    assert_eq!(admin.command(&["EXISTS", "other"]).await, b":1\r\n");
+    refusing.stop().await;
+}

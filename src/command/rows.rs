@@ -314,8 +314,8 @@ pub(super) static ROWS: &[Spec] = &[
     Spec::container("CONFIG"),
     Spec::new("CONFIG|GET", -3, NO_KEYS, Read),
     Spec::new("DBSIZE", 1, NO_KEYS, Read),
-    Spec::new("FLUSHALL", -1, NO_KEYS, Idempotent),
-    Spec::new("FLUSHDB", -1, NO_KEYS, Idempotent),
+    Spec::new("FLUSHALL", -1, NO_KEYS, Idempotent).every_backend(),
+    Spec::new("FLUSHDB", -1, NO_KEYS, Idempotent).every_backend(),
     Spec::new("LASTSAVE", 1, NO_KEYS, Read),
     Spec::new("TIME", 1, NO_KEYS, Read),
     // ---- connection: answered by holdfast ----

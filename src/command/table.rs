@@ -142,6 +142,9 @@ pub struct Spec {
     pub human_doubles: bool,
     /// The name is a container: the real row is `NAME|SUBCOMMAND`.
     pub container: bool,
+    /// About the whole keyspace (FLUSHDB, FLUSHALL): sent to the backend of every namespace
+    /// the client may reach, not only to the catch-all's.
+    pub every_backend: bool,
 }
 
 impl Spec {
@@ -158,6 +161,7 @@ impl Spec {
             nested_nil_array: None,
             human_doubles: false,
             container: false,
+            every_backend: false,
         }
     }
 
@@ -196,6 +200,12 @@ impl Spec {
     /// Marks its doubles as human long doubles.
     pub const fn human_doubles(mut self) -> Spec {
         self.human_doubles = true;
+        self
+    }
+
+    /// Sent to every backend the client may reach.
+    pub const fn every_backend(mut self) -> Spec {
+        self.every_backend = true;
         self
     }
 

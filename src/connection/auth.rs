@@ -106,6 +106,13 @@ impl Conn {
         matched
     }
 
+    /// The namespaces the authenticated user may reach; None: all of them.
+    pub(super) fn reachable(&self) -> Option<Vec<String>> {
+        let name = self.user.as_ref()?;
+        let user = self.state.config.users.iter().find(|u| &u.name == name)?;
+        user.namespaces.clone()
+    }
+
     /// Whether the authenticated user may run `command`, with Redis's `NOPERM` wording when
     /// not. Looked up in the current generation, so a reload that removes a user or narrows
     /// its namespaces applies to connections already authenticated as it.
@@ -134,7 +141,8 @@ impl Conn {
         };
         let router = &self.state.router;
         let mut keys = command.keys().peekable();
-        if keys.peek().is_none() {
+        // FLUSHDB/FLUSHALL check each namespace they would reach themselves.
+        if keys.peek().is_none() && !command.spec.every_backend {
             return if allowed.contains(&router.catch_all().name) {
                 Ok(())
             } else {

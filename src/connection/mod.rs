@@ -333,7 +333,6 @@ impl Conn {
 
     /// Sends a command to its namespace's backend through the retry loop.
     async fn forward(&mut self, command: &Command, started: Instant) -> (Frame, DoubleStyle) {
-        let shared = self.shared.clone();
         let keys: Vec<&[u8]> = command.keys().map(|k| k.as_ref()).collect();
         let max_keys = self.state.config.server.max_keys_per_command;
         if keys.len() > max_keys {
@@ -345,6 +344,9 @@ impl Conn {
             );
             return (error(text), DoubleStyle::default());
         }
+        if command.spec.every_backend {
+            return self.every_backend(command, started).await;
+        }
         let namespace = match self.state.router.route(keys) {
             Ok(ns) => ns.clone(),
             Err(e) => {
@@ -352,6 +354,56 @@ impl Conn {
                 return (error(e.to_string()), DoubleStyle::default());
             }
         };
+        self.forward_to(namespace, command, started).await
+    }
+
+    /// FLUSHDB and FLUSHALL: sent once to the backend of each namespace this client may
+    /// reach. A backend that also holds a namespace the client may not reach is not its to
+    /// empty: NOPERM, and nothing is sent anywhere.
+    async fn every_backend(&mut self, command: &Command, started: Instant) -> (Frame, DoubleStyle) {
+        let reachable = self.reachable();
+        let reach = |ns: &Namespace| {
+            reachable
+                .as_ref()
+                .map_or(true, |names| names.contains(&ns.name))
+        };
+        let all: Vec<Arc<Namespace>> = self.state.router.namespaces().to_vec();
+        let mut targets: Vec<Arc<Namespace>> = Vec::new();
+        for ns in all.iter().filter(|ns| reach(ns)) {
+            let shared_with_others = all
+                .iter()
+                .any(|other| Arc::ptr_eq(&other.backend, &ns.backend) && !reach(other));
+            if shared_with_others {
+                m::request("", command.label(), "refused", started.elapsed());
+                let text = format!(
+                    "NOPERM this user has no permissions to run the '{}' command",
+                    command.spec.name.to_ascii_lowercase()
+                );
+                return (error(text), DoubleStyle::default());
+            }
+            if !targets.iter().any(|t| Arc::ptr_eq(&t.backend, &ns.backend)) {
+                targets.push(ns.clone());
+            }
+        }
+        let mut first = None;
+        for ns in targets {
+            let (frame, doubles) = self.forward_to(ns, command, started).await;
+            if matches!(frame, Frame::SimpleError { .. } | Frame::BlobError { .. }) {
+                return (frame, doubles);
+            }
+            first.get_or_insert((frame, doubles));
+        }
+        first.unwrap_or_else(|| (simple("OK"), DoubleStyle::default()))
+    }
+
+    /// Sends a command to `namespace`'s backend through the retry loop.
+    async fn forward_to(
+        &mut self,
+        namespace: Arc<Namespace>,
+        command: &Command,
+        started: Instant,
+    ) -> (Frame, DoubleStyle) {
+        let shared = self.shared.clone();
         let doubles = namespace.backend.double_style();
         if command.class == Idempotence::ConnectionBound {
             return (self.bound(&namespace, command, started).await, doubles);
