@@ -425,6 +425,33 @@ fn fixed_script() -> Vec<Cmd> {
         &["XDEL", "x", "6-0"],
         &["XLEN", "x"],
         &["XADD", "x", "6-0", "f", "v"],
+        // Huge counts and out-of-range numbers.
+        &["LPOP", "l", "99999999999999"],
+        &["RPUSH", "l2", "a", "b"],
+        &["LRANGE", "l2", "0", "9223372036854775807"],
+        &["LRANGE", "l2", "-9223372036854775808", "1"],
+        &["LRANGE", "l2", "0", "9223372036854775808"],
+        &["ZRANGEBYSCORE", "z", "-inf", "+inf", "LIMIT", "0", "99999999999"],
+        &["ZRANGEBYSCORE", "z", "-inf", "+inf", "LIMIT", "-1", "1"],
+        &["ZRANGE", "z", "0", "9223372036854775807"],
+        &["XRANGE", "x", "-", "+", "COUNT", "9999999999999"],
+        &["XRANGE", "x", "-", "+", "COUNT", "-5"],
+        &["XADD", "x", "18446744073709551615-18446744073709551615", "f", "v"],
+        &["XADD", "x", "18446744073709551616-0", "f", "v"],
+        &["XADD", "x", "*", "f", "v"],
+        &["GETRANGE", "s", "0", "9223372036854775807"],
+        &["SETEX", "k", "99999999999999999", "v"],
+        &["SETEX", "k", "9223372036854775807", "v"],
+        &["EXPIRE", "s", "9223372036854775807"],
+        &["PEXPIRE", "s", "9223372036854775807"],
+        &["INCRBY", "n2", "9223372036854775807"],
+        &["INCRBY", "n2", "1"],
+        &["INCRBY", "n2", "99999999999999999999"],
+        &["HINCRBY", "h9", "f", "-9223372036854775808"],
+        &["HINCRBY", "h9", "f", "-1"],
+        &["SCAN", "0", "COUNT", "0"],
+        &["SCAN", "abc"],
+        &["EXISTS", "k"],
         // Transactions: one database transaction; an error inside does not undo the rest.
         &["MULTI"],
         &["SET", "t1", "1"],
@@ -456,7 +483,29 @@ fn fixed_script() -> Vec<Cmd> {
         &["UNLINK", "z", "x"],
         &["DBSIZE"],
     ];
-    lines.iter().map(|l| cmd(l)).collect()
+    let mut script: Vec<Cmd> = lines.iter().map(|l| cmd(l)).collect();
+    // Binary-safe keys, fields, members and values: every byte value, CR LF and NUL included.
+    let all: Vec<u8> = (0..=255u8).collect();
+    let key = b"bin\x00\r\n\xff".to_vec();
+    for c in [
+        vec![b"SET".to_vec(), key.clone(), all.clone()],
+        vec![b"GET".to_vec(), key.clone()],
+        vec![b"HSET".to_vec(), b"hbin".to_vec(), all.clone(), all.clone()],
+        vec![b"HGETALL".to_vec(), b"hbin".to_vec()],
+        vec![b"SADD".to_vec(), b"sbin".to_vec(), all.clone(), key.clone()],
+        vec![b"SISMEMBER".to_vec(), b"sbin".to_vec(), all.clone()],
+        vec![b"ZADD".to_vec(), b"zbin".to_vec(), b"1".to_vec(), all.clone()],
+        vec![b"ZRANGE".to_vec(), b"zbin".to_vec(), b"0".to_vec(), b"-1".to_vec()],
+        vec![b"RPUSH".to_vec(), b"lbin".to_vec(), all.clone()],
+        vec![b"LRANGE".to_vec(), b"lbin".to_vec(), b"0".to_vec(), b"-1".to_vec()],
+        vec![b"XADD".to_vec(), b"xbin".to_vec(), b"1-1".to_vec(), all.clone(), key.clone()],
+        vec![b"XRANGE".to_vec(), b"xbin".to_vec(), b"-".to_vec(), b"+".to_vec()],
+        vec![b"KEYS".to_vec(), b"bin*".to_vec()],
+        vec![b"DEL".to_vec(), key.clone()],
+    ] {
+        script.push(c);
+    }
+    script
 }
 
 fn runtime() -> tokio::runtime::Runtime {
