@@ -170,6 +170,21 @@ pub const LIMITS: Def = def(
     "Requests or connections stopped at a limit (max_request_bytes, max_bulk_bytes, max_arguments, max_keys_per_command, max_queued_commands, idle_timeout, tls_handshake, inline, malformed).",
 );
 
+/// Replies settled or exact after a dispatch that may have been applied.
+pub const CORRECTIONS: Def = def(
+    "holdfast_reply_corrections_total",
+    Counter,
+    &["namespace", "command", "mode"],
+    "Replies given for the first application of a request whose earlier dispatch may have been applied: rebuilt from reads (settled) or recorded under its token (exact).",
+);
+/// Fast-mode replies that may under-count: a retried IdempotentEffect after a dispatch that
+/// may have been applied.
+pub const UNCERTAIN: Def = def(
+    "holdfast_uncertain_replies_total",
+    Counter,
+    &["namespace", "command"],
+    "Fast-mode replies of IdempotentEffect commands retried after a dispatch that may have been applied: the reply may under-count.",
+);
 /// Requests committed together by one group-commit transaction.
 pub const GROUP_COMMIT: Def = def(
     "holdfast_group_commit_requests",
@@ -199,6 +214,8 @@ pub const CATALOGUE: &[Def] = &[
     CONFIG_RELOADS,
     LIMITS,
     GROUP_COMMIT,
+    CORRECTIONS,
+    UNCERTAIN,
 ];
 
 /// Histogram buckets, in seconds, reaching past the default retry budget (~93 s, ~107 s with
@@ -387,6 +404,18 @@ impl Drop for RequestHooks<'_> {
     fn drop(&mut self) {
         self.release();
     }
+}
+
+/// A reply given for the request's first application in `mode` (settled, exact).
+pub fn reply_correction(namespace: &str, command: &'static str, mode: &'static str) {
+    counter!(CORRECTIONS.name, "namespace" => namespace.to_string(), "command" => command, "mode" => mode)
+        .increment(1);
+}
+
+/// A fast-mode reply that may under-count.
+pub fn uncertain_reply(namespace: &str, command: &'static str) {
+    counter!(UNCERTAIN.name, "namespace" => namespace.to_string(), "command" => command)
+        .increment(1);
 }
 
 /// One group-commit transaction of `requests` requests.

@@ -63,7 +63,6 @@ impl Shared {
     pub fn build(config: Config) -> Result<Shared, StartError> {
         let backends = Backends::build(&config, None)?;
         let router = Router::build(&config, &backends)?;
-        warn_unbuilt_modes(&router);
         crate::metrics::config_generation(1);
         Ok(Shared {
             budget: RetryBudget::new(&config.retry_budget),
@@ -117,7 +116,6 @@ impl Shared {
                 return Err(e);
             }
         };
-        warn_unbuilt_modes(&router);
         let generation = old.generation + 1;
         self.state.store(Arc::new(State {
             config,
@@ -139,19 +137,6 @@ impl Shared {
     /// A receiver that turns true when held requests must stop waiting.
     pub fn give_up_signal(&self) -> watch::Receiver<bool> {
         self.give_up.subscribe()
-    }
-}
-
-fn warn_unbuilt_modes(router: &Router) {
-    for ns in router.namespaces() {
-        if ns.reply_mode != crate::config::ReplyMode::Fast {
-            // Settled and exact replies are not built yet; say so rather than pretend.
-            tracing::warn!(
-                namespace = ns.name,
-                mode = ?ns.reply_mode,
-                "reply mode not implemented yet; this namespace answers as in `fast` mode"
-            );
-        }
     }
 }
 

@@ -49,7 +49,14 @@ pub struct Request<'a> {
     pub pin: u64,
     /// The command blocks its connection (BLPOP, ...): no response timeout.
     pub blocking: bool,
+    /// Exact mode: the request's token. The backend applies the command and records its
+    /// reply under the token atomically; a dispatch that finds the token answers the
+    /// recorded reply and applies nothing.
+    pub token: Option<&'a [u8]>,
 }
+
+/// How long a recorded reply is kept: longer than any retry budget holds a request.
+pub const TOKEN_TTL: Duration = Duration::from_secs(15 * 60);
 
 /// Why a backend did not produce a reply. The variant, not the text, carries the meaning.
 #[derive(Debug, thiserror::Error)]

@@ -9,6 +9,7 @@
 
 use super::{BackendError, DoubleStyle, Proto, Request};
 use crate::config::RedisConfig;
+use bytes::Bytes;
 use fred::interfaces::ClientLike;
 use fred::prelude::Client;
 use fred::types::config::{
@@ -227,7 +228,10 @@ impl RedisBackend {
     ) -> Result<Frame, BackendError> {
         let slot = self.pinned(request.proto, request.pin).await;
         ensure_connected(slot, acquire_timeout).await?;
-        send(&slot.client, request, self.response_timeout).await
+        match request.token {
+            Some(token) => exact(&slot.client, request, token, self.response_timeout).await,
+            None => send(&slot.client, request, self.response_timeout).await,
+        }
     }
 
     /// A connection of its own, connected, for connection-bound commands.
@@ -266,6 +270,7 @@ impl RedisBackend {
             proto: Proto::Resp2,
             pin: 0,
             blocking: false,
+            token: None,
         };
         let attempt = async {
             ensure_connected(slot, timeout).await?;
@@ -437,5 +442,92 @@ impl DedicatedRedis {
     /// Closes the connection.
     pub async fn close(self) {
         let _ = self.client.quit().await;
+    }
+}
+
+/// Exact mode on Redis: the command runs inside a script that first looks for the request's
+/// token and, finding none, applies the command and records its reply (msgpack) under the
+/// token, all in one atomic step. A retry that finds the token answers the recorded reply.
+/// The script talks RESP3 to the command when the client does, so the reply keeps its type.
+/// (Lua numbers are doubles: an integer reply beyond 2^53 would lose precision.)
+const EXACT_SCRIPT: &str = r#"
+local done = redis.call('GET', KEYS[1])
+if ARGV[2] == '3' then redis.setresp(3) end
+if done then return cmsgpack.unpack(done) end
+local reply = redis.pcall(unpack(ARGV, 3))
+redis.call('SET', KEYS[1], cmsgpack.pack(reply), 'PX', ARGV[1])
+return reply
+"#;
+
+fn exact_sha() -> &'static str {
+    static SHA: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SHA.get_or_init(|| sha1_smol::Sha1::from(EXACT_SCRIPT).digest().to_string())
+}
+
+/// The token's key: in the command key's hash slot (its hash tag, or the whole key), so the
+/// script touches one slot on a Cluster.
+fn token_key(key: &[u8], token: &[u8]) -> Bytes {
+    let tag = key
+        .iter()
+        .position(|b| *b == b'{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            rest.iter()
+                .position(|b| *b == b'}')
+                .filter(|close| *close > 0)
+                .map(|close| &rest[..close])
+        })
+        .unwrap_or(key);
+    let mut out = Vec::with_capacity(tag.len() + token.len() + 8);
+    out.push(b'{');
+    out.extend_from_slice(tag);
+    out.extend_from_slice(b"}hf:tok:");
+    out.extend_from_slice(token);
+    Bytes::from(out)
+}
+
+async fn exact(
+    client: &Client,
+    request: &Request<'_>,
+    token: &[u8],
+    response_timeout: Duration,
+) -> Result<Frame, BackendError> {
+    let key = request.args.get(1).cloned().unwrap_or_default();
+    let ttl = crate::backend::TOKEN_TTL.as_millis().to_string();
+    let proto = if request.proto == Proto::Resp3 {
+        "3"
+    } else {
+        "2"
+    };
+    let mut args: Vec<Bytes> = Vec::with_capacity(request.args.len() + 6);
+    args.push(Bytes::from_static(b"EVALSHA"));
+    args.push(Bytes::from(exact_sha()));
+    args.push(Bytes::from_static(b"2"));
+    args.push(token_key(&key, token));
+    args.push(key);
+    args.push(Bytes::from(ttl));
+    args.push(Bytes::from(proto));
+    args.extend(request.args.iter().cloned());
+    let by_sha = Request {
+        args: &args,
+        ..*request
+    };
+    match send(client, &by_sha, response_timeout).await {
+        // Not in this server's script cache (a restart, a failover): nothing ran. EVAL runs
+        // the script and caches it.
+        Err(BackendError::Reply { prefix, .. }) if prefix == "NOSCRIPT" => {
+            if let Some(first) = args.get_mut(0) {
+                *first = Bytes::from_static(b"EVAL");
+            }
+            if let Some(second) = args.get_mut(1) {
+                *second = Bytes::from_static(EXACT_SCRIPT.as_bytes());
+            }
+            let by_text = Request {
+                args: &args,
+                ..*request
+            };
+            send(client, &by_text, response_timeout).await
+        }
+        other => other,
     }
 }

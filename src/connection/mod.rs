@@ -22,7 +22,8 @@ use crate::error::{classify, ErrorClass};
 use crate::metrics::{self as m, RequestHooks};
 use crate::namespace::Namespace;
 use crate::resp::{encode_reply, Limits, Nils, ProtocolError};
-use crate::retry::{self, Failure, GaveUp, Why};
+use crate::retry::settle::{self, Plan, Settle};
+use crate::retry::{self, Done, Failure, GaveUp, Why};
 use crate::server::{Shared, State};
 use bytes::{Bytes, BytesMut};
 use redis_protocol::resp3::types::BytesFrame as Frame;
@@ -79,6 +80,23 @@ struct Conn {
     dedicated: Option<(Arc<Backend>, Dedicated)>,
     /// WATCH is active on `dedicated`.
     watching: bool,
+    /// Requests sent in exact mode so far: the last part of their tokens.
+    sequence: u64,
+}
+
+/// How a retried dispatch ended when it did not succeed.
+enum Ended {
+    /// The retry loop's failure.
+    Failed(Failure<BackendError>),
+    /// Shutdown abandoned it in flight: the reply and its outcome label.
+    Abandoned(Frame, &'static str),
+}
+
+/// This process, in exact-mode tokens: random at start, so two holdfasts (or two runs of
+/// one) never share a token.
+fn instance() -> u64 {
+    static ID: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *ID.get_or_init(rand::random)
 }
 
 fn simple(text: &str) -> Frame {
@@ -144,6 +162,7 @@ where
         multi: None,
         dedicated: None,
         watching: false,
+        sequence: 0,
     };
     let server = &conn.state.config.server;
     let limits = Limits {
@@ -396,44 +415,181 @@ impl Conn {
         first.unwrap_or_else(|| (simple("OK"), DoubleStyle::default()))
     }
 
-    /// Sends a command to `namespace`'s backend through the retry loop.
+    /// Sends a command to `namespace`'s backend under the namespace's reply mode
+    /// (`retry::settle` has the arithmetic).
     async fn forward_to(
         &mut self,
         namespace: Arc<Namespace>,
         command: &Command,
         started: Instant,
     ) -> (Frame, DoubleStyle) {
-        let shared = self.shared.clone();
         let doubles = namespace.backend.double_style();
         if command.class == Idempotence::ConnectionBound {
             return (self.bound(&namespace, command, started).await, doubles);
         }
-        let request = Request {
-            args: &command.args,
-            proto: self.proto,
-            pin: self.id,
-            blocking: false,
-        };
+        let label = command.label();
         // Once shutdown's grace period is over, nothing new is sent.
         if *self.give_up.borrow() {
-            m::request(
-                &namespace.name,
-                command.label(),
-                "unavailable",
-                started.elapsed(),
-            );
+            m::request(&namespace.name, label, "unavailable", started.elapsed());
             return (
                 shutting_down("UNAVAILABLE not applied", &namespace),
                 doubles,
             );
         }
-        let mut hooks =
-            RequestHooks::new(&namespace.name, namespace.backend.name(), command.label());
+        let mut keys: Vec<&Bytes> = command.keys().collect();
+        keys.sort();
+        keys.dedup();
+        let plan = settle::plan(
+            namespace.reply_mode,
+            &command.args,
+            command.class,
+            keys.len(),
+        );
+        let result = match plan {
+            Plan::Fast => {
+                let result = self
+                    .retried(&namespace, &command.args, command.class, label, None)
+                    .await;
+                if let Ok(done) = &result {
+                    if done.maybe_applied > 0 && command.class == Idempotence::IdempotentEffect {
+                        m::uncertain_reply(&namespace.name, label);
+                    }
+                }
+                result
+            }
+            Plan::Exact => {
+                self.sequence += 1;
+                let token = format!("{:016x}:{}:{}", instance(), self.id, self.sequence);
+                // With its token, every dispatch of the request may be repeated: the backend
+                // applies it once and answers the first application's reply.
+                let result = self
+                    .retried(
+                        &namespace,
+                        &command.args,
+                        Idempotence::Idempotent,
+                        label,
+                        Some(token.as_bytes()),
+                    )
+                    .await;
+                if let Ok(done) = &result {
+                    if done.maybe_applied > 0 {
+                        m::reply_correction(&namespace.name, label, "exact");
+                    }
+                }
+                result
+            }
+            Plan::Settled(settle) => self.settled(&namespace, command, &settle, started).await,
+        };
+        let (frame, outcome) = match result {
+            Ok(done) => (done.value, "ok"),
+            Err(Ended::Failed(failure)) => failure_reply(Err(failure), &namespace),
+            Err(Ended::Abandoned(frame, outcome)) => (frame, outcome),
+        };
+        m::request(&namespace.name, label, outcome, started.elapsed());
+        (frame, doubles)
+    }
+
+    /// Settled mode: a read before the first dispatch, and the reply rebuilt from it (and
+    /// from a read after) when an earlier dispatch may have been applied.
+    async fn settled(
+        &mut self,
+        namespace: &Arc<Namespace>,
+        command: &Command,
+        settle: &Settle,
+        started: Instant,
+    ) -> Result<Done<Frame>, Ended> {
+        let _ = started;
+        let pre = match settle.pre_read() {
+            Some(read) => match self.read(namespace, read).await {
+                Ok(frame) => frame,
+                Err(ended) => return Err(ended),
+            },
+            None => None,
+        };
+        if let Some(answer) = pre.as_ref().and_then(|p| settle.without_dispatch(p)) {
+            return Ok(Done {
+                value: answer,
+                maybe_applied: 0,
+            });
+        }
+        // An error reply to a retry may be about an earlier dispatch (XADD's "equal or
+        // smaller" for the entry it appended itself): it is settled like any reply.
+        let (reply, maybe_applied) = match self
+            .retried(
+                namespace,
+                &command.args,
+                command.class,
+                command.label(),
+                None,
+            )
+            .await
+        {
+            Ok(done) if done.maybe_applied == 0 => return Ok(done),
+            Ok(done) => (done.value, done.maybe_applied),
+            Err(Ended::Failed(Failure::Answer(BackendError::Reply { frame, .. }, n))) if n > 0 => {
+                (*frame, n)
+            }
+            Err(other) => return Err(other),
+        };
+        let post = match settle.post_read(&reply) {
+            Some(read) => self.read(namespace, read).await.ok().flatten(),
+            None => None,
+        };
+        let settled = settle.settle(pre.as_ref(), reply.clone(), post.as_ref());
+        if settled != reply {
+            m::reply_correction(&namespace.name, command.label(), "settled");
+        }
+        match BackendError::check_reply(settled) {
+            Ok(value) => Ok(Done {
+                value,
+                maybe_applied,
+            }),
+            Err(error) => Err(Ended::Failed(Failure::Answer(error, maybe_applied))),
+        }
+    }
+
+    /// A read for settled mode, held like any read. An error reply (the key holds another
+    /// kind) is no answer to settle with: None, and the command runs as in fast mode.
+    async fn read(
+        &mut self,
+        namespace: &Arc<Namespace>,
+        args: &[Bytes],
+    ) -> Result<Option<Frame>, Ended> {
+        let name = args.first().map(|n| n.as_ref()).unwrap_or_default();
+        let label = table::lookup(name).map_or("unknown", |spec| spec.name);
+        match self
+            .retried(namespace, args, Idempotence::Read, label, None)
+            .await
+        {
+            Ok(done) => Ok(Some(done.value)),
+            Err(Ended::Failed(Failure::Answer(..))) => Ok(None),
+            Err(other) => Err(other),
+        }
+    }
+
+    /// One request through the retry loop, abandoned when shutdown's grace is over.
+    async fn retried(
+        &mut self,
+        namespace: &Arc<Namespace>,
+        args: &[Bytes],
+        class: Idempotence,
+        label: &'static str,
+        token: Option<&[u8]>,
+    ) -> Result<Done<Frame>, Ended> {
+        let shared = self.shared.clone();
+        let request = Request {
+            args,
+            proto: self.proto,
+            pin: self.id,
+            blocking: false,
+            token,
+        };
+        let mut hooks = RequestHooks::new(&namespace.name, namespace.backend.name(), label);
         let mut stop = self.give_up.clone();
         let retried = retry::run(
             &namespace.policy,
             &shared.budget,
-            command.class,
+            class,
             |e: &BackendError| classify(e),
             &mut hooks,
             &mut self.give_up,
@@ -456,22 +612,18 @@ impl Conn {
             result = retried => result,
             () = abandon => {
                 drop(hooks);
-                let (code, outcome) = if command.class == Idempotence::Read {
+                let (code, outcome) = if class == Idempotence::Read {
                     ("UNAVAILABLE not applied", "unavailable")
                 } else {
                     ("INDOUBT may have been applied", "indoubt")
                 };
-                m::request(&namespace.name, command.label(), outcome, started.elapsed());
-                return (shutting_down(code, &namespace), doubles);
+                return Err(Ended::Abandoned(shutting_down(code, namespace), outcome));
             }
         };
         if result.is_ok() {
             hooks.dispatched_ok();
         }
-        drop(hooks);
-        let (frame, outcome) = failure_reply(result, &namespace);
-        m::request(&namespace.name, command.label(), outcome, started.elapsed());
-        (frame, doubles)
+        result.map_err(Ended::Failed)
     }
 
     /// A connection-bound command: on this client's own backend connection, never retried.
@@ -527,6 +679,7 @@ impl Conn {
             proto,
             pin,
             blocking,
+            token: None,
         };
         let result = dedicated.send(&request).await;
         if let Err(e) = &result {
@@ -636,7 +789,7 @@ fn bound_failure(error: BackendError) -> Failure<BackendError> {
         why: Why::MustNotRepeat,
     };
     match class {
-        ErrorClass::Other => Failure::Answer(error),
+        ErrorClass::Other => Failure::Answer(error, 0),
         ErrorClass::NotAttempted => Failure::Unavailable(gave_up(error)),
         ErrorClass::Transient => Failure::InDoubt(gave_up(error)),
     }
@@ -649,8 +802,8 @@ fn failure_reply(
 ) -> (Frame, &'static str) {
     match result {
         Ok(frame) => (frame, "ok"),
-        Err(Failure::Answer(BackendError::Reply { frame, .. })) => (*frame, "error_reply"),
-        Err(Failure::Answer(other)) => (
+        Err(Failure::Answer(BackendError::Reply { frame, .. }, _)) => (*frame, "error_reply"),
+        Err(Failure::Answer(other, _)) => (
             error(format!("ERR holdfast: {}", chain(&other))),
             "error_reply",
         ),

@@ -36,6 +36,7 @@ impl Conn {
                     proto: self.proto,
                     pin: self.id,
                     blocking: false,
+                    token: None,
                 };
                 let _ = dedicated.send(&request).await;
             }
@@ -149,7 +150,7 @@ impl Conn {
 /// A failure before EXEC was sent: a transaction that never reached EXEC applied nothing.
 pub(super) fn not_applied(error: BackendError) -> Failure<BackendError> {
     match classify(&error) {
-        ErrorClass::Other => Failure::Answer(error),
+        ErrorClass::Other => Failure::Answer(error, 0),
         class => Failure::Unavailable(GaveUp {
             last: error,
             class,

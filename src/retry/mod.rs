@@ -7,6 +7,7 @@
 pub mod backoff;
 pub mod budget;
 pub mod policy;
+pub mod settle;
 
 use crate::command::table::Idempotence;
 use crate::error::ErrorClass;
@@ -17,11 +18,22 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+/// A request that succeeded, and how many of its earlier dispatches may have been applied
+/// (failed Transient, not a read): what the reply modes settle.
+#[derive(Debug)]
+pub struct Done<T> {
+    /// The successful dispatch's result.
+    pub value: T,
+    /// Earlier dispatches that may have been applied.
+    pub maybe_applied: u32,
+}
+
 /// How a request that did not succeed ended.
 #[derive(Debug)]
 pub enum Failure<E> {
-    /// The backend's answer (class Other): the client gets it as it is.
-    Answer(E),
+    /// The backend's answer (class Other): the client gets it as it is. With it, how many
+    /// earlier dispatches may have been applied (an answer to a retry may be about them).
+    Answer(E, u32),
     /// Gave up, and no dispatch may have been applied: safe for the client to retry.
     Unavailable(GaveUp<E>),
     /// Gave up after a dispatch that may have been applied.
@@ -81,7 +93,7 @@ pub async fn run<T, E, F, Fut, C, H>(
     hooks: &mut H,
     stop: &mut watch::Receiver<bool>,
     mut attempt: F,
-) -> Result<T, Failure<E>>
+) -> Result<Done<T>, Failure<E>>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, E>>,
@@ -91,7 +103,7 @@ where
     budget.deposit();
     let start = Instant::now();
     let mut attempts = 0u32;
-    let mut maybe_applied = false;
+    let mut maybe_applied = 0u32;
     let mut dispatch = true;
     let mut holding = false;
     let mut last: Option<(E, ErrorClass)> = None;
@@ -103,7 +115,10 @@ where
                     if holding {
                         hooks.held(false);
                     }
-                    return Ok(value);
+                    return Ok(Done {
+                        value,
+                        maybe_applied,
+                    });
                 }
                 Err(error) => {
                     let class = classify(&error);
@@ -111,8 +126,9 @@ where
                     // A Transient failure is a dispatch that may have landed; NotAttempted
                     // proves this one did not, and is not counted. A read has nothing to
                     // land, so it is never in doubt.
-                    maybe_applied |=
-                        class == ErrorClass::Transient && idempotence != Idempotence::Read;
+                    if class == ErrorClass::Transient && idempotence != Idempotence::Read {
+                        maybe_applied += 1;
+                    }
                     last = Some((error, class));
                 }
             }
@@ -146,7 +162,7 @@ where
                         attempts,
                         start,
                         Why::ShuttingDown,
-                        maybe_applied,
+                        maybe_applied > 0,
                     ));
                 }
                 dispatch = budget.withdraw();
@@ -162,7 +178,7 @@ where
                     continue;
                 };
                 if stop == Stop::Answer {
-                    return Err(Failure::Answer(error));
+                    return Err(Failure::Answer(error, maybe_applied));
                 }
                 let why = if stop == Stop::Exhausted {
                     Why::Exhausted
@@ -176,7 +192,7 @@ where
                     attempts,
                     start,
                     why,
-                    maybe_applied,
+                    maybe_applied > 0,
                 ));
             }
         }

@@ -85,16 +85,53 @@ async fn drive(
     hooks: &mut Recorder,
 ) -> Result<Frame, Failure<BackendError>> {
     let (_keep, mut stop) = tokio::sync::watch::channel(false);
+    drive_done(script, idempotence, max_attempts, hooks, &mut stop)
+        .await
+        .map(|done| done.value)
+}
+
+async fn drive_done(
+    script: &Script,
+    idempotence: Idempotence,
+    max_attempts: u32,
+    hooks: &mut Recorder,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+) -> Result<super::Done<Frame>, Failure<BackendError>> {
     run(
         &policy(max_attempts),
         &budget(),
         idempotence,
         |e: &BackendError| classify(e),
         hooks,
-        &mut stop,
+        stop,
         || script.dispatch(),
     )
     .await
+}
+
+/// What the reply modes settle: the dispatches that may have been applied before the one
+/// that succeeded. A Transient failure counts; a NotAttempted one (turned away) does not;
+/// a read never does.
+#[tokio::test(start_paused = true)]
+async fn success_reports_the_dispatches_that_may_have_been_applied() {
+    let (_keep, mut stop) = tokio::sync::watch::channel(false);
+    let script = Script::new(vec![
+        reset_after_send(),
+        refused(),
+        reply("READONLY You can't write against a read only replica."),
+        reset_after_send(),
+        pong(),
+    ]);
+    let mut hooks = Recorder::default();
+    let done = drive_done(&script, IdempotentEffect, 15, &mut hooks, &mut stop)
+        .await
+        .unwrap();
+    assert_eq!(done.maybe_applied, 2);
+    let script = Script::new(vec![reset_after_send(), pong()]);
+    let done = drive_done(&script, Read, 15, &mut hooks, &mut stop)
+        .await
+        .unwrap();
+    assert_eq!(done.maybe_applied, 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -153,7 +190,9 @@ async fn an_answer_is_passed_on_at_once() {
     let script = Script::new(vec![reply("WRONGTYPE Operation against a key"), pong()]);
     let mut hooks = Recorder::default();
     match drive(&script, Read, 15, &mut hooks).await {
-        Err(Failure::Answer(BackendError::Reply { prefix, .. })) => assert_eq!(prefix, "WRONGTYPE"),
+        Err(Failure::Answer(BackendError::Reply { prefix, .. }, _)) => {
+            assert_eq!(prefix, "WRONGTYPE")
+        }
         other => panic!("expected the answer, got {other:?}"),
     }
     assert_eq!(script.dispatches(), 1);

@@ -60,6 +60,8 @@ struct Shared {
     target: Mutex<String>,
     /// When set, DropAfterRequest fires only on a chunk containing it.
     needle: Mutex<Option<Vec<u8>>>,
+    /// Firings left before DropAfterRequest turns back into Pass.
+    shots: AtomicUsize,
     fired: AtomicUsize,
     accepted: AtomicUsize,
     open: AtomicUsize,
@@ -77,15 +79,23 @@ impl Shared {
             Some(needle) => chunk.windows(needle.len()).any(|w| w == needle.as_slice()),
             None => true,
         };
-        wanted
-            && self.mode.send_if_modified(|m| {
-                if *m == Fault::DropAfterRequest {
-                    *m = Fault::Pass;
-                    true
-                } else {
-                    false
-                }
-            })
+        if !wanted {
+            return false;
+        }
+        let mut claimed = false;
+        self.mode.send_if_modified(|m| {
+            if *m != Fault::DropAfterRequest {
+                return false;
+            }
+            claimed = true;
+            if self.shots.fetch_sub(1, Ordering::SeqCst) <= 1 {
+                *m = Fault::Pass;
+                true
+            } else {
+                false
+            }
+        });
+        claimed
     }
 }
 
@@ -109,6 +119,7 @@ impl Relay {
             mode,
             target: Mutex::new(target.to_string()),
             needle: Mutex::new(None),
+            shots: AtomicUsize::new(0),
             fired: AtomicUsize::new(0),
             accepted: AtomicUsize::new(0),
             open: AtomicUsize::new(0),
@@ -134,12 +145,19 @@ impl Relay {
     /// Arm the one-shot "request applied, reply lost" fault.
     pub fn drop_after_request(&self) {
         *self.shared.needle.lock().expect("relay needle lock") = None;
+        self.shared.shots.store(1, Ordering::SeqCst);
         self.shared.mode.send_replace(Fault::DropAfterRequest);
     }
 
     /// Arm the one-shot fault for the next chunk that contains `needle`.
     pub fn drop_after_request_with(&self, needle: &[u8]) {
+        self.drop_requests_with(needle, 1);
+    }
+
+    /// Arm the fault for the next `n` chunks that contain `needle`.
+    pub fn drop_requests_with(&self, needle: &[u8], n: usize) {
         *self.shared.needle.lock().expect("relay needle lock") = Some(needle.to_vec());
+        self.shared.shots.store(n, Ordering::SeqCst);
         self.shared.mode.send_replace(Fault::DropAfterRequest);
     }
 

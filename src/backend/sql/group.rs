@@ -9,7 +9,7 @@
 //! savepoint and answers its own error). A request that waited in the queue past its acquire
 //! timeout is withdrawn before the writer takes it, never after, so "not attempted" stays true.
 
-use super::{abandon, Inner, SqlStage};
+use super::{abandon, Inner, SqlStage, Work};
 use crate::backend::{BackendError, Proto};
 use bytes::Bytes;
 use redis_protocol::resp3::types::BytesFrame as Frame;
@@ -34,6 +34,7 @@ struct Job {
     commands: Vec<Vec<Bytes>>,
     proto: Proto,
     batch: bool,
+    token: Option<Vec<u8>>,
     state: Arc<AtomicU8>,
     reply: oneshot::Sender<Outcome>,
 }
@@ -61,6 +62,7 @@ impl GroupWriter {
         commands: &[&[Bytes]],
         proto: Proto,
         batch: bool,
+        token: Option<&[u8]>,
         acquire_timeout: Duration,
     ) -> Outcome {
         let state = Arc::new(AtomicU8::new(QUEUED));
@@ -69,6 +71,7 @@ impl GroupWriter {
             commands: commands.iter().map(|c| c.to_vec()).collect(),
             proto,
             batch,
+            token: token.map(<[u8]>::to_vec),
             state: state.clone(),
             reply,
         };
@@ -164,7 +167,17 @@ async fn optimistic(inner: &Inner, group: &[Job]) -> Option<Vec<Outcome>> {
         let commands: Vec<&[Bytes]> = job.commands.iter().map(|c| c.as_slice()).collect();
         let mut dirty = false;
         let outcome = inner
-            .apply(&mut conn, &commands, job.proto, job.batch, true, &mut dirty)
+            .apply(
+                &mut conn,
+                Work {
+                    commands: &commands,
+                    proto: job.proto,
+                    batch: job.batch,
+                    write: true,
+                    token: job.token.as_deref(),
+                },
+                &mut dirty,
+            )
             .await;
         if dirty {
             if conn.execute("ROLLBACK").await.is_err() {
@@ -221,7 +234,17 @@ async fn careful(inner: &Inner, group: &[Job]) -> Vec<Outcome> {
         }
         let commands: Vec<&[Bytes]> = job.commands.iter().map(|c| c.as_slice()).collect();
         let outcome = inner
-            .apply(&mut conn, &commands, job.proto, job.batch, true, &mut false)
+            .apply(
+                &mut conn,
+                Work {
+                    commands: &commands,
+                    proto: job.proto,
+                    batch: job.batch,
+                    write: true,
+                    token: job.token.as_deref(),
+                },
+                &mut false,
+            )
             .await;
         let undo = outcome.is_err();
         if undo && conn.execute("ROLLBACK TO SAVEPOINT hf_job").await.is_err() {

@@ -79,6 +79,21 @@ pub fn postgres_hosts(url: &str) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
+/// What one request asks of a transaction.
+#[derive(Clone, Copy)]
+struct Work<'a> {
+    /// Its commands (more than one: a MULTI).
+    commands: &'a [&'a [Bytes]],
+    /// The client's protocol.
+    proto: Proto,
+    /// A MULTI: each command's error takes its place among the replies.
+    batch: bool,
+    /// Inside a write transaction.
+    write: bool,
+    /// Exact mode's token.
+    token: Option<&'a [u8]>,
+}
+
 /// A SQL database serving namespaces.
 pub struct SqlBackend {
     inner: Arc<Inner>,
@@ -259,7 +274,13 @@ impl SqlBackend {
     ) -> Result<Frame, BackendError> {
         let mut replies = self
             .inner
-            .run(&[request.args], request.proto, acquire_timeout, false)
+            .run(
+                &[request.args],
+                request.proto,
+                acquire_timeout,
+                false,
+                request.token,
+            )
             .await?;
         let frame = replies.pop().unwrap_or(Frame::Null);
         BackendError::check_reply(frame)
@@ -303,6 +324,11 @@ impl Inner {
     /// Deletes keys whose expiry has passed (readers already skip them).
     async fn reap(&self) -> Result<(), BackendError> {
         let mut conn = self.writer.acquire().await.map_err(connect_error)?;
+        sqlx::query("DELETE FROM hf_tokens WHERE expires_at <= $1")
+            .bind(now_ms())
+            .execute(&mut *conn)
+            .await
+            .map_err(connect_error)?;
         let expired: Vec<(Vec<u8>, i64)> =
             sqlx::query_as("SELECT key, kind FROM hf_keys WHERE expires_at <= $1 LIMIT 1000")
                 .bind(now_ms())
@@ -408,14 +434,21 @@ impl Inner {
     async fn apply(
         &self,
         conn: &mut PoolConnection<Any>,
-        commands: &[&[Bytes]],
-        proto: Proto,
-        batch: bool,
-        write: bool,
+        work: Work<'_>,
         dirty: &mut bool,
     ) -> Result<Vec<Frame>, BackendError> {
+        let Work {
+            commands,
+            proto,
+            batch,
+            write,
+            token,
+        } = work;
         let mut replies = Vec::with_capacity(commands.len());
         let now = now_ms();
+        if let (Some(token), [args]) = (token, commands) {
+            return self.apply_exact(conn, args, proto, token, now, dirty).await;
+        }
         for args in commands {
             if batch {
                 conn.execute("SAVEPOINT hf_cmd")
@@ -461,6 +494,100 @@ impl Inner {
         Ok(replies)
     }
 
+    /// Exact mode: in the command's own transaction, answer the reply recorded under
+    /// `token` if there is one (applying nothing), else apply the command and record its
+    /// reply. On PostgreSQL the key's lock comes first, so a dispatch still running on a
+    /// connection the client lost finishes before the retry looks for the token.
+    async fn apply_exact(
+        &self,
+        conn: &mut PoolConnection<Any>,
+        args: &[Bytes],
+        proto: Proto,
+        token: &[u8],
+        now: i64,
+        dirty: &mut bool,
+    ) -> Result<Vec<Frame>, BackendError> {
+        let mut ctx = Ctx {
+            conn: &mut *conn,
+            now,
+            proto,
+            dialect: self.dialect,
+            write: true,
+            wrote: false,
+        };
+        let key = args.get(1).map(|k| k.as_ref()).unwrap_or_default();
+        let recorded = async {
+            ctx.lock(&[key]).await?;
+            let found: Option<Vec<u8>> = sqlx::query_scalar(
+                "SELECT reply FROM hf_tokens WHERE token = $1 AND expires_at > $2",
+            )
+            .bind(token)
+            .bind(now)
+            .fetch_optional(&mut *ctx.conn)
+            .await?;
+            Ok::<_, Fail>(found)
+        }
+        .await;
+        let recorded = match recorded {
+            Ok(found) => found,
+            Err(Fail::Sql(e)) => {
+                *dirty = true;
+                return Err(abandon(conn, e));
+            }
+            Err(Fail::Reply(text)) => return Err(BackendError::reply(Bytes::from(text))),
+        };
+        if let Some(raw) = recorded {
+            if let Ok(Some((frame, _))) =
+                redis_protocol::resp3::decode::complete::decode_bytes(&Bytes::from(raw))
+            {
+                return Ok(vec![frame]);
+            }
+        }
+        let frame = match commands::run(&mut ctx, args, self.allow_flush).await {
+            Ok(frame) => frame,
+            Err(Fail::Reply(text)) => {
+                *dirty = ctx.wrote;
+                return Err(BackendError::reply(Bytes::from(text)));
+            }
+            Err(Fail::Sql(e)) => {
+                *dirty = true;
+                return Err(abandon(conn, e));
+            }
+        };
+        let mut encoded = bytes::BytesMut::new();
+        crate::resp::encode_reply(
+            &mut encoded,
+            &frame,
+            Proto::Resp3,
+            crate::resp::Nils {
+                top: false,
+                nested: None,
+            },
+            crate::backend::DoubleStyle::Shortest,
+        );
+        let expires = now.saturating_add(crate::backend::TOKEN_TTL.as_millis() as i64);
+        let stored = ctx
+            .exec(
+                sqlx::query(
+                    "INSERT INTO hf_tokens (token, reply, expires_at) VALUES ($1, $2, $3) \
+                     ON CONFLICT (token) DO UPDATE SET reply = excluded.reply, \
+                     expires_at = excluded.expires_at",
+                )
+                .bind(token)
+                .bind(encoded.to_vec())
+                .bind(expires),
+            )
+            .await;
+        match stored {
+            Ok(_) => Ok(vec![frame]),
+            Err(Fail::Sql(e)) => {
+                *dirty = true;
+                Err(abandon(conn, e))
+            }
+            Err(Fail::Reply(text)) => Err(BackendError::reply(Bytes::from(text))),
+        }
+    }
+
     /// Runs commands as one transaction: writes through the group-commit writers, reads on a
     /// connection of their own.
     async fn run(
@@ -469,6 +596,7 @@ impl Inner {
         proto: Proto,
         acquire_timeout: Duration,
         batch: bool,
+        token: Option<&[u8]>,
     ) -> Result<Vec<Frame>, BackendError> {
         let mut write = false;
         for args in commands {
@@ -485,7 +613,9 @@ impl Inner {
         }
         if write {
             if let Some(writer) = &self.group {
-                return writer.submit(commands, proto, batch, acquire_timeout).await;
+                return writer
+                    .submit(commands, proto, batch, token, acquire_timeout)
+                    .await;
             }
         }
         // A read of one statement is atomic without a transaction around it.
@@ -503,7 +633,17 @@ impl Inner {
                 let left = deadline.saturating_duration_since(tokio::time::Instant::now());
                 let mut conn = self.acquire(false, None, left).await?;
                 match self
-                    .apply(&mut conn, commands, proto, false, false, &mut false)
+                    .apply(
+                        &mut conn,
+                        Work {
+                            commands,
+                            proto,
+                            batch: false,
+                            write: false,
+                            token: None,
+                        },
+                        &mut false,
+                    )
                     .await
                 {
                     Err(BackendError::Sql { source, .. })
@@ -516,7 +656,17 @@ impl Inner {
         let begin = self.begin_statement(write);
         let mut conn = self.acquire(write, Some(begin), acquire_timeout).await?;
         match self
-            .apply(&mut conn, commands, proto, batch, write, &mut false)
+            .apply(
+                &mut conn,
+                Work {
+                    commands,
+                    proto,
+                    batch,
+                    write,
+                    token,
+                },
+                &mut false,
+            )
             .await
         {
             Ok(replies) => {
@@ -617,7 +767,7 @@ impl SqlDedicated {
                 let refs: Vec<&[Bytes]> = commands.iter().map(|c| c.as_slice()).collect();
                 let replies = self
                     .inner
-                    .run(&refs, self.proto, self.acquire_timeout, true)
+                    .run(&refs, self.proto, self.acquire_timeout, true, None)
                     .await?;
                 Ok(Frame::Array {
                     data: replies,
@@ -630,7 +780,13 @@ impl SqlDedicated {
             None => {
                 let mut replies = self
                     .inner
-                    .run(&[request.args], self.proto, self.acquire_timeout, false)
+                    .run(
+                        &[request.args],
+                        self.proto,
+                        self.acquire_timeout,
+                        false,
+                        None,
+                    )
                     .await?;
                 BackendError::check_reply(replies.pop().unwrap_or(Frame::Null))
             }

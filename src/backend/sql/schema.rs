@@ -7,8 +7,10 @@
 use super::store::Dialect;
 use sqlx::{AnyConnection, Executor};
 
-/// Migration `n` is `MIGRATIONS[n - 1]`.
-const SQLITE: &[&str] = &["
+/// Migration `n` is `SQLITE[n - 1]` / `POSTGRES[n - 1]`: 1 the data model, 2 exact mode's
+/// recorded replies.
+const SQLITE: &[&str] = &[
+    "
 CREATE TABLE hf_keys (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     key BLOB NOT NULL UNIQUE,
@@ -50,9 +52,19 @@ CREATE TABLE hf_stream (
     fields BLOB NOT NULL,
     PRIMARY KEY (key, ms, seq)
 );
-"];
+",
+    "
+CREATE TABLE hf_tokens (
+    token BLOB PRIMARY KEY,
+    reply BLOB NOT NULL,
+    expires_at INTEGER NOT NULL
+);
+CREATE INDEX hf_tokens_expiry ON hf_tokens (expires_at);
+",
+];
 
-const POSTGRES: &[&str] = &["
+const POSTGRES: &[&str] = &[
+    "
 CREATE TABLE hf_keys (
     id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     key BYTEA NOT NULL UNIQUE,
@@ -94,7 +106,16 @@ CREATE TABLE hf_stream (
     fields BYTEA NOT NULL,
     PRIMARY KEY (key, ms, seq)
 );
-"];
+",
+    "
+CREATE TABLE hf_tokens (
+    token BYTEA PRIMARY KEY,
+    reply BYTEA NOT NULL,
+    expires_at BIGINT NOT NULL
+);
+CREATE INDEX hf_tokens_expiry ON hf_tokens (expires_at);
+",
+];
 
 /// Brings the schema to the newest version.
 ///

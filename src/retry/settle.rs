@@ -1,0 +1,386 @@
+//! Reply modes: what a request's reply is when an earlier dispatch of it may have been
+//! applied (DESIGN.md section 4). No I/O: the connection runs the reads this module asks for
+//! and hands their replies back, and the unit tests drive the same functions.
+//!
+//! - **fast**: the successful dispatch's reply, as it is. When an earlier dispatch of an
+//!   IdempotentEffect command may have been applied, that reply may under-count; the caller
+//!   counts it (`holdfast_uncertain_replies_total`).
+//! - **settled**: a read before the first dispatch settles what the command will find
+//!   (`DEL`: which keys exist; nothing there: answer 0 and dispatch nothing), and when an
+//!   earlier dispatch may have been applied the reply is rebuilt from that read: our own
+//!   dispatch removed what existed, or added what was absent. `SETNX`/`SET NX`/`HSETNX`: a
+//!   retried "not set" whose stored value is ours was our write; `XADD` with an explicit id:
+//!   a retried refusal whose entry at that id is ours was our append.
+//!
+//!   The window this leaves: another client writing the same key between our read and our
+//!   dispatch (or, for `SETNX`, writing our very value) makes the rebuilt reply count its
+//!   change as ours. Redis itself gives no atomic read-then-write across a lost reply; the
+//!   window is the time of one round trip plus the retry's hold.
+//! - **exact**: a token travels with every dispatch of the request; the backend applies the
+//!   command and records its reply under the token atomically, and a retry that finds the
+//!   token answers the recorded reply and applies nothing. Single-key writes only; others
+//!   are settled.
+
+use crate::command::table::Idempotence;
+use crate::config::ReplyMode;
+use bytes::Bytes;
+use redis_protocol::resp3::types::BytesFrame as Frame;
+
+/// How one request is handled.
+#[derive(Debug, PartialEq)]
+pub enum Plan {
+    /// As the core retry loop.
+    Fast,
+    /// With a token: every retry is safe, and the reply is the first application's.
+    Exact,
+    /// Settled with reads.
+    Settled(Box<Settle>),
+}
+
+/// What settling one command takes. `read` is the command that reads what settles it;
+/// `count` how its reply counts; `items` how many distinct items the command names; `ours`
+/// the value the command writes; `set` its reply when it wrote; `id` and `fields` the entry
+/// an XADD appends.
+#[derive(Debug, PartialEq)]
+#[allow(missing_docs)]
+pub enum Settle {
+    /// The reply counts items that existed and are removed (`DEL`, `UNLINK`, `HDEL`, `SREM`,
+    /// `ZREM`); `read` says which exist.
+    Removed { read: Vec<Bytes>, count: Count },
+    /// The reply counts items that were absent and are added (`SADD`, `HSET`, `ZADD` with no
+    /// option but `NX`); `read` says which exist, out of `items`.
+    Added {
+        read: Vec<Bytes>,
+        count: Count,
+        items: i64,
+    },
+    /// A write only when absent (`SETNX`, `SET ... NX`, `HSETNX`): a "not set" after a
+    /// dispatch that may have landed is ours when `read` finds `ours`.
+    IfAbsent {
+        read: Vec<Bytes>,
+        ours: Bytes,
+        set: Frame,
+    },
+    /// `XADD` with an explicit id: a refusal after a dispatch that may have landed is ours
+    /// when `read` finds our entry at that id.
+    Append {
+        read: Vec<Bytes>,
+        id: Bytes,
+        fields: Vec<Bytes>,
+    },
+}
+
+/// How a pre-read's reply counts the items that exist.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Count {
+    /// An integer (`EXISTS k1 k2`).
+    Integer,
+    /// An array where a non-nil element exists (`HMGET`, `ZMSCORE`).
+    NonNil,
+    /// An array of 0/1 (`SMISMEMBER`).
+    Ones,
+}
+
+fn b(text: &'static str) -> Bytes {
+    Bytes::from_static(text.as_bytes())
+}
+
+fn is(arg: &[u8], word: &str) -> bool {
+    arg.eq_ignore_ascii_case(word.as_bytes())
+}
+
+/// Arguments in order, each once.
+fn distinct(args: &[Bytes]) -> Vec<Bytes> {
+    let mut out: Vec<Bytes> = Vec::with_capacity(args.len());
+    for a in args {
+        if !out.contains(a) {
+            out.push(a.clone());
+        }
+    }
+    out
+}
+
+fn read(name: &'static str, key: &Bytes, rest: Vec<Bytes>) -> Vec<Bytes> {
+    let mut out = Vec::with_capacity(rest.len() + 2);
+    out.push(b(name));
+    out.push(key.clone());
+    out.extend(rest);
+    out
+}
+
+/// The plan for `args` (name first) under `mode`. `keys` is the number of distinct keys;
+/// `class` the command's idempotence after its arguments refined it.
+pub fn plan(mode: ReplyMode, args: &[Bytes], class: Idempotence, keys: usize) -> Plan {
+    if matches!(
+        class,
+        Idempotence::Read | Idempotence::Idempotent | Idempotence::ConnectionBound
+    ) {
+        return Plan::Fast;
+    }
+    match mode {
+        ReplyMode::Fast => Plan::Fast,
+        ReplyMode::Exact if keys == 1 => Plan::Exact,
+        ReplyMode::Exact | ReplyMode::Settled => {
+            settle(args).map_or(Plan::Fast, |s| Plan::Settled(Box::new(s)))
+        }
+    }
+}
+
+/// How `args` is settled, if it is one of the commands settled mode knows.
+pub fn settle(args: &[Bytes]) -> Option<Settle> {
+    let name = args.first()?.to_ascii_uppercase();
+    let key = args.get(1)?;
+    let rest = args.get(2..).unwrap_or_default();
+    Some(match name.as_slice() {
+        b"DEL" | b"UNLINK" => Settle::Removed {
+            read: {
+                let mut r = vec![b("EXISTS")];
+                r.extend(distinct(args.get(1..).unwrap_or_default()));
+                r
+            },
+            count: Count::Integer,
+        },
+        b"HDEL" => Settle::Removed {
+            read: read("HMGET", key, distinct(rest)),
+            count: Count::NonNil,
+        },
+        b"SREM" => Settle::Removed {
+            read: read("SMISMEMBER", key, distinct(rest)),
+            count: Count::Ones,
+        },
+        b"ZREM" => Settle::Removed {
+            read: read("ZMSCORE", key, distinct(rest)),
+            count: Count::NonNil,
+        },
+        b"SADD" => {
+            let members = distinct(rest);
+            Settle::Added {
+                items: members.len() as i64,
+                read: read("SMISMEMBER", key, members),
+                count: Count::Ones,
+            }
+        }
+        b"HSET" => {
+            let fields = distinct(&rest.iter().step_by(2).cloned().collect::<Vec<_>>());
+            Settle::Added {
+                items: fields.len() as i64,
+                read: read("HMGET", key, fields),
+                count: Count::NonNil,
+            }
+        }
+        b"ZADD" => {
+            // Only plain ZADD and ZADD NX count what was absent.
+            let mut at = 0;
+            while rest.get(at).is_some_and(|a| is(a, "NX")) {
+                at += 1;
+            }
+            let pairs = rest.get(at..).unwrap_or_default();
+            if pairs.is_empty() || pairs.len() % 2 != 0 {
+                return None;
+            }
+            let first_score = pairs.first()?;
+            if std::str::from_utf8(first_score)
+                .ok()?
+                .parse::<f64>()
+                .is_err()
+            {
+                return None; // an option settled mode does not know (CH, XX, GT, LT, INCR)
+            }
+            let members = distinct(&pairs.iter().skip(1).step_by(2).cloned().collect::<Vec<_>>());
+            Settle::Added {
+                items: members.len() as i64,
+                read: read("ZMSCORE", key, members),
+                count: Count::NonNil,
+            }
+        }
+        b"SETNX" => Settle::IfAbsent {
+            read: vec![b("GET"), key.clone()],
+            ours: rest.first()?.clone(),
+            set: Frame::Number {
+                data: 1,
+                attributes: None,
+            },
+        },
+        b"HSETNX" => Settle::IfAbsent {
+            read: read("HGET", key, vec![rest.first()?.clone()]),
+            ours: rest.get(1)?.clone(),
+            set: Frame::Number {
+                data: 1,
+                attributes: None,
+            },
+        },
+        b"SET" => {
+            let options = rest.get(1..).unwrap_or_default();
+            let nx = options.iter().any(|o| is(o, "NX"));
+            let other = options
+                .iter()
+                .any(|o| is(o, "GET") || is(o, "XX") || is(o, "KEEPTTL"));
+            if !nx || other {
+                return None;
+            }
+            Settle::IfAbsent {
+                read: vec![b("GET"), key.clone()],
+                ours: rest.first()?.clone(),
+                set: Frame::SimpleString {
+                    data: b("OK"),
+                    attributes: None,
+                },
+            }
+        }
+        b"XADD" => {
+            let at = xadd_id_at(args)?;
+            let id = args.get(at)?;
+            if id.as_ref() == b"*" || id.ends_with(b"-*") {
+                return None;
+            }
+            let id = if id.contains(&b'-') {
+                id.clone()
+            } else {
+                let mut full = id.to_vec();
+                full.extend_from_slice(b"-0");
+                Bytes::from(full)
+            };
+            Settle::Append {
+                read: vec![b("XRANGE"), key.clone(), id.clone(), id.clone()],
+                id,
+                fields: args.get(at + 1..)?.to_vec(),
+            }
+        }
+        _ => return None,
+    })
+}
+
+/// Where XADD's id is: after NOMKSTREAM and the trimming options.
+fn xadd_id_at(args: &[Bytes]) -> Option<usize> {
+    let mut at = 2;
+    loop {
+        let arg = args.get(at)?;
+        if is(arg, "NOMKSTREAM") {
+            at += 1;
+        } else if is(arg, "MAXLEN") || is(arg, "MINID") {
+            at += 1;
+            if args
+                .get(at)
+                .is_some_and(|a| a.as_ref() == b"=" || a.as_ref() == b"~")
+            {
+                at += 1;
+            }
+            at += 1;
+        } else if is(arg, "LIMIT") {
+            at += 2;
+        } else {
+            return Some(at);
+        }
+    }
+}
+
+fn existing(count: Count, reply: &Frame) -> Option<i64> {
+    match (count, reply) {
+        (Count::Integer, Frame::Number { data, .. }) => Some(*data),
+        (Count::NonNil, Frame::Array { data, .. }) => {
+            Some(data.iter().filter(|f| !matches!(f, Frame::Null)).count() as i64)
+        }
+        (Count::Ones, Frame::Array { data, .. }) => Some(
+            data.iter()
+                .filter(|f| matches!(f, Frame::Number { data: 1, .. }))
+                .count() as i64,
+        ),
+        _ => None,
+    }
+}
+
+fn int(n: i64) -> Frame {
+    Frame::Number {
+        data: n,
+        attributes: None,
+    }
+}
+
+fn bulk_is(frame: &Frame, value: &[u8]) -> bool {
+    matches!(frame, Frame::BlobString { data, .. } if data.as_ref() == value)
+}
+
+fn is_error(frame: &Frame) -> bool {
+    matches!(frame, Frame::SimpleError { .. } | Frame::BlobError { .. })
+}
+
+impl Settle {
+    /// The read to run before the first dispatch, if any.
+    pub fn pre_read(&self) -> Option<&[Bytes]> {
+        match self {
+            Settle::Removed { read, .. } | Settle::Added { read, .. } => Some(read),
+            Settle::IfAbsent { .. } | Settle::Append { .. } => None,
+        }
+    }
+
+    /// The answer without dispatching at all: a removal that finds nothing to remove.
+    pub fn without_dispatch(&self, pre: &Frame) -> Option<Frame> {
+        match self {
+            Settle::Removed { count, .. } if existing(*count, pre) == Some(0) => Some(int(0)),
+            _ => None,
+        }
+    }
+
+    /// The read to run after the successful dispatch, when an earlier one may have been
+    /// applied and `reply` may be the second application's.
+    pub fn post_read(&self, reply: &Frame) -> Option<&[Bytes]> {
+        match self {
+            Settle::IfAbsent { read, set, .. } => {
+                let not_set = match set {
+                    Frame::Number { .. } => matches!(reply, Frame::Number { data: 0, .. }),
+                    _ => matches!(reply, Frame::Null),
+                };
+                not_set.then_some(read.as_slice())
+            }
+            Settle::Append { read, .. } => is_error(reply).then_some(read.as_slice()),
+            Settle::Removed { .. } | Settle::Added { .. } => None,
+        }
+    }
+
+    /// The reply for the first application, given the pre-read's reply, the successful
+    /// dispatch's reply and the post-read's. Only called when an earlier dispatch may have
+    /// been applied; a reply that is an error, or reads that failed, leave `reply` as it is.
+    pub fn settle(&self, pre: Option<&Frame>, reply: Frame, post: Option<&Frame>) -> Frame {
+        if is_error(&reply) && !matches!(self, Settle::Append { .. }) {
+            return reply;
+        }
+        match self {
+            Settle::Removed { count, .. } => match pre.and_then(|p| existing(*count, p)) {
+                Some(existed) => int(existed),
+                None => reply,
+            },
+            Settle::Added { count, items, .. } => match pre.and_then(|p| existing(*count, p)) {
+                Some(present) => int(items - present),
+                None => reply,
+            },
+            Settle::IfAbsent { ours, set, .. } => match post {
+                Some(found) if bulk_is(found, ours) => set.clone(),
+                _ => reply,
+            },
+            Settle::Append { id, fields, .. } => match post {
+                Some(Frame::Array { data, .. }) if ours_at(data, id, fields) => Frame::BlobString {
+                    data: id.clone(),
+                    attributes: None,
+                },
+                _ => reply,
+            },
+        }
+    }
+}
+
+/// Whether an XRANGE reply is exactly our entry.
+fn ours_at(entries: &[Frame], id: &Bytes, fields: &[Bytes]) -> bool {
+    let [Frame::Array { data: entry, .. }] = entries else {
+        return false;
+    };
+    let [found_id, Frame::Array { data: found, .. }] = entry.as_slice() else {
+        return false;
+    };
+    bulk_is(found_id, id)
+        && found.len() == fields.len()
+        && found.iter().zip(fields).all(|(f, ours)| bulk_is(f, ours))
+}
+
+#[cfg(test)]
+#[path = "settle_tests.rs"]
+mod tests;

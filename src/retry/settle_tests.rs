@@ -1,0 +1,203 @@
+//! The reply arithmetic of each mode, driven directly. Each guard of `settle.rs` has a test
+//! here that fails when the guard is removed.
+
+use super::*;
+use crate::command::table::Idempotence::*;
+
+fn args(words: &[&str]) -> Vec<Bytes> {
+    words
+        .iter()
+        .map(|w| Bytes::copy_from_slice(w.as_bytes()))
+        .collect()
+}
+
+fn settled(words: &[&str]) -> Settle {
+    match settle(&args(words)) {
+        Some(s) => s,
+        None => panic!("{words:?} is not settled"),
+    }
+}
+
+fn bulk(text: &str) -> Frame {
+    Frame::BlobString {
+        data: Bytes::copy_from_slice(text.as_bytes()),
+        attributes: None,
+    }
+}
+
+fn array(items: Vec<Frame>) -> Frame {
+    Frame::Array {
+        data: items,
+        attributes: None,
+    }
+}
+
+fn err(text: &str) -> Frame {
+    Frame::SimpleError {
+        data: text.to_string().into(),
+        attributes: None,
+    }
+}
+
+#[test]
+fn plans_by_mode_class_and_keys() {
+    let del = args(&["DEL", "a"]);
+    assert_eq!(plan(ReplyMode::Fast, &del, IdempotentEffect, 1), Plan::Fast);
+    assert!(matches!(
+        plan(ReplyMode::Settled, &del, IdempotentEffect, 1),
+        Plan::Settled(_)
+    ));
+    assert_eq!(
+        plan(ReplyMode::Exact, &del, IdempotentEffect, 1),
+        Plan::Exact
+    );
+    // Several keys: exact falls back to settled.
+    let del2 = args(&["DEL", "a", "b"]);
+    assert!(matches!(
+        plan(ReplyMode::Exact, &del2, IdempotentEffect, 2),
+        Plan::Settled(_)
+    ));
+    // Nothing to settle for reads and idempotent writes.
+    assert_eq!(
+        plan(ReplyMode::Exact, &args(&["GET", "a"]), Read, 1),
+        Plan::Fast
+    );
+    assert_eq!(
+        plan(ReplyMode::Settled, &args(&["SET", "a", "b"]), Idempotent, 1),
+        Plan::Fast
+    );
+    // INCR has no settled form; exact covers it.
+    let incr = args(&["INCR", "n"]);
+    assert_eq!(
+        plan(ReplyMode::Settled, &incr, NonIdempotent, 1),
+        Plan::Fast
+    );
+    assert_eq!(plan(ReplyMode::Exact, &incr, NonIdempotent, 1), Plan::Exact);
+}
+
+#[test]
+fn options_settled_mode_does_not_know_are_not_settled() {
+    assert!(settle(&args(&["ZADD", "z", "CH", "1", "m"])).is_none());
+    assert!(settle(&args(&["ZADD", "z", "XX", "1", "m"])).is_none());
+    assert!(settle(&args(&["SET", "k", "v", "NX", "GET"])).is_none());
+    assert!(settle(&args(&["SET", "k", "v"])).is_none());
+    assert!(settle(&args(&["XADD", "s", "*", "f", "v"])).is_none());
+    assert!(settle(&args(&["XADD", "s", "5-*", "f", "v"])).is_none());
+    assert!(settle(&args(&["ZADD", "z", "NX", "1", "m"])).is_some());
+}
+
+#[test]
+fn a_removal_that_finds_nothing_is_answered_without_a_dispatch() {
+    let del = settled(&["DEL", "a", "b", "a"]);
+    assert_eq!(del.pre_read(), Some(args(&["EXISTS", "a", "b"]).as_slice()));
+    assert_eq!(
+        del.without_dispatch(&Frame::Number {
+            data: 0,
+            attributes: None
+        }),
+        Some(int(0))
+    );
+    assert_eq!(del.without_dispatch(&int(1)), None);
+    let srem = settled(&["SREM", "s", "x"]);
+    assert_eq!(srem.without_dispatch(&array(vec![int(0)])), Some(int(0)));
+    // An addition is dispatched even when everything is there already.
+    let sadd = settled(&["SADD", "s", "x"]);
+    assert_eq!(sadd.without_dispatch(&array(vec![int(1)])), None);
+}
+
+#[test]
+fn a_removal_retried_after_it_landed_answers_what_existed() {
+    let del = settled(&["DEL", "a", "b", "c"]);
+    // Two of three existed; the retry found nothing left and said 0.
+    assert_eq!(del.settle(Some(&int(2)), int(0), None), int(2));
+    let hdel = settled(&["HDEL", "h", "f", "g"]);
+    let pre = array(vec![bulk("1"), Frame::Null]);
+    assert_eq!(hdel.settle(Some(&pre), int(0), None), int(1));
+    let zrem = settled(&["ZREM", "z", "m", "n"]);
+    let pre = array(vec![bulk("1"), bulk("2")]);
+    assert_eq!(zrem.settle(Some(&pre), int(0), None), int(2));
+}
+
+#[test]
+fn an_addition_retried_after_it_landed_answers_what_was_absent() {
+    let sadd = settled(&["SADD", "s", "a", "b", "c", "a"]);
+    // b was there; a and c were added by the dispatch whose reply was lost.
+    let pre = array(vec![int(0), int(1), int(0)]);
+    assert_eq!(sadd.settle(Some(&pre), int(0), None), int(2));
+    let hset = settled(&["HSET", "h", "f", "1", "g", "2"]);
+    let pre = array(vec![Frame::Null, Frame::Null]);
+    assert_eq!(hset.settle(Some(&pre), int(0), None), int(2));
+    let zadd = settled(&["ZADD", "z", "1", "m"]);
+    assert_eq!(
+        zadd.settle(Some(&array(vec![Frame::Null])), int(0), None),
+        int(1)
+    );
+}
+
+#[test]
+fn a_retried_not_set_is_ours_when_the_stored_value_is_ours() {
+    let setnx = settled(&["SETNX", "k", "mine"]);
+    assert_eq!(
+        setnx.post_read(&int(0)),
+        Some(args(&["GET", "k"]).as_slice())
+    );
+    assert_eq!(setnx.post_read(&int(1)), None);
+    assert_eq!(setnx.settle(None, int(0), Some(&bulk("mine"))), int(1));
+    let set_nx = settled(&["SET", "k", "mine", "NX", "EX", "10"]);
+    assert_eq!(
+        set_nx.post_read(&Frame::Null),
+        Some(args(&["GET", "k"]).as_slice())
+    );
+    assert_eq!(
+        set_nx.settle(None, Frame::Null, Some(&bulk("mine"))),
+        Frame::SimpleString {
+            data: Bytes::from_static(b"OK"),
+            attributes: None
+        }
+    );
+    let hsetnx = settled(&["HSETNX", "h", "f", "mine"]);
+    assert_eq!(hsetnx.settle(None, int(0), Some(&bulk("mine"))), int(1));
+}
+
+#[test]
+fn another_clients_value_is_not_ours() {
+    let setnx = settled(&["SETNX", "k", "mine"]);
+    assert_eq!(setnx.settle(None, int(0), Some(&bulk("theirs"))), int(0));
+    assert_eq!(setnx.settle(None, int(0), None), int(0));
+}
+
+#[test]
+fn a_retried_xadd_refusal_is_ours_when_the_entry_is_ours() {
+    let xadd = settled(&["XADD", "s", "MAXLEN", "~", "100", "5", "f", "v"]);
+    assert_eq!(xadd.post_read(&bulk("5-0")), None);
+    let refused =
+        err("ERR The ID specified in XADD is equal or smaller than the target stream top item");
+    assert_eq!(
+        xadd.post_read(&refused),
+        Some(args(&["XRANGE", "s", "5-0", "5-0"]).as_slice())
+    );
+    let ours = array(vec![array(vec![
+        bulk("5-0"),
+        array(vec![bulk("f"), bulk("v")]),
+    ])]);
+    assert_eq!(xadd.settle(None, refused.clone(), Some(&ours)), bulk("5-0"));
+    let theirs = array(vec![array(vec![
+        bulk("5-0"),
+        array(vec![bulk("f"), bulk("other")]),
+    ])]);
+    assert_eq!(xadd.settle(None, refused.clone(), Some(&theirs)), refused);
+    assert_eq!(
+        xadd.settle(None, refused.clone(), Some(&array(vec![]))),
+        refused
+    );
+}
+
+#[test]
+fn an_error_reply_is_never_rewritten() {
+    let del = settled(&["HDEL", "h", "f"]);
+    let wrongtype = err("WRONGTYPE Operation against a key holding the wrong kind of value");
+    assert_eq!(
+        del.settle(Some(&array(vec![bulk("1")])), wrongtype.clone(), None),
+        wrongtype
+    );
+}

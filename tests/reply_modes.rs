@@ -1,0 +1,473 @@
+//! Reply modes with real backends and lost replies: a relay of our own between holdfast and
+//! Redis (or PostgreSQL) lets a request through and drops the connection before the reply
+//! comes back, so the command is applied and holdfast never hears of it.
+//!
+//! - settled: the reply is the first application's (DEL answers 1, SETNX 1, XADD its id);
+//!   a DEL of nothing dispatches nothing.
+//! - exact: INCR, LPUSH, APPEND, HINCRBY through repeated lost replies apply once and
+//!   answer the first application's reply.
+//! - a dispatch the backend turned away (READONLY) is not counted as possibly applied.
+//! - the token mechanism itself on each backend kind, SQLite included (in-process, so no
+//!   relay can lose its replies).
+
+#[allow(unused_imports)]
+mod support;
+use support::*;
+
+use bytes::Bytes;
+use holdfast::backend::{Backend, Proto, Request};
+use holdfast::config::{BackendConfig, Config, SqliteConfig};
+use std::time::Duration;
+use tokio::time::{sleep, timeout, Instant};
+
+fn text(reply: &[u8]) -> String {
+    String::from_utf8_lossy(reply).into_owned()
+}
+
+/// One namespace `ns` in `mode` on `backend`, with a short retry schedule (many quick
+/// retries: the tests lose up to ten replies in a row).
+fn config(backend: &str, ns: &str, mode: &str) -> String {
+    format!(
+        r#"
+[defaults]
+reply_mode = "{mode}"
+acquire_timeout = "1s"
+[defaults.retry]
+max_attempts = 20
+min_delay = "10ms"
+max_delay = "100ms"
+[backends.main]
+{backend}
+[[namespaces]]
+name = "{ns}"
+backend = "main"
+"#
+    )
+}
+
+fn redis_backend(url: &str) -> String {
+    format!("kind = \"redis\"\nurl = \"{url}\"\npool_size = 1")
+}
+
+fn postgres_backend(addr: &str) -> String {
+    format!("kind = \"postgres\"\nurl = \"postgres://holdfast@{addr}/holdfast\"\npool_size = 2")
+}
+
+async fn metric(proxy: &Proxy, series: &str) -> f64 {
+    proxy.metric(series).await
+}
+
+/// Waits until holdfast's backend connection is re-dialled after a dropped one, so the next
+/// armed fault meets the test's command and not a handshake.
+async fn settle_connection(conn: &mut RawConn) {
+    assert_eq!(conn.command(&["PING"]).await, b"+PONG\r\n");
+    sleep(Duration::from_millis(100)).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn settled_on_redis_answers_for_the_first_application() {
+    let redis = RedisServer::start();
+    let relay = Relay::start(&redis.addr()).await;
+    let proxy = Proxy::start(&config(
+        &redis_backend(&format!("redis://{}", relay.addr())),
+        "settled_redis",
+        "settled",
+    ))
+    .await;
+    let mut conn = proxy.connect().await;
+
+    // DEL of an existing key: the lost reply said 1; the retry found nothing and said 0.
+    assert_eq!(conn.command(&["SET", "k", "v"]).await, b"+OK\r\n");
+    relay.drop_after_request_with(b"DEL");
+    assert_eq!(text(&conn.command(&["DEL", "k"]).await), ":1\r\n");
+    assert_eq!(relay.fired(), 1);
+    assert_eq!(redis.cmd(&["EXISTS", "k"]), ":0\r\n");
+
+    // DEL of a key that never existed: answered from the read, nothing dispatched.
+    let dels = r#"holdfast_dispatches_total{namespace="settled_redis",backend="main",command="DEL",class="ok"}"#;
+    let before = metric(&proxy, dels).await;
+    relay.drop_after_request_with(b"DEL");
+    assert_eq!(text(&conn.command(&["DEL", "never"]).await), ":0\r\n");
+    assert_eq!(metric(&proxy, dels).await, before, "a DEL was dispatched");
+    assert_eq!(relay.fired(), 1, "a DEL reached the backend");
+    relay.pass();
+
+    // SETNX: its own write answers 1.
+    settle_connection(&mut conn).await;
+    relay.drop_after_request_with(b"SETNX");
+    assert_eq!(
+        text(&conn.command(&["SETNX", "nx", "mine"]).await),
+        ":1\r\n"
+    );
+    assert_eq!(relay.fired(), 2);
+    // Another client's value: 0, lost reply or not.
+    settle_connection(&mut conn).await;
+    assert_eq!(redis.cmd(&["SET", "taken", "theirs"]), "+OK\r\n");
+    relay.drop_after_request_with(b"SETNX");
+    assert_eq!(
+        text(&conn.command(&["SETNX", "taken", "mine"]).await),
+        ":0\r\n"
+    );
+    assert_eq!(relay.fired(), 3);
+    assert_eq!(redis.cmd(&["GET", "taken"]), "$6\r\ntheirs\r\n");
+
+    // XADD with an explicit id: answers the id, not "equal or smaller".
+    settle_connection(&mut conn).await;
+    relay.drop_after_request_with(b"XADD");
+    assert_eq!(
+        text(&conn.command(&["XADD", "s", "5-1", "f", "v"]).await),
+        "$3\r\n5-1\r\n"
+    );
+    assert_eq!(relay.fired(), 4);
+    assert_eq!(redis.cmd(&["XLEN", "s"]), ":1\r\n");
+
+    // SADD and HDEL settle per member.
+    settle_connection(&mut conn).await;
+    assert_eq!(conn.command(&["SADD", "set", "b"]).await, b":1\r\n");
+    relay.drop_after_request_with(b"SADD");
+    assert_eq!(
+        text(&conn.command(&["SADD", "set", "a", "b", "c"]).await),
+        ":2\r\n"
+    );
+    settle_connection(&mut conn).await;
+    assert_eq!(
+        conn.command(&["HSET", "h", "f", "1", "g", "2"]).await,
+        b":2\r\n"
+    );
+    relay.drop_after_request_with(b"HDEL");
+    assert_eq!(
+        text(&conn.command(&["HDEL", "h", "f", "g", "nope"]).await),
+        ":2\r\n"
+    );
+    assert_eq!(relay.fired(), 6);
+    assert!(
+        metric(
+            &proxy,
+            r#"holdfast_reply_corrections_total{namespace="settled_redis",command="DEL",mode="settled"}"#
+        )
+        .await
+            >= 1.0
+    );
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn fast_mode_counts_replies_that_may_under_count() {
+    let redis = RedisServer::start();
+    let relay = Relay::start(&redis.addr()).await;
+    let proxy = Proxy::start(&config(
+        &redis_backend(&format!("redis://{}", relay.addr())),
+        "fast_redis",
+        "fast",
+    ))
+    .await;
+    let mut conn = proxy.connect().await;
+    assert_eq!(conn.command(&["SET", "k", "v"]).await, b"+OK\r\n");
+    relay.drop_after_request_with(b"DEL");
+    // Fast mode answers for the retry: the key it deleted reads as 0.
+    assert_eq!(text(&conn.command(&["DEL", "k"]).await), ":0\r\n");
+    assert_eq!(
+        metric(
+            &proxy,
+            r#"holdfast_uncertain_replies_total{namespace="fast_redis",command="DEL"}"#
+        )
+        .await,
+        1.0
+    );
+    proxy.stop().await;
+}
+
+/// Ten lost replies in a row, then one that arrives: applied once, answered once.
+async fn exact_through_lost_replies(
+    proxy: &Proxy,
+    relay: &Relay,
+    needle: &[u8],
+    drops: usize,
+    command: &[&str],
+    want: &str,
+) {
+    let mut conn = proxy.connect().await;
+    settle_connection(&mut conn).await;
+    let before = relay.fired();
+    relay.drop_requests_with(needle, drops);
+    let reply = timeout(Duration::from_secs(30), conn.command(command))
+        .await
+        .unwrap_or_else(|_| panic!("{command:?} was not answered"));
+    assert_eq!(text(&reply), want, "{command:?}");
+    assert_eq!(relay.fired() - before, drops, "{command:?}: lost replies");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn exact_on_redis_applies_once_through_lost_replies() {
+    let redis = RedisServer::start();
+    let relay = Relay::start(&redis.addr()).await;
+    let proxy = Proxy::start(&config(
+        &redis_backend(&format!("redis://{}", relay.addr())),
+        "exact_redis",
+        "exact",
+    ))
+    .await;
+    exact_through_lost_replies(&proxy, &relay, b"INCR", 10, &["INCR", "n"], ":1\r\n").await;
+    assert_eq!(redis.cmd(&["GET", "n"]), "$1\r\n1\r\n", "INCR applied once");
+    exact_through_lost_replies(&proxy, &relay, b"LPUSH", 3, &["LPUSH", "l", "a"], ":1\r\n").await;
+    assert_eq!(redis.cmd(&["LLEN", "l"]), ":1\r\n", "LPUSH applied once");
+    exact_through_lost_replies(
+        &proxy,
+        &relay,
+        b"APPEND",
+        3,
+        &["APPEND", "a", "xy"],
+        ":2\r\n",
+    )
+    .await;
+    assert_eq!(
+        redis.cmd(&["GET", "a"]),
+        "$2\r\nxy\r\n",
+        "APPEND applied once"
+    );
+    exact_through_lost_replies(
+        &proxy,
+        &relay,
+        b"HINCRBY",
+        3,
+        &["HINCRBY", "h", "f", "5"],
+        ":5\r\n",
+    )
+    .await;
+    assert_eq!(
+        redis.cmd(&["HGET", "h", "f"]),
+        "$1\r\n5\r\n",
+        "HINCRBY applied once"
+    );
+    // A recorded error is replayed too; a reply of another type keeps its type (RESP2 here).
+    exact_through_lost_replies(
+        &proxy,
+        &relay,
+        b"ZINCRBY",
+        2,
+        &["ZINCRBY", "z", "1.5", "m"],
+        "$3\r\n1.5\r\n",
+    )
+    .await;
+    assert!(
+        metric(
+            &proxy,
+            r#"holdfast_reply_corrections_total{namespace="exact_redis",command="INCR",mode="exact"}"#
+        )
+        .await
+            >= 1.0
+    );
+    proxy.stop().await;
+}
+
+/// A write turned away by a replica (READONLY: nothing executed) is held and applied at
+/// promotion, and is not counted as possibly applied: no correction, no uncertain reply.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dispatch_turned_away_is_not_counted_as_possibly_applied() {
+    let master = RedisServer::start();
+    let port = master.port().to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    assert_eq!(master.cmd(&["SET", "sync", "1"]), "+OK\r\n");
+    let synced = Instant::now();
+    while replica.cmd(&["GET", "sync"]) != "$1\r\n1\r\n" {
+        assert!(
+            synced.elapsed() < Duration::from_secs(10),
+            "replica never synced"
+        );
+        sleep(Duration::from_millis(50)).await;
+    }
+    let proxy = Proxy::start(&config(
+        &redis_backend(&replica.url()),
+        "turned_away",
+        "exact",
+    ))
+    .await;
+    let addr = proxy.addr.clone();
+    let incr = tokio::spawn(async move {
+        let mut conn = RawConn::connect(&addr).await;
+        conn.command(&["INCR", "c"]).await
+    });
+    sleep(Duration::from_millis(300)).await;
+    assert_eq!(replica.cmd(&["REPLICAOF", "NO", "ONE"]), "+OK\r\n");
+    let reply = timeout(Duration::from_secs(30), incr)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(text(&reply), ":1\r\n");
+    let turned_away = metric(
+        &proxy,
+        r#"holdfast_retries_total{namespace="turned_away",command="INCR",class="not_attempted"}"#,
+    )
+    .await;
+    assert!(turned_away >= 1.0, "the INCR was never turned away");
+    assert_eq!(
+        metric(
+            &proxy,
+            r#"holdfast_reply_corrections_total{namespace="turned_away",command="INCR",mode="exact"}"#
+        )
+        .await,
+        0.0
+    );
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn settled_and_exact_on_postgres_through_lost_commits() {
+    let pg = PgServer::start();
+    let relay = Relay::start(&pg.addr()).await;
+    let settled = Proxy::start(&config(
+        &postgres_backend(&relay.addr()),
+        "settled_pg",
+        "settled",
+    ))
+    .await;
+    let mut conn = settled.connect().await;
+    assert_eq!(conn.command(&["SET", "k", "v"]).await, b"+OK\r\n");
+    // The COMMIT goes through and its answer is lost.
+    relay.drop_after_request_with(b"COMMIT");
+    assert_eq!(text(&conn.command(&["DEL", "k"]).await), ":1\r\n");
+    assert_eq!(relay.fired(), 1);
+    assert_eq!(conn.command(&["EXISTS", "k"]).await, b":0\r\n");
+    relay.drop_after_request_with(b"COMMIT");
+    assert_eq!(
+        text(&conn.command(&["SETNX", "nx", "mine"]).await),
+        ":1\r\n"
+    );
+    relay.drop_after_request_with(b"COMMIT");
+    assert_eq!(
+        text(&conn.command(&["XADD", "s", "7-1", "f", "v"]).await),
+        "$3\r\n7-1\r\n"
+    );
+    assert_eq!(relay.fired(), 3);
+    settled.stop().await;
+
+    let exact = Proxy::start(&config(
+        &postgres_backend(&relay.addr()),
+        "exact_pg",
+        "exact",
+    ))
+    .await;
+    exact_through_lost_replies(&exact, &relay, b"COMMIT", 10, &["INCR", "n"], ":1\r\n").await;
+    exact_through_lost_replies(&exact, &relay, b"COMMIT", 3, &["LPUSH", "l", "a"], ":1\r\n").await;
+    exact_through_lost_replies(
+        &exact,
+        &relay,
+        b"COMMIT",
+        3,
+        &["APPEND", "a", "xy"],
+        ":2\r\n",
+    )
+    .await;
+    exact_through_lost_replies(
+        &exact,
+        &relay,
+        b"COMMIT",
+        3,
+        &["HINCRBY", "h", "f", "5"],
+        ":5\r\n",
+    )
+    .await;
+    let mut conn = exact.connect().await;
+    assert_eq!(
+        conn.command(&["GET", "n"]).await,
+        b"$1\r\n1\r\n",
+        "INCR applied once"
+    );
+    assert_eq!(
+        conn.command(&["LLEN", "l"]).await,
+        b":1\r\n",
+        "LPUSH applied once"
+    );
+    assert_eq!(
+        conn.command(&["GET", "a"]).await,
+        b"$2\r\nxy\r\n",
+        "APPEND applied once"
+    );
+    assert_eq!(
+        conn.command(&["HGET", "h", "f"]).await,
+        b"$1\r\n5\r\n",
+        "HINCRBY applied once"
+    );
+    exact.stop().await;
+}
+
+/// The token itself, on every backend kind: a second dispatch with the same token answers
+/// the first one's reply and applies nothing; another token applies again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_token_replays_its_reply_on_every_backend() {
+    let redis = RedisServer::start();
+    let pg = PgServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tokens.db").display().to_string();
+    let toml = format!(
+        r#"
+[backends.r]
+kind = "redis"
+url = "{}"
+[backends.p]
+kind = "postgres"
+url = "{}"
+[backends.s]
+kind = "sqlite"
+path = "{path}"
+[[namespaces]]
+name = "a"
+prefixes = ["a:"]
+backend = "r"
+[[namespaces]]
+name = "b"
+prefixes = ["b:"]
+backend = "p"
+[[namespaces]]
+name = "c"
+backend = "s"
+"#,
+        redis.url(),
+        pg.url()
+    );
+    let config = Config::from_toml(&toml).unwrap();
+    let _ = SqliteConfig::at(&path);
+    for name in ["r", "p", "s"] {
+        let wanted: &BackendConfig = config.backends.get(name).unwrap();
+        let backend = Backend::build(name, wanted).unwrap();
+        let dispatch = |args: Vec<Bytes>, token: Option<&'static [u8]>| {
+            let backend = &backend;
+            async move {
+                let request = Request {
+                    args: &args,
+                    proto: Proto::Resp2,
+                    pin: 1,
+                    blocking: false,
+                    token,
+                };
+                backend.dispatch(&request, Duration::from_secs(5)).await
+            }
+        };
+        let incr = || vec![Bytes::from_static(b"INCR"), Bytes::from_static(b"counter")];
+        let get = || vec![Bytes::from_static(b"GET"), Bytes::from_static(b"counter")];
+        // The first dispatch may have to wait for the backend's connection or schema.
+        let start = Instant::now();
+        let first = loop {
+            match dispatch(incr(), Some(b"token-1")).await {
+                Ok(frame) => break frame,
+                Err(e) => {
+                    assert!(start.elapsed() < Duration::from_secs(10), "{name}: {e}");
+                    sleep(Duration::from_millis(50)).await;
+                }
+            }
+        };
+        let again = dispatch(incr(), Some(b"token-1")).await.unwrap();
+        assert_eq!(first, again, "{name}: replayed reply");
+        let other = dispatch(incr(), Some(b"token-2")).await.unwrap();
+        assert_ne!(first, other, "{name}: a new token applies again");
+        let value = dispatch(get(), None).await.unwrap();
+        assert_eq!(
+            value,
+            redis_protocol::resp3::types::BytesFrame::BlobString {
+                data: Bytes::from_static(b"2"),
+                attributes: None
+            },
+            "{name}: two tokens, two increments"
+        );
+    }
+}
