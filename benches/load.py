@@ -75,11 +75,15 @@ def main():
     parser.add_argument("--quick", action="store_true", help="one round, fewer requests")
     parser.add_argument("--sql", action="store_true", help="SQLite and PostgreSQL backends too")
     parser.add_argument("--sql-requests", type=int, default=20_000)
+    parser.add_argument("--modes", action="store_true",
+                        help="the cost of settled and exact against fast, on Redis and SQLite")
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.requests = 1, 50_000
     if args.sql:
         return sql_main(args)
+    if args.modes:
+        return modes_main(args)
 
     binary = os.path.join(ROOT, "target", "release", "holdfast")
     subprocess.run(["cargo", "build", "--release", "--locked", "--bin", "holdfast"], cwd=ROOT, check=True)
@@ -264,6 +268,81 @@ def sql_main(args):
             time.sleep(0.5)
         except (OSError, ValueError, UnboundLocalError):
             pass
+        for p in procs:
+            p.kill()
+            p.wait()
+        log.close()
+
+
+def bench_command(port, clients, requests, command):
+    """redis-benchmark running one arbitrary command (keys from __rand_int__)."""
+    wait_port(port)
+    cmd = ["timeout", "300", "redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-c", str(clients),
+           "-n", str(requests), "-r", "10000", "--csv"] + command
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    return list(csv.DictReader(io.StringIO(out)))[0]
+
+
+def modes_main(args):
+    """Each reply mode's cost against fast, on Redis and on SQLite, interleaved in one run."""
+    binary = os.path.join(ROOT, "target", "release", "holdfast")
+    subprocess.run(["cargo", "build", "--release", "--locked", "--bin", "holdfast"], cwd=ROOT, check=True)
+    tmp = tempfile.mkdtemp(prefix="holdfast-bench-")
+    log = open(os.path.join(tmp, "servers.log"), "w")
+    procs = []
+    try:
+        redis_port = free_port()
+        procs.append(start(["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1",
+                            "--save", "", "--appendonly", "no", "--dir", tmp], log))
+        wait_port(redis_port)
+        targets = []
+        for backend_name, backend in [
+            ("redis", f'kind = "redis"\nurl = "redis://127.0.0.1:{redis_port}"\npool_size = 8'),
+            ("sqlite", f'kind = "sqlite"\npath = "{tmp}/MODE.db"\nsynchronous = "normal"'),
+        ]:
+            for mode in ("fast", "settled", "exact"):
+                port, metrics = free_port(), free_port()
+                conf = os.path.join(tmp, f"holdfast-{backend_name}-{mode}.toml")
+                with open(conf, "w") as f:
+                    f.write(f"""[server]
+listen = "127.0.0.1:{port}"
+metrics_listen = "127.0.0.1:{metrics}"
+[defaults]
+reply_mode = "{mode}"
+[backends.db]
+{backend.replace("MODE", mode)}
+[[namespaces]]
+name = "default"
+backend = "db"
+""")
+                procs.append(start([binary, "--config", conf], log))
+                targets.append((backend_name, mode, port))
+        for _, _, port in targets:
+            wait_port(port)
+        workloads = [
+            ("INCR", ["INCR", "counter:__rand_int__"]),
+            ("SADD", ["SADD", "set:__rand_int__", "member"]),
+            ("DEL", ["DEL", "key:__rand_int__"]),
+            ("SETNX", ["SETNX", "nx:__rand_int__", "v"]),
+        ]
+        results = {}
+        for rnd in range(args.rounds):
+            for name, command in workloads:
+                for backend_name, mode, port in targets:
+                    n = args.requests if backend_name == "redis" else args.sql_requests
+                    row = bench_command(port, 50, n, command)
+                    results.setdefault((name, backend_name, mode), []).append(float(row["rps"]))
+                    print(f"round {rnd + 1} {name:6} {backend_name:7} {mode:8} {float(row['rps']):>10.0f} req/s "
+                          f"p50 {row['p50_latency_ms']} ms", flush=True)
+        print()
+        print(f"{'workload':9} {'backend':8} {'fast':>9} {'settled':>9} {'exact':>9}  settled/fast exact/fast")
+        for name, _ in workloads:
+            for backend_name in ("redis", "sqlite"):
+                fast, settled, exact = (statistics.median(results[(name, backend_name, m)])
+                                        for m in ("fast", "settled", "exact"))
+                print(f"{name:9} {backend_name:8} {fast:>9.0f} {settled:>9.0f} {exact:>9.0f}  "
+                      f"{settled / fast:>12.2f} {exact / fast:>10.2f}")
+    finally:
         for p in procs:
             p.kill()
             p.wait()

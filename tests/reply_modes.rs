@@ -257,6 +257,32 @@ async fn exact_on_redis_applies_once_through_lost_replies() {
         .await
             >= 1.0
     );
+    // A script's keys follow a count: it runs as itself, not inside the exact script.
+    let mut conn = proxy.connect().await;
+    let eval = conn
+        .command(&["EVAL", "return redis.call('INCR', KEYS[1])", "1", "n"])
+        .await;
+    assert_eq!(text(&eval), ":2\r\n");
+    proxy.stop().await;
+}
+
+/// On SQLite (no relay can lose an in-process answer) settled mode still answers a DEL of
+/// nothing from its read, without dispatching it.
+#[tokio::test(flavor = "multi_thread")]
+async fn settled_on_sqlite_answers_a_del_of_nothing_without_dispatching() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = format!(
+        "kind = \"sqlite\"\npath = \"{}\"",
+        dir.path().join("settled.db").display()
+    );
+    let proxy = Proxy::start(&config(&backend, "settled_sqlite", "settled")).await;
+    let mut conn = proxy.connect().await;
+    let dels = r#"holdfast_dispatches_total{namespace="settled_sqlite",backend="main",command="DEL",class="ok"}"#;
+    assert_eq!(conn.command(&["DEL", "never"]).await, b":0\r\n");
+    assert_eq!(metric(&proxy, dels).await, 0.0);
+    assert_eq!(conn.command(&["SET", "k", "v"]).await, b"+OK\r\n");
+    assert_eq!(conn.command(&["DEL", "k", "never"]).await, b":1\r\n");
+    assert_eq!(metric(&proxy, dels).await, 1.0);
     proxy.stop().await;
 }
 

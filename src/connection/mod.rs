@@ -439,11 +439,13 @@ impl Conn {
         let mut keys: Vec<&Bytes> = command.keys().collect();
         keys.sort();
         keys.dedup();
+        let single_key =
+            keys.len() == 1 && matches!(command.spec.keys, table::Keys::Range { first: 1, .. });
         let plan = settle::plan(
             namespace.reply_mode,
             &command.args,
             command.class,
-            keys.len(),
+            single_key,
         );
         let result = match plan {
             Plan::Fast => {

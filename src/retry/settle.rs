@@ -108,9 +108,11 @@ fn read(name: &'static str, key: &Bytes, rest: Vec<Bytes>) -> Vec<Bytes> {
     out
 }
 
-/// The plan for `args` (name first) under `mode`. `keys` is the number of distinct keys;
-/// `class` the command's idempotence after its arguments refined it.
-pub fn plan(mode: ReplyMode, args: &[Bytes], class: Idempotence, keys: usize) -> Plan {
+/// The plan for `args` (name first) under `mode`. `single_key`: the command's one key is its
+/// first argument (exact mode's token goes with it; EVAL, FCALL and the like, whose keys
+/// follow a count, cannot run inside exact mode's script). `class` is the command's
+/// idempotence after its arguments refined it.
+pub fn plan(mode: ReplyMode, args: &[Bytes], class: Idempotence, single_key: bool) -> Plan {
     if matches!(
         class,
         Idempotence::Read | Idempotence::Idempotent | Idempotence::ConnectionBound
@@ -119,7 +121,7 @@ pub fn plan(mode: ReplyMode, args: &[Bytes], class: Idempotence, keys: usize) ->
     }
     match mode {
         ReplyMode::Fast => Plan::Fast,
-        ReplyMode::Exact if keys == 1 => Plan::Exact,
+        ReplyMode::Exact if single_key => Plan::Exact,
         ReplyMode::Exact | ReplyMode::Settled => {
             settle(args).map_or(Plan::Fast, |s| Plan::Settled(Box::new(s)))
         }

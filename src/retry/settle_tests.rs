@@ -42,37 +42,54 @@ fn err(text: &str) -> Frame {
 #[test]
 fn plans_by_mode_class_and_keys() {
     let del = args(&["DEL", "a"]);
-    assert_eq!(plan(ReplyMode::Fast, &del, IdempotentEffect, 1), Plan::Fast);
+    assert_eq!(
+        plan(ReplyMode::Fast, &del, IdempotentEffect, true),
+        Plan::Fast
+    );
     assert!(matches!(
-        plan(ReplyMode::Settled, &del, IdempotentEffect, 1),
+        plan(ReplyMode::Settled, &del, IdempotentEffect, true),
         Plan::Settled(_)
     ));
     assert_eq!(
-        plan(ReplyMode::Exact, &del, IdempotentEffect, 1),
+        plan(ReplyMode::Exact, &del, IdempotentEffect, true),
         Plan::Exact
     );
     // Several keys: exact falls back to settled.
     let del2 = args(&["DEL", "a", "b"]);
     assert!(matches!(
-        plan(ReplyMode::Exact, &del2, IdempotentEffect, 2),
+        plan(ReplyMode::Exact, &del2, IdempotentEffect, false),
         Plan::Settled(_)
     ));
     // Nothing to settle for reads and idempotent writes.
     assert_eq!(
-        plan(ReplyMode::Exact, &args(&["GET", "a"]), Read, 1),
+        plan(ReplyMode::Exact, &args(&["GET", "a"]), Read, true),
         Plan::Fast
     );
     assert_eq!(
-        plan(ReplyMode::Settled, &args(&["SET", "a", "b"]), Idempotent, 1),
+        plan(
+            ReplyMode::Settled,
+            &args(&["SET", "a", "b"]),
+            Idempotent,
+            true
+        ),
+        Plan::Fast
+    );
+    // EVAL's keys follow a count; it cannot run inside the exact script.
+    let eval = args(&["EVAL", "return 1", "1", "k"]);
+    assert_eq!(
+        plan(ReplyMode::Exact, &eval, NonIdempotent, false),
         Plan::Fast
     );
     // INCR has no settled form; exact covers it.
     let incr = args(&["INCR", "n"]);
     assert_eq!(
-        plan(ReplyMode::Settled, &incr, NonIdempotent, 1),
+        plan(ReplyMode::Settled, &incr, NonIdempotent, true),
         Plan::Fast
     );
-    assert_eq!(plan(ReplyMode::Exact, &incr, NonIdempotent, 1), Plan::Exact);
+    assert_eq!(
+        plan(ReplyMode::Exact, &incr, NonIdempotent, true),
+        Plan::Exact
+    );
 }
 
 #[test]
