@@ -9,6 +9,7 @@
 
 use super::{BackendError, DoubleStyle, Proto, Request};
 use crate::config::RedisConfig;
+use arc_swap::ArcSwapOption;
 use bytes::Bytes;
 use fred::interfaces::ClientLike;
 use fred::prelude::Client;
@@ -20,16 +21,60 @@ use redis_protocol::resp3::types::BytesFrame as Frame;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{Mutex, OnceCell};
+use tokio::sync::{watch, Mutex, OnceCell};
 use tokio::task::JoinHandle;
+
+/// Builds a fresh fred client for each dial.
+type Factory = Arc<dyn Fn() -> Client + Send + Sync>;
+
+/// One dialled connection: its own fred client, and a signal that turns true when fred's
+/// connection task ends.
+struct Live {
+    client: Client,
+    ended: watch::Receiver<bool>,
+}
+
+impl Live {
+    fn is_up(&self) -> bool {
+        !*self.ended.borrow()
+    }
+
+    /// Sends one request, unless the connection ends first: a command fred accepted in the
+    /// instant its connection died fails then as Transient, not after `response_timeout`.
+    async fn send(
+        &self,
+        request: &Request<'_>,
+        token: Option<&[u8]>,
+        response_timeout: Duration,
+    ) -> Result<Frame, BackendError> {
+        let mut ended = self.ended.clone();
+        let sent = async {
+            match token {
+                Some(token) => exact(&self.client, request, token, response_timeout).await,
+                None => send(&self.client, request, response_timeout).await,
+            }
+        };
+        tokio::select! {
+            biased;
+            result = sent => result,
+            _ = ended.wait_for(|ended| *ended) => Err(BackendError::Sent {
+                source: fred::error::Error::new(
+                    fred::error::ErrorKind::IO,
+                    "the connection closed with the request in flight",
+                ),
+            }),
+        }
+    }
+}
 
 /// One pooled connection and the dial that (re)opens it.
 struct Slot {
-    /// The connection.
-    client: Client,
-    /// True from a successful dial until fred's connection task ends. fred's own
-    /// `is_connected` stays true after a connection drops unexpectedly, so it is not used.
-    up: Arc<AtomicBool>,
+    /// Makes the client each dial uses. A fresh client per dial means a command fred still
+    /// holds for a dead connection dies with that client, and is never written to the next
+    /// connection, long after the request gave up on it.
+    factory: Factory,
+    /// The connection of the last successful dial.
+    live: ArcSwapOption<Live>,
     /// A dial in progress; kept here so a waiter that gives up does not abandon it, and the
     /// next waiter joins it instead of starting a second one.
     dialing: Mutex<Option<JoinHandle<Result<(), fred::error::Error>>>>,
@@ -40,42 +85,44 @@ struct Slot {
 }
 
 impl Slot {
-    fn new(client: Client, doubles: Arc<AtomicBool>, backend: Arc<str>) -> Slot {
-        Slot {
-            client,
-            up: Arc::new(AtomicBool::new(false)),
+    fn new(factory: Factory, doubles: Arc<AtomicBool>, backend: Arc<str>) -> Arc<Slot> {
+        Arc::new(Slot {
+            factory,
+            live: ArcSwapOption::empty(),
             dialing: Mutex::new(None),
             doubles,
             backend,
-        }
+        })
     }
 
-    fn is_up(&self) -> bool {
-        self.up.load(Ordering::Acquire)
+    /// The connection, while fred's connection task runs. (fred's own `is_connected` stays
+    /// true after a connection drops unexpectedly, so it is not used.)
+    fn live(&self) -> Option<Arc<Live>> {
+        self.live.load_full().filter(|live| live.is_up())
     }
 
-    /// Starts one dial in a task of its own; on success, a watcher marks the slot down the
-    /// moment fred's connection task ends.
-    fn dial(&self) -> JoinHandle<Result<(), fred::error::Error>> {
-        let client = self.client.clone();
-        let up = self.up.clone();
-        let doubles = self.doubles.clone();
-        let backend = self.backend.clone();
+    /// Starts one dial in a task of its own, with a fresh client; on success a watcher
+    /// signals the moment fred's connection task ends.
+    fn dial(self: &Arc<Self>) -> JoinHandle<Result<(), fred::error::Error>> {
+        let slot = self.clone();
         tokio::spawn(async move {
+            let client = (slot.factory)();
             let task = client.init().await?;
             // Redis 7.2 moved from %.17g to the shortest round-trip spelling.
             if let Some(version) = client.server_version() {
                 let shortest = (version.major, version.minor) >= (7, 2);
-                doubles.store(shortest, Ordering::Relaxed);
+                slot.doubles.store(shortest, Ordering::Relaxed);
             }
-            up.store(true, Ordering::Release);
-            let pooled = !backend.is_empty();
+            let (ended_tx, ended) = watch::channel(false);
+            slot.live.store(Some(Arc::new(Live { client, ended })));
+            let pooled = !slot.backend.is_empty();
             if pooled {
-                crate::metrics::pool_connected(&backend, true);
+                crate::metrics::pool_connected(&slot.backend, true);
             }
+            let backend = slot.backend.clone();
             tokio::spawn(async move {
                 let _ = task.await;
-                up.store(false, Ordering::Release);
+                let _ = ended_tx.send(true);
                 if pooled {
                     crate::metrics::pool_connected(&backend, false);
                 }
@@ -98,9 +145,9 @@ pub struct RedisBackend {
     /// Pool size, per protocol.
     pool_size: usize,
     /// RESP2 connections, dialled at start.
-    resp2: Vec<Slot>,
+    resp2: Vec<Arc<Slot>>,
     /// RESP3 connections, dialled when the first RESP3 client needs one.
-    resp3: OnceCell<Vec<Slot>>,
+    resp3: OnceCell<Vec<Arc<Slot>>>,
     /// True when the backend spells doubles the shortest way (7.2 on).
     doubles: Arc<AtomicBool>,
 }
@@ -164,24 +211,28 @@ impl RedisBackend {
         Ok(backend)
     }
 
-    fn client(&self, version: RespVersion) -> Client {
+    /// What each dial of `version` builds its client with.
+    fn factory(&self, version: RespVersion) -> Factory {
         let mut config = self.config.clone();
         config.version = version;
         // One dial, no reconnect policy: a dropped connection fails what was in flight and is
-        // re-dialled by `ensure_connected`.
+        // re-dialled by `ensure_connected`, with a new client.
         config.fail_fast = true;
-        let perf = PerformanceConfig {
-            default_command_timeout: Duration::ZERO,
-            ..PerformanceConfig::default()
-        };
-        Client::new(config, Some(perf), Some(self.connection.clone()), None)
+        let connection = self.connection.clone();
+        Arc::new(move || {
+            let perf = PerformanceConfig {
+                default_command_timeout: Duration::ZERO,
+                ..PerformanceConfig::default()
+            };
+            Client::new(config.clone(), Some(perf), Some(connection.clone()), None)
+        })
     }
 
-    fn open_pool(&self, version: RespVersion) -> Vec<Slot> {
+    fn open_pool(&self, version: RespVersion) -> Vec<Arc<Slot>> {
         (0..self.pool_size)
             .map(|_| {
                 Slot::new(
-                    self.client(version.clone()),
+                    self.factory(version.clone()),
                     self.doubles.clone(),
                     self.name.as_str().into(),
                 )
@@ -203,7 +254,7 @@ impl RedisBackend {
         }
     }
 
-    async fn pinned(&self, proto: Proto, pin: u64) -> &Slot {
+    async fn pinned(&self, proto: Proto, pin: u64) -> &Arc<Slot> {
         let pool = match proto {
             Proto::Resp2 => &self.resp2,
             Proto::Resp3 => {
@@ -227,11 +278,9 @@ impl RedisBackend {
         acquire_timeout: Duration,
     ) -> Result<Frame, BackendError> {
         let slot = self.pinned(request.proto, request.pin).await;
-        ensure_connected(slot, acquire_timeout).await?;
-        match request.token {
-            Some(token) => exact(&slot.client, request, token, self.response_timeout).await,
-            None => send(&slot.client, request, self.response_timeout).await,
-        }
+        let live = ensure_connected(slot, acquire_timeout).await?;
+        live.send(request, request.token, self.response_timeout)
+            .await
     }
 
     /// A connection of its own, connected, for connection-bound commands.
@@ -250,11 +299,10 @@ impl RedisBackend {
         // Never re-dialled once it breaks: it carries WATCH or blocking state, which the
         // client must learn is gone, not have silently replaced.
         // Dedicated connections are not pooled: they are not counted in the pool metrics.
-        let slot = Slot::new(self.client(version), self.doubles.clone(), "".into());
-        ensure_connected(&slot, acquire_timeout).await?;
+        let slot = Slot::new(self.factory(version), self.doubles.clone(), "".into());
+        let live = ensure_connected(&slot, acquire_timeout).await?;
         Ok(DedicatedRedis {
-            client: slot.client,
-            up: slot.up,
+            live,
             response_timeout: self.response_timeout,
         })
     }
@@ -273,8 +321,8 @@ impl RedisBackend {
             token: None,
         };
         let attempt = async {
-            ensure_connected(slot, timeout).await?;
-            send(&slot.client, &request, timeout).await
+            let live = ensure_connected(slot, timeout).await?;
+            live.send(&request, None, timeout).await
         };
         matches!(tokio::time::timeout(timeout, attempt).await, Ok(Ok(_)))
     }
@@ -284,16 +332,19 @@ impl RedisBackend {
 /// that fails (refused, handshake error) ends the wait at once as not sent, so a backend that
 /// refuses connections during a failover costs a backoff step, not a whole acquire timeout;
 /// one that blackholes them costs the acquire timeout.
-async fn ensure_connected(slot: &Slot, acquire_timeout: Duration) -> Result<(), BackendError> {
-    if slot.is_up() {
-        return Ok(());
+async fn ensure_connected(
+    slot: &Arc<Slot>,
+    acquire_timeout: Duration,
+) -> Result<Arc<Live>, BackendError> {
+    if let Some(live) = slot.live() {
+        return Ok(live);
     }
     let waiting = Waiting::new(&slot.backend);
     let wait = async {
         let mut dialing = slot.dialing.lock().await;
-        if slot.is_up() {
+        if let Some(live) = slot.live() {
             *dialing = None;
-            return Ok(());
+            return Ok(live);
         }
         // A dial that finished while nobody waited (the one at start, or one whose waiter
         // gave up) says nothing about now: the slot is down, so dial again.
@@ -304,8 +355,7 @@ async fn ensure_connected(slot: &Slot, acquire_timeout: Duration) -> Result<(), 
         let result = handle.await;
         *dialing = None;
         match result {
-            Ok(Ok(())) if slot.is_up() => Ok(()),
-            Ok(Ok(())) => Err(BackendError::Connect {
+            Ok(Ok(())) => slot.live().ok_or_else(|| BackendError::Connect {
                 source: fred::error::Error::new(
                     fred::error::ErrorKind::IO,
                     "the connection closed as soon as it opened",
@@ -415,9 +465,7 @@ fn restore_map_order(frame: Frame) -> Frame {
 /// A fred client owned by one client connection (WATCH/MULTI/EXEC, blocking commands).
 pub struct DedicatedRedis {
     /// The connection.
-    client: Client,
-    /// False once the connection task has ended.
-    up: Arc<AtomicBool>,
+    live: Arc<Live>,
     /// Reply timeout for non-blocking commands.
     response_timeout: Duration,
 }
@@ -428,7 +476,7 @@ impl DedicatedRedis {
     /// # Errors
     /// [`BackendError`].
     pub async fn send(&self, request: &Request<'_>) -> Result<Frame, BackendError> {
-        if !self.up.load(Ordering::Acquire) {
+        if !self.live.is_up() {
             return Err(BackendError::Connect {
                 source: fred::error::Error::new(
                     fred::error::ErrorKind::IO,
@@ -436,12 +484,13 @@ impl DedicatedRedis {
                 ),
             });
         }
-        send(&self.client, request, self.response_timeout).await
+        // A blocking command waits as long as it asked to, unless its connection ends.
+        self.live.send(request, None, self.response_timeout).await
     }
 
     /// Closes the connection.
     pub async fn close(self) {
-        let _ = self.client.quit().await;
+        let _ = self.live.client.quit().await;
     }
 }
 
