@@ -26,6 +26,17 @@
 //! `pg_ctl stop -m immediate` on our own data dir, falling back to SIGKILL by
 //! that PID. Nothing is ever killed by name.
 //!
+//! `PgServer::standby_of(&primary)` makes a hot standby streaming from a
+//! running server: `pg_basebackup -R -X stream` of the primary (over the
+//! `host replication all 127.0.0.1/32 trust` line that `initdb --auth=trust`
+//! writes) into the standby's own temp dir, then started exactly like a
+//! primary (own port, own socket dir, same flags; `standby.signal` and the
+//! `primary_conninfo` in its `postgresql.auto.conf` make it a standby). It
+//! is an independent `PgServer`: it is stopped by its own PID/data dir, and
+//! the primary can be stopped first; `promote` then turns it into a primary.
+//! No replication slot is used: at test scale the primary keeps its WAL
+//! around long enough (`max_wal_size` is 1GB) for the standby to catch up.
+//!
 //! All methods are blocking (std I/O); calling them from a
 //! `#[tokio::test(flavor = "multi_thread")]` test is fine.
 #![allow(dead_code)]
@@ -52,6 +63,8 @@ pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
 const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 /// `connect_timeout` for `psql`/`pg_isready`.
 const CONNECT_TIMEOUT_SECS: &str = "10";
+/// How long `promote` waits for the standby to leave recovery.
+pub const PROMOTE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Attempts with a fresh port if the picked port was taken before postgres bound it.
 const PORT_ATTEMPTS: usize = 5;
 
@@ -166,92 +179,140 @@ fn alive(pid: u32) -> bool {
     matches!(proc_stat(pid), Some((state, _)) if state != 'Z' && state != 'X')
 }
 
+/// The server binaries directory, or a panic explaining that PostgreSQL is
+/// not installed.
+fn required_bin_dir() -> PathBuf {
+    let bin_dir = bin_dir().unwrap_or_else(|| {
+        panic!(
+            "PgServer: no PostgreSQL server binaries found (looked in \
+             {PG_LIB_DIR}/*/bin and /usr/local/bin; set HF_PG_BINDIR); \
+             is the postgresql package installed?"
+        )
+    });
+    if !bin_dir.join("initdb").is_file() {
+        panic!(
+            "PgServer: {} does not exist (is the postgresql package installed?)",
+            bin_dir.join("initdb").display()
+        );
+    }
+    bin_dir
+}
+
 impl PgServer {
     /// `initdb`s a fresh cluster, starts it on a free port, waits until it
     /// accepts connections and creates the database `holdfast`.
     pub fn start() -> PgServer {
-        let bin_dir = bin_dir().unwrap_or_else(|| {
-            panic!(
-                "PgServer: no PostgreSQL server binaries found (looked in \
-                 {PG_LIB_DIR}/*/bin and /usr/local/bin; set HF_PG_BINDIR); \
-                 is the postgresql package installed?"
-            )
-        });
-        if !bin_dir.join("initdb").is_file() {
-            panic!(
-                "PgServer: {} does not exist (is the postgresql package installed?)",
-                bin_dir.join("initdb").display()
-            );
-        }
-        // Under /tmp rather than $TMPDIR: every parent must be traversable by
-        // the postgres user, and the socket path must stay short (< 108 bytes).
-        let dir = tempfile::Builder::new()
-            .prefix("holdfast-pg-")
-            .tempdir_in("/tmp")
-            .unwrap_or_else(|e| panic!("PgServer: cannot create a temp dir in /tmp: {e}"));
-        let data_dir = dir.path().join("data");
-        let log_path = dir.path().join("postgres.log");
-        File::create(&log_path)
-            .unwrap_or_else(|e| panic!("PgServer: cannot create {}: {e}", log_path.display()));
-        let mut server = PgServer {
-            child: None,
-            postmaster_pid: None,
-            port: 0,
-            bin_dir,
-            data_dir,
-            log_path,
-            dir,
-        };
-        if running_as_root() {
-            let out = Command::new("chown")
-                .arg("-R")
-                .arg(format!("{PG_OS_USER}:{PG_OS_USER}"))
-                .arg(server.dir.path())
-                .output()
-                .unwrap_or_else(|e| panic!("PgServer: cannot run chown: {e}"));
-            if !out.status.success() {
-                panic!(
-                    "PgServer: chown -R {PG_OS_USER}:{PG_OS_USER} {} failed ({}): {} \
-                     (does the `{PG_OS_USER}` user exist?)",
-                    server.dir.path().display(),
-                    out.status,
-                    String::from_utf8_lossy(&out.stderr).trim()
-                );
-            }
-        }
+        let mut server = PgServer::new_in_temp_dir(required_bin_dir(), "holdfast-pg-");
         server.initdb();
-
-        let mut tried = Vec::new();
-        let mut started = false;
-        for _ in 0..PORT_ATTEMPTS {
-            server.port = free_port();
-            tried.push(server.port);
-            let log_offset = server.log_len();
-            server.spawn();
-            match server.wait_ready() {
-                Ok(()) => {
-                    started = true;
-                    break;
-                }
-                Err(NotReady::Exited(_))
-                    if server
-                        .log_since(log_offset)
-                        .contains("Address already in use") =>
-                {
-                    // Someone took the port between our probe and postgres' bind: retry.
-                    let _ = server.stop_inner();
-                    continue;
-                }
-                Err(why) => server.fail("start", why),
-            }
-        }
-        if !started {
-            let tail = server.log_tail(30);
-            let _ = server.stop_inner();
-            panic!("PgServer: every picked port was already in use ({tried:?}); last log:\n{tail}");
-        }
+        server.spawn_on_free_port("start");
         server.psql_db("postgres", &format!("CREATE DATABASE {PG_DATABASE}"));
         server
+    }
+
+    /// A hot standby of `primary`, streaming from it: `pg_basebackup -R -X
+    /// stream` of the primary (which writes `standby.signal` and
+    /// `primary_conninfo`) into the data dir of a new temp dir, started like
+    /// the primary on its own free 127.0.0.1 port. Waits until it accepts
+    /// connections, `pg_is_in_recovery()` is true and its WAL receiver is
+    /// streaming from the primary.
+    pub fn standby_of(primary: &PgServer) -> PgServer {
+        assert!(
+            primary.is_running(),
+            "PgServer::standby_of: the primary on 127.0.0.1:{} is not running",
+            primary.port
+        );
+        let mut standby =
+            PgServer::new_in_temp_dir(primary.bin_dir.clone(), "holdfast-pg-standby-");
+        standby.base_backup_from(primary);
+        standby.spawn_on_free_port("standby_of");
+
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            // Both in one query: `status` is NULL until the WAL receiver runs.
+            let (ok, row) = standby.try_psql(
+                "SELECT pg_is_in_recovery(), \
+                 (SELECT status FROM pg_stat_wal_receiver)",
+            );
+            if ok && row == "t|streaming" {
+                return standby;
+            }
+            if Instant::now() >= deadline {
+                let tail = standby.log_tail(30);
+                let _ = standby.stop_inner();
+                panic!(
+                    "PgServer::standby_of on 127.0.0.1:{}: not a streaming standby of \
+                     127.0.0.1:{} within {READY_TIMEOUT:?} (last `pg_is_in_recovery|\
+                     wal receiver status`: {row:?}); log {}:\n{tail}",
+                    standby.port,
+                    primary.port,
+                    standby.log_path.display()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Promotes a standby (`pg_ctl promote -w`) and waits until
+    /// `pg_is_in_recovery()` is false. Works with the primary gone. Panics
+    /// with the log tail if that takes more than PROMOTE_TIMEOUT.
+    pub fn promote(&self) {
+        let deadline = Instant::now() + PROMOTE_TIMEOUT;
+        let pg_ctl = self.tool("pg_ctl");
+        let out = self
+            .as_pg_user(&pg_ctl)
+            .arg("promote")
+            .arg("-D")
+            .arg(&self.data_dir)
+            .arg("-w")
+            .arg("-t")
+            .arg(PROMOTE_TIMEOUT.as_secs().to_string())
+            .output();
+        let problem = match out {
+            Ok(o) if o.status.success() => None,
+            Ok(o) => Some(format!(
+                "pg_ctl promote failed ({}): {} {}",
+                o.status,
+                String::from_utf8_lossy(&o.stderr).trim(),
+                String::from_utf8_lossy(&o.stdout).trim()
+            )),
+            Err(e) => Some(format!("cannot run {}: {e}", pg_ctl.display())),
+        };
+        let mut last = String::new();
+        if problem.is_none() {
+            loop {
+                let (ok, row) = self.try_psql("SELECT pg_is_in_recovery()");
+                if ok && row == "f" {
+                    return;
+                }
+                last = row;
+                if Instant::now() >= deadline {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        let reason = problem.unwrap_or_else(|| {
+            format!("still in recovery {PROMOTE_TIMEOUT:?} after pg_ctl promote (last: {last:?})")
+        });
+        panic!(
+            "PgServer::promote on 127.0.0.1:{}: {reason}; log {}:\n{}",
+            self.port,
+            self.log_path.display(),
+            self.log_tail(30)
+        );
+    }
+
+    /// `SELECT pg_is_in_recovery()`: true on a standby, false on a primary
+    /// (or a promoted standby). Panics if the query fails.
+    pub fn in_recovery(&self) -> bool {
+        match self.psql("SELECT pg_is_in_recovery()").as_str() {
+            "t" => true,
+            "f" => false,
+            other => panic!(
+                "PgServer::in_recovery on 127.0.0.1:{}: unexpected answer {other:?}",
+                self.port
+            ),
+        }
     }
 
     pub fn port(&self) -> u16 {
@@ -427,6 +488,163 @@ impl PgServer {
         String::from_utf8_lossy(&bytes[start..]).into_owned()
     }
 
+    /// A server that is not running yet: a new temp dir under `/tmp` (owned by
+    /// the postgres user when we are root) with an empty log; the data dir
+    /// does not exist yet.
+    fn new_in_temp_dir(bin_dir: PathBuf, prefix: &str) -> PgServer {
+        // Under /tmp rather than $TMPDIR: every parent must be traversable by
+        // the postgres user, and the socket path must stay short (< 108 bytes).
+        let dir = tempfile::Builder::new()
+            .prefix(prefix)
+            .tempdir_in("/tmp")
+            .unwrap_or_else(|e| panic!("PgServer: cannot create a temp dir in /tmp: {e}"));
+        let data_dir = dir.path().join("data");
+        let log_path = dir.path().join("postgres.log");
+        File::create(&log_path)
+            .unwrap_or_else(|e| panic!("PgServer: cannot create {}: {e}", log_path.display()));
+        let server = PgServer {
+            child: None,
+            postmaster_pid: None,
+            port: 0,
+            bin_dir,
+            data_dir,
+            log_path,
+            dir,
+        };
+        if running_as_root() {
+            let out = Command::new("chown")
+                .arg("-R")
+                .arg(format!("{PG_OS_USER}:{PG_OS_USER}"))
+                .arg(server.dir.path())
+                .output()
+                .unwrap_or_else(|e| panic!("PgServer: cannot run chown: {e}"));
+            if !out.status.success() {
+                panic!(
+                    "PgServer: chown -R {PG_OS_USER}:{PG_OS_USER} {} failed ({}): {} \
+                     (does the `{PG_OS_USER}` user exist?)",
+                    server.dir.path().display(),
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr).trim()
+                );
+            }
+        }
+        server
+    }
+
+    /// Starts the (existing) data dir on a free port and waits until it
+    /// accepts connections, retrying with another port if postgres found the
+    /// picked one taken. Panics (after stopping it) on failure.
+    fn spawn_on_free_port(&mut self, what: &str) {
+        let mut tried = Vec::new();
+        for _ in 0..PORT_ATTEMPTS {
+            self.port = free_port();
+            tried.push(self.port);
+            let log_offset = self.log_len();
+            self.spawn();
+            match self.wait_ready() {
+                Ok(()) => return,
+                Err(NotReady::Exited(_))
+                    if self
+                        .log_since(log_offset)
+                        .contains("Address already in use") =>
+                {
+                    // Someone took the port between our probe and postgres' bind: retry.
+                    let _ = self.stop_inner();
+                    continue;
+                }
+                Err(why) => self.fail(what, why),
+            }
+        }
+        let tail = self.log_tail(30);
+        let _ = self.stop_inner();
+        panic!("PgServer: every picked port was already in use ({tried:?}); last log:\n{tail}");
+    }
+
+    /// `pg_basebackup` of `primary` into our (not yet existing) data dir, as
+    /// the postgres user: `-R` writes `standby.signal` and `primary_conninfo`
+    /// (to `postgresql.auto.conf`), `-X stream` includes the WAL needed to
+    /// make the copy consistent, `-c fast` does not wait for a spread
+    /// checkpoint. Uses the primary's `host replication all 127.0.0.1/32
+    /// trust` line, which `initdb --auth=trust` writes.
+    fn base_backup_from(&self, primary: &PgServer) {
+        let mut log = self.open_log();
+        let bin = self.tool("pg_basebackup");
+        let _ = writeln!(
+            log,
+            "=== test support: {} of 127.0.0.1:{} into {} ===",
+            bin.display(),
+            primary.port,
+            self.data_dir.display()
+        );
+        let log_err = log.try_clone().expect("clone log file handle");
+        let status = self
+            .as_pg_user(&bin)
+            .env("PGCONNECT_TIMEOUT", CONNECT_TIMEOUT_SECS)
+            .arg("-h")
+            .arg("127.0.0.1")
+            .arg("-p")
+            .arg(primary.port.to_string())
+            .arg("-U")
+            .arg(PG_USER)
+            .arg("-D")
+            .arg(&self.data_dir)
+            .arg("-R")
+            .arg("-X")
+            .arg("stream")
+            .arg("-c")
+            .arg("fast")
+            .arg("--no-sync")
+            .arg("--no-password")
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(log_err))
+            .status()
+            .unwrap_or_else(|e| panic!("PgServer: cannot run {}: {e}", bin.display()));
+        if !status.success() {
+            panic!(
+                "PgServer::standby_of: pg_basebackup of 127.0.0.1:{} failed ({status}); \
+                 log {}:\n{}\nprimary log {}:\n{}",
+                primary.port,
+                self.log_path.display(),
+                self.log_tail(30),
+                primary.log_path.display(),
+                primary.log_tail(15)
+            );
+        }
+    }
+
+    /// Like `psql`, but returns `(success, trimmed stdout or stderr)` instead
+    /// of panicking.
+    fn try_psql(&self, sql: &str) -> (bool, String) {
+        let bin = self.tool("psql");
+        let mut cmd = Command::new(&bin);
+        clear_pg_env(&mut cmd);
+        let out = cmd
+            .env("PGCONNECT_TIMEOUT", CONNECT_TIMEOUT_SECS)
+            .arg("-X")
+            .arg("-At")
+            .arg("-v")
+            .arg("ON_ERROR_STOP=1")
+            .arg("-h")
+            .arg("127.0.0.1")
+            .arg("-p")
+            .arg(self.port.to_string())
+            .arg("-U")
+            .arg(PG_USER)
+            .arg("-d")
+            .arg(PG_DATABASE)
+            .arg("-c")
+            .arg(sql)
+            .stdin(Stdio::null())
+            .output();
+        match out {
+            Ok(o) if o.status.success() => {
+                (true, String::from_utf8_lossy(&o.stdout).trim().to_string())
+            }
+            Ok(o) => (false, String::from_utf8_lossy(&o.stderr).trim().to_string()),
+            Err(e) => (false, format!("cannot run {}: {e}", bin.display())),
+        }
+    }
+
     fn initdb(&self) {
         let mut log = self.open_log();
         let bin = self.tool("initdb");
@@ -514,10 +732,12 @@ impl PgServer {
     fn ready_pid_from_file(&self, child_pid: u32) -> Option<u32> {
         let text = std::fs::read_to_string(self.data_dir.join("postmaster.pid")).ok()?;
         let lines: Vec<&str> = text.lines().collect();
-        // 1: pid, 4: port, 8: status ("starting", "ready", "stopping", ...).
+        // 1: pid, 4: port, 8: status ("starting", "ready", "stopping", ...;
+        // "standby" on a hot standby accepting connections).
         let pid: u32 = lines.first()?.trim().parse().ok()?;
         let port: u16 = lines.get(3)?.trim().parse().ok()?;
-        if port != self.port || lines.get(7)?.trim() != "ready" {
+        let status = lines.get(7)?.trim();
+        if port != self.port || (status != "ready" && status != "standby") {
             return None;
         }
         let (state, ppid) = proc_stat(pid)?;

@@ -27,11 +27,13 @@ mod zsets;
 
 use crate::backend::{BackendError, Proto, Request};
 use crate::config::{PostgresConfig, SqliteConfig, Synchronous};
+use arc_swap::ArcSwap;
 use bytes::Bytes;
 use redis_protocol::resp3::types::BytesFrame as Frame;
 use sqlx::any::AnyPoolOptions;
 use sqlx::pool::PoolConnection;
 use sqlx::{Any, AnyPool, Executor};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use store::{Ctx, Dialect, Fail};
@@ -99,13 +101,34 @@ pub struct SqlBackend {
     inner: Arc<Inner>,
 }
 
-struct Inner {
-    name: String,
-    dialect: Dialect,
+/// The pools in use: SQLite's for good; PostgreSQL's for the host that accepts writes now.
+struct Pools {
     /// Write transactions (SQLite: exactly one connection).
     writer: AnyPool,
     /// Read transactions (PostgreSQL: the same pool as `writer`).
     reader: AnyPool,
+}
+
+/// Builds PostgreSQL's pool for one host's URL.
+type PoolBuilder = Box<dyn Fn(&str) -> Result<AnyPool, sqlx::Error> + Send + Sync>;
+
+/// PostgreSQL with several hosts (libpq's multi-host URL, primary first): after a failure,
+/// the host that accepts writes (`pg_is_in_recovery()` false) is looked for again, and the
+/// pools move to it. A promoted standby is found this way within the retry budget.
+struct Failover {
+    hosts: Vec<String>,
+    build: PoolBuilder,
+    /// Index of the host the pools point at.
+    current: std::sync::atomic::AtomicUsize,
+    /// One search at a time.
+    searching: tokio::sync::Mutex<()>,
+}
+
+struct Inner {
+    name: String,
+    dialect: Dialect,
+    pools: ArcSwap<Pools>,
+    failover: Option<Failover>,
     allow_flush: bool,
     /// Set once the schema is current.
     migrated: OnceCell<()>,
@@ -177,8 +200,8 @@ impl SqlBackend {
             1,
             name,
             Dialect::Sqlite,
-            writer,
-            reader,
+            (writer, reader),
+            None,
             config.allow_flush,
         ))
     }
@@ -192,34 +215,46 @@ impl SqlBackend {
         let hosts = postgres_hosts(&config.url).map_err(|e| BackendError::Unsupported {
             what: format!("backends.{name}.url: {e}"),
         })?;
-        // Following a promotion to the next host is the failover work's; until then the
-        // first host is the primary.
-        let first = hosts.first().cloned().unwrap_or_default();
         let timeout_ms = config.statement_timeout.as_millis();
-        let pool = AnyPoolOptions::new()
-            .max_connections(config.pool_size as u32)
-            .min_connections(0)
-            .acquire_timeout(config.connection_timeout)
-            // No ping per request: a connection that died with a restarted server fails its
-            // first statement, and `acquire` replaces it then.
-            .test_before_acquire(false)
-            .after_connect(move |conn, _| {
-                Box::pin(async move {
-                    conn.execute(format!("SET statement_timeout = {timeout_ms}").as_str())
-                        .await?;
-                    Ok(())
+        // sqlx retries a refused connect until its pool's acquire timeout: kept short, so a
+        // server that is down fails an attempt quickly (NotAttempted, retried with backoff)
+        // instead of holding it for the whole connection timeout.
+        let connect_timeout = config.connection_timeout.min(Duration::from_secs(1));
+        let size = config.pool_size as u32;
+        let build: PoolBuilder = Box::new(move |url: &str| {
+            AnyPoolOptions::new()
+                .max_connections(size)
+                .min_connections(0)
+                .acquire_timeout(connect_timeout)
+                // No ping per request: a connection that died with a restarted server fails
+                // its first statement, and `acquire` replaces it then.
+                .test_before_acquire(false)
+                .after_connect(move |conn, _| {
+                    Box::pin(async move {
+                        conn.execute(format!("SET statement_timeout = {timeout_ms}").as_str())
+                            .await?;
+                        Ok(())
+                    })
                 })
-            })
-            .connect_lazy(&first)
-            .map_err(|e| BackendError::Unsupported {
-                what: format!("backends.{name}.url: {e}"),
-            })?;
+                .connect_lazy(url)
+        });
+        // The first host is the primary until a failure says otherwise.
+        let first = hosts.first().cloned().unwrap_or_default();
+        let pool = build(&first).map_err(|e| BackendError::Unsupported {
+            what: format!("backends.{name}.url: {e}"),
+        })?;
+        let failover = (hosts.len() > 1).then(|| Failover {
+            hosts,
+            build,
+            current: std::sync::atomic::AtomicUsize::new(0),
+            searching: tokio::sync::Mutex::new(()),
+        });
         Ok(SqlBackend::start(
             (config.pool_size / 2).max(1),
             name,
             Dialect::Postgres,
-            pool.clone(),
-            pool,
+            (pool.clone(), pool),
+            failover,
             config.allow_flush,
         ))
     }
@@ -228,15 +263,15 @@ impl SqlBackend {
         writers: usize,
         name: &str,
         dialect: Dialect,
-        writer: AnyPool,
-        reader: AnyPool,
+        (writer, reader): (AnyPool, AnyPool),
+        failover: Option<Failover>,
         allow_flush: bool,
     ) -> SqlBackend {
         let inner = Arc::new_cyclic(|weak| Inner {
             name: name.to_string(),
             dialect,
-            writer,
-            reader,
+            pools: ArcSwap::from_pointee(Pools { writer, reader }),
+            failover,
             allow_flush,
             migrated: OnceCell::new(),
             group: Some(group::GroupWriter::start(weak.clone(), writers)),
@@ -300,7 +335,8 @@ impl SqlBackend {
     pub async fn ready(&self, timeout: Duration) -> bool {
         let probe = async {
             self.inner.ensure_schema().await.ok()?;
-            let mut conn = self.inner.reader.acquire().await.ok()?;
+            let pools = self.inner.pools.load_full();
+            let mut conn = pools.reader.acquire().await.ok()?;
             conn.execute("SELECT 1").await.ok()
         };
         matches!(tokio::time::timeout(timeout, probe).await, Ok(Some(_)))
@@ -311,7 +347,8 @@ impl Inner {
     async fn ensure_schema(&self) -> Result<(), BackendError> {
         self.migrated
             .get_or_try_init(|| async {
-                let mut conn = self.writer.acquire().await.map_err(connect_error)?;
+                let pools = self.pools.load_full();
+                let mut conn = pools.writer.acquire().await.map_err(connect_error)?;
                 schema::migrate(&mut conn, self.dialect).await.map_err(|e| {
                     conn.close_on_drop();
                     connect_error(e)
@@ -323,7 +360,8 @@ impl Inner {
 
     /// Deletes keys whose expiry has passed (readers already skip them).
     async fn reap(&self) -> Result<(), BackendError> {
-        let mut conn = self.writer.acquire().await.map_err(connect_error)?;
+        let pools = self.pools.load_full();
+        let mut conn = pools.writer.acquire().await.map_err(connect_error)?;
         sqlx::query("DELETE FROM hf_tokens WHERE expires_at <= $1")
             .bind(now_ms())
             .execute(&mut *conn)
@@ -391,7 +429,8 @@ impl Inner {
     ) -> Result<PoolConnection<Any>, BackendError> {
         let attempt = async {
             self.ensure_schema().await?;
-            let pool = if write { &self.writer } else { &self.reader };
+            let pools = self.pools.load_full();
+            let pool = if write { &pools.writer } else { &pools.reader };
             loop {
                 let mut conn = pool.acquire().await.map_err(connect_error)?;
                 let Some(statement) = first else {
@@ -591,6 +630,66 @@ impl Inner {
     /// Runs commands as one transaction: writes through the group-commit writers, reads on a
     /// connection of their own.
     async fn run(
+        self: &Arc<Self>,
+        commands: &[&[Bytes]],
+        proto: Proto,
+        acquire_timeout: Duration,
+        batch: bool,
+        token: Option<&[u8]>,
+    ) -> Result<Vec<Frame>, BackendError> {
+        let result = self
+            .run_once(commands, proto, acquire_timeout, batch, token)
+            .await;
+        if let Err(e) = &result {
+            // Anything but an answer may mean the primary moved: look for it again.
+            if self.failover.is_some()
+                && crate::error::classify(e) != crate::error::ErrorClass::Other
+            {
+                let inner = self.clone();
+                tokio::spawn(async move { inner.find_primary().await });
+            }
+        }
+        result
+    }
+
+    /// Probes every host and moves the pools to the one that accepts writes.
+    async fn find_primary(&self) {
+        let Some(failover) = &self.failover else {
+            return;
+        };
+        let Ok(_searching) = failover.searching.try_lock() else {
+            return;
+        };
+        for (index, url) in failover.hosts.iter().enumerate() {
+            let probe = async {
+                let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(url).await?;
+                let standby: bool = sqlx::query_scalar("SELECT pg_is_in_recovery()")
+                    .fetch_one(&mut conn)
+                    .await?;
+                let _ = sqlx::Connection::close(conn).await;
+                Ok::<bool, sqlx::Error>(standby)
+            };
+            let Ok(Ok(false)) = tokio::time::timeout(Duration::from_secs(2), probe).await else {
+                continue;
+            };
+            if failover.current.load(Ordering::Acquire) == index {
+                return;
+            }
+            let Ok(pool) = (failover.build)(url) else {
+                return;
+            };
+            let old = self.pools.swap(Arc::new(Pools {
+                writer: pool.clone(),
+                reader: pool,
+            }));
+            failover.current.store(index, Ordering::Release);
+            tracing::warn!(backend = %self.name, host = index, "the primary moved; following it");
+            tokio::spawn(async move { old.writer.close().await });
+            return;
+        }
+    }
+
+    async fn run_once(
         self: &Arc<Self>,
         commands: &[&[Bytes]],
         proto: Proto,
