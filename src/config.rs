@@ -297,12 +297,7 @@ pub enum BackendConfig {
     /// A standalone Redis.
     Redis(RedisConfig),
     /// A Sentinel-managed Redis.
-    Sentinel {
-        /// The master's name in Sentinel.
-        master_name: String,
-        /// `host:port` of each sentinel.
-        sentinels: Vec<String>,
-    },
+    Sentinel(SentinelConfig),
     /// A Redis Cluster.
     Cluster {
         /// Seed nodes, `host:port`.
@@ -399,12 +394,35 @@ impl BackendConfig {
     pub fn kind(&self) -> &'static str {
         match self {
             BackendConfig::Redis(_) => "redis",
-            BackendConfig::Sentinel { .. } => "sentinel",
+            BackendConfig::Sentinel(_) => "sentinel",
             BackendConfig::Cluster { .. } => "cluster",
             BackendConfig::Postgres(_) => "postgres",
             BackendConfig::Sqlite(_) => "sqlite",
         }
     }
+}
+
+/// `kind = "sentinel"`: a Redis primary found through Sentinel, and found again after a
+/// failover.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SentinelConfig {
+    /// The master's name in Sentinel.
+    pub master_name: String,
+    /// `host:port` of each sentinel.
+    pub sentinels: Vec<String>,
+    /// Backend connections; each client connection is pinned to one of them.
+    #[serde(default = "default_pool_size")]
+    pub pool_size: usize,
+    /// Longest a connect (sentinel query, then the master) plus handshake may take.
+    #[serde(default = "default_connection_timeout", with = "humantime_serde")]
+    pub connection_timeout: Duration,
+    /// Longest a sent command may wait for its reply before it counts as Transient.
+    #[serde(default = "default_response_timeout", with = "humantime_serde")]
+    pub response_timeout: Duration,
+    /// A file holding the master's password (a mounted secret).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_file: Option<std::path::PathBuf>,
 }
 
 /// `kind = "redis"`
@@ -663,6 +681,28 @@ impl Config {
                     }
                     if let Err(e) = crate::backend::sql::postgres_hosts(&pg.url) {
                         return Err(invalid(format!("{key}.url"), e));
+                    }
+                }
+                BackendConfig::Sentinel(sentinel) => {
+                    if sentinel.pool_size == 0 || sentinel.pool_size > 1024 {
+                        return Err(invalid(
+                            format!("{key}.pool_size"),
+                            "must be between 1 and 1024",
+                        ));
+                    }
+                    if sentinel.sentinels.is_empty() {
+                        return Err(invalid(format!("{key}.sentinels"), "names no sentinel"));
+                    }
+                    for addr in &sentinel.sentinels {
+                        if crate::backend::redis::host_port(addr).is_none() {
+                            return Err(invalid(
+                                format!("{key}.sentinels"),
+                                format!("`{addr}` is not host:port"),
+                            ));
+                        }
+                    }
+                    if let Some(path) = &sentinel.password_file {
+                        read_secret(&format!("{key}.password_file"), path)?;
                     }
                 }
                 BackendConfig::Sqlite(sqlite) => {

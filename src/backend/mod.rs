@@ -166,6 +166,9 @@ impl Backend {
             BackendConfig::Redis(redis) => Ok(Backend::Redis(Box::new(redis::RedisBackend::new(
                 name, redis,
             )?))),
+            BackendConfig::Sentinel(sentinel) => Ok(Backend::Redis(Box::new(
+                redis::RedisBackend::sentinel(name, sentinel)?,
+            ))),
             BackendConfig::Sqlite(sqlite) => {
                 Ok(Backend::Sql(sql::SqlBackend::sqlite(name, sqlite)?))
             }

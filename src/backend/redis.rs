@@ -8,7 +8,7 @@
 //! connection, so `WAIT` sees that client's writes.
 
 use super::{BackendError, DoubleStyle, Proto, Request};
-use crate::config::RedisConfig;
+use crate::config::{RedisConfig, SentinelConfig};
 use arc_swap::ArcSwapOption;
 use bytes::Bytes;
 use fred::interfaces::ClientLike;
@@ -150,6 +150,9 @@ pub struct RedisBackend {
     resp3: OnceCell<Vec<Arc<Slot>>>,
     /// True when the backend spells doubles the shortest way (7.2 on).
     doubles: Arc<AtomicBool>,
+    /// Found through Sentinel: a connection whose server turned replica is dropped, so the
+    /// next dial asks the sentinels again.
+    sentinel: bool,
 }
 
 impl RedisBackend {
@@ -178,9 +181,65 @@ impl RedisBackend {
                 })?;
             parsed.password = Some(password);
         }
+        Ok(RedisBackend::with(
+            name,
+            parsed,
+            config.connection_timeout,
+            config.response_timeout,
+            config.pool_size,
+            false,
+        ))
+    }
+
+    /// A Redis primary found through Sentinel. Each dial asks the sentinels for the primary
+    /// (and checks its role), so a re-dial after a failover reaches the promoted replica.
+    ///
+    /// # Errors
+    /// [`BackendError::Unsupported`] when an address or the password file is unusable.
+    pub fn sentinel(name: &str, config: &SentinelConfig) -> Result<RedisBackend, BackendError> {
+        let mut hosts = Vec::with_capacity(config.sentinels.len());
+        for addr in &config.sentinels {
+            let (host, port) = host_port(addr).ok_or_else(|| BackendError::Unsupported {
+                what: format!("backends.{name}.sentinels: `{addr}` is not host:port"),
+            })?;
+            hosts.push(fred::types::config::Server::new(host, port));
+        }
+        let mut parsed = fred::types::config::Config {
+            server: fred::types::config::ServerConfig::Sentinel {
+                hosts,
+                service_name: config.master_name.clone(),
+            },
+            ..fred::types::config::Config::default()
+        };
+        if let Some(path) = &config.password_file {
+            let key = format!("backends.{name}.password_file");
+            let password =
+                crate::config::read_secret(&key, path).map_err(|e| BackendError::Unsupported {
+                    what: e.to_string(),
+                })?;
+            parsed.password = Some(password);
+        }
+        Ok(RedisBackend::with(
+            name,
+            parsed,
+            config.connection_timeout,
+            config.response_timeout,
+            config.pool_size,
+            true,
+        ))
+    }
+
+    fn with(
+        name: &str,
+        parsed: fred::types::config::Config,
+        connection_timeout: Duration,
+        response_timeout: Duration,
+        pool_size: usize,
+        sentinel: bool,
+    ) -> RedisBackend {
         let connection = ConnectionConfig {
-            connection_timeout: config.connection_timeout,
-            internal_command_timeout: config.connection_timeout,
+            connection_timeout,
+            internal_command_timeout: connection_timeout,
             max_command_attempts: 1,
             max_redirections: 0,
             unresponsive: UnresponsiveConfig::default(),
@@ -196,11 +255,12 @@ impl RedisBackend {
             name: name.to_string(),
             config: parsed,
             connection,
-            response_timeout: config.response_timeout,
-            pool_size: config.pool_size,
+            response_timeout,
+            pool_size,
             resp2: Vec::new(),
             resp3: OnceCell::new(),
             doubles: Arc::new(AtomicBool::new(false)),
+            sentinel,
         };
         backend.resp2 = backend.open_pool(RespVersion::RESP2);
         for slot in &backend.resp2 {
@@ -208,7 +268,7 @@ impl RedisBackend {
                 *dialing = Some(slot.dial());
             }
         }
-        Ok(backend)
+        backend
     }
 
     /// What each dial of `version` builds its client with.
@@ -279,8 +339,22 @@ impl RedisBackend {
     ) -> Result<Frame, BackendError> {
         let slot = self.pinned(request.proto, request.pin).await;
         let live = ensure_connected(slot, acquire_timeout).await?;
-        live.send(request, request.token, self.response_timeout)
-            .await
+        let result = live
+            .send(request, request.token, self.response_timeout)
+            .await;
+        if self.sentinel {
+            if let Err(BackendError::Reply { prefix, .. }) = &result {
+                // A demoted primary: nothing ran (READONLY is NotAttempted); the next
+                // attempt dials again and Sentinel names the new primary.
+                if prefix == "READONLY" {
+                    let client = live.client.clone();
+                    tokio::spawn(async move {
+                        let _ = client.quit().await;
+                    });
+                }
+            }
+        }
+        result
     }
 
     /// A connection of its own, connected, for connection-bound commands.
@@ -579,4 +653,14 @@ async fn exact(
         }
         other => other,
     }
+}
+
+/// `host:port` (an IPv6 host in brackets) as its two parts.
+pub fn host_port(addr: &str) -> Option<(String, u16)> {
+    let (host, port) = addr.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        return None;
+    }
+    Some((host.to_string(), port.parse().ok()?))
 }
