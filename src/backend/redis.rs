@@ -48,6 +48,15 @@ impl Live {
         response_timeout: Duration,
     ) -> Result<Frame, BackendError> {
         let mut ended = self.ended.clone();
+        if *ended.borrow() {
+            // Ended before fred took the command: nothing was sent.
+            return Err(BackendError::Connect {
+                source: fred::error::Error::new(
+                    fred::error::ErrorKind::IO,
+                    "the connection closed before the request was sent",
+                ),
+            });
+        }
         let sent = async {
             match token {
                 Some(token) => exact(&self.client, request, token, response_timeout).await,

@@ -534,7 +534,15 @@ impl Conn {
             Err(other) => return Err(other),
         };
         let post = match settle.post_read(&reply) {
-            Some(read) => self.read(namespace, read).await.ok().flatten(),
+            Some(read) => {
+                let found = self.read(namespace, read).await.ok().flatten();
+                if found.is_none() {
+                    // The read that would settle it failed: the reply stands, and may be
+                    // the second application's.
+                    m::uncertain_reply(&namespace.name, command.label());
+                }
+                found
+            }
             None => None,
         };
         let settled = settle.settle(pre.as_ref(), reply.clone(), post.as_ref());

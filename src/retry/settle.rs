@@ -235,13 +235,14 @@ pub fn settle(args: &[Bytes]) -> Option<Settle> {
             if id.as_ref() == b"*" || id.ends_with(b"-*") {
                 return None;
             }
-            let id = if id.contains(&b'-') {
-                id.clone()
-            } else {
-                let mut full = id.to_vec();
-                full.extend_from_slice(b"-0");
-                Bytes::from(full)
-            };
+            // As XRANGE will spell it: `5` is `5-0`, `05-01` is `5-1`.
+            let text = std::str::from_utf8(id).ok()?;
+            let (ms, seq) = text.split_once('-').unwrap_or((text, "0"));
+            let id = Bytes::from(format!(
+                "{}-{}",
+                ms.parse::<u64>().ok()?,
+                seq.parse::<u64>().ok()?
+            ));
             Settle::Append {
                 read: vec![b("XRANGE"), key.clone(), id.clone(), id.clone()],
                 id,

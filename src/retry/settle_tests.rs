@@ -185,6 +185,11 @@ fn another_clients_value_is_not_ours() {
 
 #[test]
 fn a_retried_xadd_refusal_is_ours_when_the_entry_is_ours() {
+    let padded = settled(&["XADD", "s", "05-01", "f", "v"]);
+    assert_eq!(
+        padded.post_read(&err("ERR")),
+        Some(args(&["XRANGE", "s", "5-1", "5-1"]).as_slice())
+    );
     let xadd = settled(&["XADD", "s", "MAXLEN", "~", "100", "5", "f", "v"]);
     assert_eq!(xadd.post_read(&bulk("5-0")), None);
     let refused =

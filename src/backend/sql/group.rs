@@ -9,7 +9,7 @@
 //! savepoint and answers its own error). A request that waited in the queue past its acquire
 //! timeout is withdrawn before the writer takes it, never after, so "not attempted" stays true.
 
-use super::{abandon, Inner, SqlStage, Work};
+use super::{abandon, Inner, SqlStage, TxConn, Work};
 use crate::backend::{BackendError, Proto};
 use bytes::Bytes;
 use redis_protocol::resp3::types::BytesFrame as Frame;
@@ -162,6 +162,10 @@ async fn optimistic(inner: &Inner, group: &[Job]) -> Option<Vec<Outcome>> {
         .acquire(true, Some(begin), Duration::from_secs(3600))
         .await
         .ok()?;
+    if lock_all(inner, &mut conn, group).await.is_err() {
+        super::rollback(&mut conn).await;
+        return None;
+    }
     let mut outcomes: Vec<Outcome> = Vec::with_capacity(group.len());
     for job in group {
         let commands: Vec<&[Bytes]> = job.commands.iter().map(|c| c.as_slice()).collect();
@@ -180,9 +184,7 @@ async fn optimistic(inner: &Inner, group: &[Job]) -> Option<Vec<Outcome>> {
             )
             .await;
         if dirty {
-            if conn.execute("ROLLBACK").await.is_err() {
-                conn.close_on_drop();
-            }
+            super::rollback(&mut conn).await;
             return None;
         }
         outcomes.push(outcome);
@@ -190,13 +192,35 @@ async fn optimistic(inner: &Inner, group: &[Job]) -> Option<Vec<Outcome>> {
     Some(commit_outcomes(inner, &mut conn, outcomes).await)
 }
 
+/// Takes every key lock the group's requests will take (PostgreSQL), all at once and in a
+/// fixed order, so two groups over the same keys wait for each other instead of deadlocking.
+async fn lock_all(inner: &Inner, conn: &mut TxConn, group: &[Job]) -> Result<(), BackendError> {
+    let keys: Vec<&[u8]> = group
+        .iter()
+        .flat_map(|job| {
+            job.commands
+                .iter()
+                .filter_map(|c| c.get(1).map(|k| k.as_ref()))
+        })
+        .collect();
+    let mut ctx = super::store::Ctx {
+        conn: &mut *conn,
+        now: 0,
+        proto: Proto::Resp2,
+        dialect: inner.dialect,
+        write: true,
+        wrote: false,
+    };
+    match ctx.lock(&keys).await {
+        Ok(()) => Ok(()),
+        Err(super::store::Fail::Sql(e)) => Err(abandon(conn, e)),
+        Err(super::store::Fail::Reply(text)) => Err(BackendError::reply(Bytes::from(text))),
+    }
+}
+
 /// Commits, and turns the outcomes of the requests that succeeded into the commit's error
 /// when it fails: they may or may not be on disk now; what failed was undone.
-async fn commit_outcomes(
-    inner: &Inner,
-    conn: &mut sqlx::pool::PoolConnection<sqlx::Any>,
-    outcomes: Vec<Outcome>,
-) -> Vec<Outcome> {
+async fn commit_outcomes(inner: &Inner, conn: &mut TxConn, outcomes: Vec<Outcome>) -> Vec<Outcome> {
     if let Err(e) = inner.commit(conn).await {
         let shared = Arc::new(e);
         return outcomes
@@ -226,6 +250,9 @@ async fn careful(inner: &Inner, group: &[Job]) -> Vec<Outcome> {
             return every(&|| share(&shared));
         }
     };
+    if let Err(e) = lock_all(inner, &mut conn, group).await {
+        return rollback_all(&mut conn, group.len(), e).await;
+    }
     let mut outcomes: Vec<Outcome> = Vec::with_capacity(group.len());
     for job in group {
         if let Err(e) = conn.execute("SAVEPOINT hf_job").await {
@@ -247,9 +274,12 @@ async fn careful(inner: &Inner, group: &[Job]) -> Vec<Outcome> {
             )
             .await;
         let undo = outcome.is_err();
-        if undo && conn.execute("ROLLBACK TO SAVEPOINT hf_job").await.is_err() {
-            let e = outcome.err().unwrap_or_else(lost);
-            return rollback_all(&mut conn, group.len(), e).await;
+        if undo {
+            if let Err(e) = conn.execute("ROLLBACK TO SAVEPOINT hf_job").await {
+                // The connection failed: the group's transaction is lost, not answered.
+                let e = abandon(&mut conn, e);
+                return rollback_all(&mut conn, group.len(), e).await;
+            }
         }
         if let Err(e) = conn.execute("RELEASE SAVEPOINT hf_job").await {
             let e = abandon(&mut conn, e);
@@ -262,14 +292,8 @@ async fn careful(inner: &Inner, group: &[Job]) -> Vec<Outcome> {
 
 /// The transaction cannot go on: nothing of it is committed, so every job fails with the
 /// same error, before COMMIT.
-async fn rollback_all(
-    conn: &mut sqlx::pool::PoolConnection<sqlx::Any>,
-    jobs: usize,
-    error: BackendError,
-) -> Vec<Outcome> {
-    if conn.execute("ROLLBACK").await.is_err() {
-        conn.close_on_drop();
-    }
+async fn rollback_all(conn: &mut TxConn, jobs: usize, error: BackendError) -> Vec<Outcome> {
+    super::rollback(conn).await;
     let shared = Arc::new(error);
     (0..jobs).map(|_| Err(share(&shared))).collect()
 }

@@ -258,6 +258,14 @@ pub async fn flush(ctx: &mut Ctx<'_>, a: &[Bytes], allowed: bool) -> Out {
     if !allowed {
         return fail("ERR holdfast: FLUSHDB and FLUSHALL are disabled for this backend (allow_flush = false)");
     }
+    if ctx.dialect == Dialect::Postgres {
+        // One statement, under an exclusive lock: no writer commits half-way through.
+        ctx.exec(sqlx::query(
+            "TRUNCATE hf_keys, hf_hash, hf_set, hf_zset, hf_list, hf_stream",
+        ))
+        .await?;
+        return Ok(ok());
+    }
     for table in [
         "hf_keys",
         "hf_hash",

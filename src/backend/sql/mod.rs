@@ -81,6 +81,46 @@ pub fn postgres_hosts(url: &str) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
+/// A pooled connection that may be inside a transaction. Dropped before the transaction
+/// ended (a COMMIT or ROLLBACK that answered) — an acquire timeout during BEGIN, a request
+/// abandoned at shutdown — it is closed, never handed back to the pool mid-transaction.
+struct TxConn {
+    conn: PoolConnection<Any>,
+    open: bool,
+}
+
+impl TxConn {
+    fn new(conn: PoolConnection<Any>) -> TxConn {
+        TxConn { conn, open: true }
+    }
+
+    /// The transaction ended: the connection may go back to the pool.
+    fn finish(&mut self) {
+        self.open = false;
+    }
+}
+
+impl std::ops::Deref for TxConn {
+    type Target = PoolConnection<Any>;
+    fn deref(&self) -> &PoolConnection<Any> {
+        &self.conn
+    }
+}
+
+impl std::ops::DerefMut for TxConn {
+    fn deref_mut(&mut self) -> &mut PoolConnection<Any> {
+        &mut self.conn
+    }
+}
+
+impl Drop for TxConn {
+    fn drop(&mut self) {
+        if self.open {
+            self.conn.close_on_drop();
+        }
+    }
+}
+
 /// What one request asks of a transaction.
 #[derive(Clone, Copy)]
 struct Work<'a> {
@@ -349,6 +389,9 @@ impl Inner {
             .get_or_try_init(|| async {
                 let pools = self.pools.load_full();
                 let mut conn = pools.writer.acquire().await.map_err(connect_error)?;
+                // Not reused: a migration cut short by a timeout must not leave its
+                // transaction (and its lock) on a pooled connection.
+                conn.close_on_drop();
                 schema::migrate(&mut conn, self.dialect).await.map_err(|e| {
                     conn.close_on_drop();
                     connect_error(e)
@@ -361,16 +404,17 @@ impl Inner {
     /// Deletes keys whose expiry has passed (readers already skip them).
     async fn reap(&self) -> Result<(), BackendError> {
         let pools = self.pools.load_full();
-        let mut conn = pools.writer.acquire().await.map_err(connect_error)?;
+        let mut conn = TxConn::new(pools.writer.acquire().await.map_err(connect_error)?);
+        conn.finish();
         sqlx::query("DELETE FROM hf_tokens WHERE expires_at <= $1")
             .bind(now_ms())
-            .execute(&mut *conn)
+            .execute(&mut **conn)
             .await
             .map_err(connect_error)?;
         let expired: Vec<(Vec<u8>, i64)> =
             sqlx::query_as("SELECT key, kind FROM hf_keys WHERE expires_at <= $1 LIMIT 1000")
                 .bind(now_ms())
-                .fetch_all(&mut *conn)
+                .fetch_all(&mut **conn)
                 .await
                 .map_err(connect_error)?;
         if expired.is_empty() {
@@ -379,6 +423,7 @@ impl Inner {
         conn.execute(self.begin_statement(true))
             .await
             .map_err(|e| abandon(&mut conn, e))?;
+        conn.open = true;
         let mut ctx = Ctx {
             conn: &mut conn,
             now: now_ms(),
@@ -399,22 +444,26 @@ impl Inner {
             }
         }
         if let Err(e) = purged {
-            if conn.execute("ROLLBACK").await.is_err() {
-                conn.close_on_drop();
-            }
+            rollback(&mut conn).await;
             return Err(work_error(e));
         }
         self.commit(&mut conn).await
     }
 
-    async fn commit(&self, conn: &mut PoolConnection<Any>) -> Result<(), BackendError> {
-        conn.execute("COMMIT").await.map(|_| ()).map_err(|e| {
-            conn.close_on_drop();
-            BackendError::Sql {
-                stage: SqlStage::Commit,
-                source: e,
+    async fn commit(&self, conn: &mut TxConn) -> Result<(), BackendError> {
+        match conn.execute("COMMIT").await {
+            Ok(_) => {
+                conn.finish();
+                Ok(())
             }
-        })
+            Err(e) => {
+                conn.close_on_drop();
+                Err(BackendError::Sql {
+                    stage: SqlStage::Commit,
+                    source: e,
+                })
+            }
+        }
     }
 
     /// A connection of the right pool, its first statement (BEGIN, or the read itself)
@@ -426,14 +475,16 @@ impl Inner {
         write: bool,
         first: Option<&str>,
         acquire_timeout: Duration,
-    ) -> Result<PoolConnection<Any>, BackendError> {
+    ) -> Result<TxConn, BackendError> {
         let attempt = async {
             self.ensure_schema().await?;
             let pools = self.pools.load_full();
             let pool = if write { &pools.writer } else { &pools.reader };
             loop {
-                let mut conn = pool.acquire().await.map_err(connect_error)?;
+                let mut conn = TxConn::new(pool.acquire().await.map_err(connect_error)?);
                 let Some(statement) = first else {
+                    // No transaction: a single statement.
+                    conn.finish();
                     return Ok(conn);
                 };
                 match conn.execute(statement).await {
@@ -488,11 +539,35 @@ impl Inner {
         if let (Some(token), [args]) = (token, commands) {
             return self.apply_exact(conn, args, proto, token, now, dirty).await;
         }
+        if batch && write {
+            // A MULTI locks every key it names first (PostgreSQL), in a fixed order, so its
+            // reads see no other writer's commits half-way.
+            let keys: Vec<&[u8]> = commands
+                .iter()
+                .filter_map(|c| c.get(1).map(|k| k.as_ref()))
+                .collect();
+            let mut ctx = Ctx {
+                conn: &mut *conn,
+                now,
+                proto,
+                dialect: self.dialect,
+                write,
+                wrote: false,
+            };
+            if let Err(e) = ctx.lock(&keys).await {
+                *dirty = true;
+                return Err(match e {
+                    Fail::Sql(e) => abandon(conn, e),
+                    Fail::Reply(text) => BackendError::reply(Bytes::from(text)),
+                });
+            }
+        }
         for args in commands {
             if batch {
-                conn.execute("SAVEPOINT hf_cmd")
-                    .await
-                    .map_err(|e| abandon(conn, e))?;
+                conn.execute("SAVEPOINT hf_cmd").await.map_err(|e| {
+                    *dirty = true;
+                    abandon(conn, e)
+                })?;
             }
             let mut ctx = Ctx {
                 conn: &mut *conn,
@@ -507,17 +582,26 @@ impl Inner {
                     if batch {
                         conn.execute("RELEASE SAVEPOINT hf_cmd")
                             .await
-                            .map_err(|e| abandon(conn, e))?;
+                            .map_err(|e| {
+                                *dirty = true;
+                                abandon(conn, e)
+                            })?;
                     }
                     replies.push(frame);
                 }
                 Err(Fail::Reply(text)) if batch => {
                     conn.execute("ROLLBACK TO SAVEPOINT hf_cmd")
                         .await
-                        .map_err(|e| abandon(conn, e))?;
+                        .map_err(|e| {
+                            *dirty = true;
+                            abandon(conn, e)
+                        })?;
                     conn.execute("RELEASE SAVEPOINT hf_cmd")
                         .await
-                        .map_err(|e| abandon(conn, e))?;
+                        .map_err(|e| {
+                            *dirty = true;
+                            abandon(conn, e)
+                        })?;
                     replies.push(error_frame(text));
                 }
                 Err(Fail::Reply(text)) => {
@@ -576,11 +660,13 @@ impl Inner {
             Err(Fail::Reply(text)) => return Err(BackendError::reply(Bytes::from(text))),
         };
         if let Some(raw) = recorded {
-            if let Ok(Some((frame, _))) =
-                redis_protocol::resp3::decode::complete::decode_bytes(&Bytes::from(raw))
-            {
-                return Ok(vec![frame]);
-            }
+            // A recorded reply that does not read back is never a reason to apply again.
+            return match redis_protocol::resp3::decode::complete::decode_bytes(&Bytes::from(raw)) {
+                Ok(Some((frame, _))) => Ok(vec![frame]),
+                _ => Err(BackendError::reply(Bytes::from_static(
+                    b"ERR holdfast: the recorded reply of this request cannot be read",
+                ))),
+            };
         }
         let frame = match commands::run(&mut ctx, args, self.allow_flush).await {
             Ok(frame) => frame,
@@ -773,12 +859,18 @@ impl Inner {
                 Ok(replies)
             }
             Err(e) => {
-                if conn.execute("ROLLBACK").await.is_err() {
-                    conn.close_on_drop();
-                }
+                rollback(&mut conn).await;
                 Err(e)
             }
         }
+    }
+}
+
+/// Ends a transaction that must not commit; a connection whose ROLLBACK fails is closed.
+async fn rollback(conn: &mut TxConn) {
+    match conn.execute("ROLLBACK").await {
+        Ok(_) => conn.finish(),
+        Err(_) => conn.close_on_drop(),
     }
 }
 

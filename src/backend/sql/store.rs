@@ -159,7 +159,7 @@ impl Ctx<'_> {
         let expires: Option<i64> = row.try_get(1)?;
         if expires.is_some_and(|at| at <= self.now) {
             if self.write {
-                self.purge(key, kind).await?;
+                self.purge_expired(key, kind).await?;
             }
             return Ok(None);
         }
@@ -176,6 +176,25 @@ impl Ctx<'_> {
             Some(m) if m.kind != want => fail(WRONGTYPE),
             other => Ok(other),
         }
+    }
+
+    /// Removes a key found expired, only if it still is: a writer that refreshed it in the
+    /// meantime (PostgreSQL, READ COMMITTED) keeps it.
+    async fn purge_expired(&mut self, key: &[u8], kind: Kind) -> Result<(), Fail> {
+        let done = self
+            .exec(
+                sqlx::query("DELETE FROM hf_keys WHERE key = $1 AND expires_at <= $2")
+                    .bind(key)
+                    .bind(self.now),
+            )
+            .await?;
+        if done.rows_affected() > 0 {
+            if let Some(table) = kind.table() {
+                self.exec(sqlx::query(&format!("DELETE FROM {table} WHERE key = $1")).bind(key))
+                    .await?;
+            }
+        }
+        Ok(())
     }
 
     /// Removes a key of any kind, with its elements.
