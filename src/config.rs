@@ -181,6 +181,18 @@ pub struct Defaults {
     pub acquire_timeout: Duration,
     /// Backoff between attempts.
     pub retry: RetryConfig,
+    /// Redis backends: a write is acknowledged only once this many replicas have it
+    /// (`WAIT`), so a failover cannot lose it. 0: as Redis acknowledges.
+    #[serde(default)]
+    pub min_replicas_ack: u32,
+    /// How long `WAIT` may take before the write counts as Transient (applied on the
+    /// primary, not known to be on enough replicas).
+    #[serde(default = "default_replicas_ack_timeout", with = "humantime_serde")]
+    pub replicas_ack_timeout: Duration,
+}
+
+fn default_replicas_ack_timeout() -> Duration {
+    Duration::from_secs(1)
 }
 
 impl Default for Defaults {
@@ -189,6 +201,8 @@ impl Default for Defaults {
             reply_mode: ReplyMode::Settled,
             acquire_timeout: Duration::from_secs(5),
             retry: RetryConfig::default(),
+            min_replicas_ack: 0,
+            replicas_ack_timeout: default_replicas_ack_timeout(),
         }
     }
 }
@@ -483,6 +497,16 @@ pub struct NamespaceConfig {
     /// Overrides keys of `[defaults.retry]`.
     #[serde(default)]
     pub retry: RetryOverride,
+    /// Overrides `[defaults] min_replicas_ack`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_replicas_ack: Option<u32>,
+    /// Overrides `[defaults] replicas_ack_timeout`.
+    #[serde(
+        default,
+        with = "humantime_serde",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub replicas_ack_timeout: Option<Duration>,
 }
 
 /// A namespace's policy after `[defaults]` is applied.
@@ -494,6 +518,9 @@ pub struct EffectivePolicy {
     pub acquire_timeout: Duration,
     /// Backoff.
     pub retry: RetryConfig,
+    /// Replicas a write must reach before it is acknowledged, and how long to wait for them
+    /// (None: acknowledged as the backend acknowledges it).
+    pub replicas: Option<(u32, Duration)>,
 }
 
 impl NamespaceConfig {
@@ -503,6 +530,14 @@ impl NamespaceConfig {
             reply_mode: self.reply_mode.unwrap_or(defaults.reply_mode),
             acquire_timeout: self.acquire_timeout.unwrap_or(defaults.acquire_timeout),
             retry: defaults.retry.overridden(&self.retry),
+            replicas: match self.min_replicas_ack.unwrap_or(defaults.min_replicas_ack) {
+                0 => None,
+                n => Some((
+                    n,
+                    self.replicas_ack_timeout
+                        .unwrap_or(defaults.replicas_ack_timeout),
+                )),
+            },
         }
     }
 }
@@ -528,6 +563,8 @@ impl Default for Config {
                 reply_mode: None,
                 acquire_timeout: None,
                 retry: RetryOverride::default(),
+                min_replicas_ack: None,
+                replicas_ack_timeout: None,
             }],
         }
     }

@@ -249,3 +249,36 @@ fn secrets_are_redacted_when_printed() {
     // What is printed is itself a valid configuration.
     assert!(Config::from_toml(&shown).is_ok());
 }
+
+#[test]
+fn min_replicas_ack_is_a_default_a_namespace_may_override() {
+    let config = Config::from_toml(
+        r#"
+[defaults]
+min_replicas_ack = 1
+replicas_ack_timeout = "250ms"
+[backends.r]
+kind = "redis"
+url = "redis://127.0.0.1:6379"
+[[namespaces]]
+name = "strict"
+prefixes = ["s:"]
+backend = "r"
+min_replicas_ack = 2
+[[namespaces]]
+name = "loose"
+prefixes = ["l:"]
+backend = "r"
+min_replicas_ack = 0
+[[namespaces]]
+name = "rest"
+backend = "r"
+"#,
+    )
+    .unwrap();
+    let policy = |i: usize| config.namespaces[i].effective(&config.defaults).replicas;
+    assert_eq!(policy(0), Some((2, Duration::from_millis(250))));
+    assert_eq!(policy(1), None);
+    assert_eq!(policy(2), Some((1, Duration::from_millis(250))));
+}
+

@@ -75,6 +75,8 @@ fn classify_backend(error: &BackendError) -> ErrorClass {
         BackendError::Unsupported { .. } => ErrorClass::Other,
         BackendError::Sql { stage, source } => sql_error(*stage, source),
         BackendError::Shared(inner) => classify_backend(inner),
+        // Applied, but not yet safe from a failover: in doubt, like a lost reply.
+        BackendError::NotReplicated { .. } => ErrorClass::Transient,
     }
 }
 
@@ -365,6 +367,12 @@ mod tests {
             sql(SqlStage::Work, sqlx::Error::RowNotFound),
             ErrorClass::Other
         );
+    }
+
+    #[test]
+    fn a_write_short_of_its_replicas_is_in_doubt() {
+        let short = BackendError::NotReplicated { wanted: 1, got: 0 };
+        assert_eq!(classify(&short), ErrorClass::Transient);
     }
 
     #[test]

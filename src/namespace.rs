@@ -21,6 +21,8 @@ pub struct Namespace {
     pub acquire_timeout: Duration,
     /// How IdempotentEffect and NonIdempotent replies are settled.
     pub reply_mode: ReplyMode,
+    /// Replicas a write must reach before it is acknowledged (Redis `WAIT`).
+    pub replicas: Option<(u32, Duration)>,
 }
 
 /// A request that cannot be routed.
@@ -74,6 +76,7 @@ impl Router {
                 policy: Policy::new(backoff),
                 acquire_timeout: policy.acquire_timeout,
                 reply_mode: policy.reply_mode,
+                replicas: policy.replicas,
             }));
             if ns.prefixes.is_empty() {
                 catch_all = Some(index);

@@ -465,6 +465,7 @@ backend = "s"
                     pin: 1,
                     blocking: false,
                     token,
+                    replicas: None,
                 };
                 backend.dispatch(&request, Duration::from_secs(5)).await
             }

@@ -53,6 +53,9 @@ pub struct Request<'a> {
     /// reply under the token atomically; a dispatch that finds the token answers the
     /// recorded reply and applies nothing.
     pub token: Option<&'a [u8]>,
+    /// A write acknowledged only once this many replicas have it, waited for at most this
+    /// long (Redis: `WAIT` on the same connection).
+    pub replicas: Option<(u32, Duration)>,
 }
 
 /// How long a recorded reply is kept: longer than any retry budget holds a request.
@@ -98,6 +101,15 @@ pub enum BackendError {
         /// sqlx's error.
         #[source]
         source: sqlx::Error,
+    },
+    /// The write was applied on the primary, but fewer replicas than required confirmed it
+    /// in time: a failover may still lose it.
+    #[error("the write reached {got} replicas of the {wanted} required")]
+    NotReplicated {
+        /// Replicas required (`min_replicas_ack`).
+        wanted: u32,
+        /// Replicas that confirmed it.
+        got: i64,
     },
     /// One failure shared by several requests (a group commit that failed as a whole).
     #[error(transparent)]

@@ -348,9 +348,14 @@ impl RedisBackend {
     ) -> Result<Frame, BackendError> {
         let slot = self.pinned(request.proto, request.pin).await;
         let live = ensure_connected(slot, acquire_timeout).await?;
-        let result = live
+        let mut result = live
             .send(request, request.token, self.response_timeout)
             .await;
+        if let (Ok(_), Some((wanted, timeout))) = (&result, request.replicas) {
+            if let Err(e) = wait_replicas(&live, request, wanted, timeout).await {
+                result = Err(e);
+            }
+        }
         if self.sentinel {
             if let Err(BackendError::Reply { prefix, .. }) = &result {
                 // A demoted primary: nothing ran (READONLY is NotAttempted); the next
@@ -402,6 +407,7 @@ impl RedisBackend {
             pin: 0,
             blocking: false,
             token: None,
+            replicas: None,
         };
         let attempt = async {
             let live = ensure_connected(slot, timeout).await?;
@@ -661,6 +667,37 @@ async fn exact(
             send(client, &by_text, response_timeout).await
         }
         other => other,
+    }
+}
+
+/// `WAIT wanted timeout` on the connection that carried the write: the write is acknowledged
+/// only once `wanted` replicas have it.
+async fn wait_replicas(
+    live: &Live,
+    request: &Request<'_>,
+    wanted: u32,
+    timeout: Duration,
+) -> Result<(), BackendError> {
+    let args = [
+        Bytes::from_static(b"WAIT"),
+        Bytes::from(wanted.to_string()),
+        Bytes::from(timeout.as_millis().to_string()),
+    ];
+    let wait = Request {
+        args: &args,
+        token: None,
+        replicas: None,
+        ..*request
+    };
+    match live
+        .send(&wait, None, timeout + Duration::from_secs(1))
+        .await
+    {
+        Ok(Frame::Number { data, .. }) if data >= i64::from(wanted) => Ok(()),
+        Ok(Frame::Number { data, .. }) => Err(BackendError::NotReplicated { wanted, got: data }),
+        // WAIT itself failed: the write's fate on the replicas is unknown.
+        Ok(_) => Err(BackendError::NotReplicated { wanted, got: 0 }),
+        Err(e) => Err(e),
     }
 }
 

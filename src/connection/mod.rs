@@ -593,6 +593,12 @@ impl Conn {
             pin: self.id,
             blocking: false,
             token,
+            // A read has nothing to replicate.
+            replicas: if class == Idempotence::Read {
+                None
+            } else {
+                namespace.replicas
+            },
         };
         let mut hooks = RequestHooks::new(&namespace.name, namespace.backend.name(), label);
         let mut stop = self.give_up.clone();
@@ -690,6 +696,7 @@ impl Conn {
             pin,
             blocking,
             token: None,
+            replicas: None,
         };
         let result = dedicated.send(&request).await;
         if let Err(e) = &result {

@@ -37,6 +37,7 @@ impl Conn {
                     pin: self.id,
                     blocking: false,
                     token: None,
+                    replicas: None,
                 };
                 let _ = dedicated.send(&request).await;
             }
