@@ -133,9 +133,9 @@ async fn a_reload_applies_between_commands() {
     assert!(info.contains("namespace_moving:backend=main"), "{info}");
 
     // A generation that cannot be built is rejected and the running one stays.
-    let unbuildable = "[backends.ha]\nkind = \"sentinel\"\nmaster_name = \"m\"\nsentinels = [\"127.0.0.1:1\"]\n[[namespaces]]\nname = \"moving\"\nbackend = \"ha\"\n";
+    let unbuildable = "[backends.big]\nkind = \"cluster\"\nnodes = [\"127.0.0.1:1\"]\n[[namespaces]]\nname = \"moving\"\nbackend = \"big\"\n";
     let rejected = proxy.reload(unbuildable).unwrap_err();
-    assert!(rejected.contains("sentinel"), "{rejected}");
+    assert!(rejected.contains("cluster"), "{rejected}");
     assert_eq!(conn.command(&["GET", "k"]).await, b"$4\r\non-b\r\n");
     assert_eq!(proxy.metric("holdfast_config_generation").await, 2.0);
     assert_eq!(
