@@ -11,10 +11,12 @@
 //! - [`resp`]: request decoding with limits, reply encoding in RESP2 or RESP3.
 //! - [`command`]: the command table (name, arity, keys, idempotence) and parsing against it.
 //! - [`namespace`]: key prefix → namespace → backend and retry policy.
-//! - [`retry`]: the retry loop, its policy (no I/O), backoff and the process-wide budget.
+//! - [`retry`]: the retry loop, its policy (no I/O), backoff and the process-wide budget,
+//!   and the reply modes' arithmetic (`retry::settle`, no I/O either).
 //! - [`error`]: the three failure classes and `classify`, the only place that assigns one.
-//! - [`backend`]: Redis through fred; PostgreSQL and SQLite through sqlx (the Redis data
-//!   model on tables); a scripted fake for unit tests.
+//! - [`backend`]: Redis (standalone or through Sentinel) through fred; PostgreSQL and SQLite
+//!   through sqlx (the Redis data model on tables, group commit, exact-mode tokens); a
+//!   scripted fake for unit tests.
 //! - [`metrics`] and [`http`]: every metric declared in one place; `/metrics`, `/healthz`,
 //!   `/readyz`.
 //! - [`config`]: figment layers and validation.
