@@ -281,4 +281,3 @@ backend = "r"
     assert_eq!(policy(1), None);
     assert_eq!(policy(2), Some((1, Duration::from_millis(250))));
 }
-
