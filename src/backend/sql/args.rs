@@ -81,7 +81,11 @@ pub fn human_double(value: f64) -> String {
     if value == value.trunc() && value.abs() < 1e17 {
         return format!("{}", value as i64);
     }
-    format!("{value}")
+    // Rounded to 15 significant digits first: what f64 computes exactly, where Redis's
+    // long double is closer to the decimal the user meant (0.1 + 0.2 is 0.3, not
+    // 0.30000000000000004). Plain digits, never an exponent, as `%.17Lf` trimmed prints.
+    let rounded: f64 = format!("{value:.14e}").parse().unwrap_or(value);
+    format!("{rounded}")
 }
 
 /// Redis's glob: `*`, `?`, `[...]` with ranges and `^`, `\\` escapes. Matched with one

@@ -184,7 +184,7 @@ fn trim_options(
             i += 1;
         } else if is(opt, "LIMIT") && more > 0 {
             match super::args::parse_i64(arg(a, i + 1)) {
-                Some(n) if (0..=1_000_000).contains(&n) => {}
+                Some(n) if n >= 0 => {}
                 _ => return fail("ERR The LIMIT argument must be >= 0."),
             }
             limit = true;
@@ -284,6 +284,10 @@ async fn apply_trim(ctx: &mut Ctx<'_>, key: &[u8], trim: Trim) -> Result<i64, Fa
 pub async fn xadd(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     let key = arg(a, 1);
     let (trim, _approx, nomkstream, idpos) = trim_options(a, 2, true)?;
+    // Options that run to the end leave no id and no fields: Redis says arity first.
+    if idpos >= a.len() {
+        return fail("ERR wrong number of arguments for 'xadd' command");
+    }
     let Some(add) = parse_add_id(arg(a, idpos)) else {
         return fail(INVALID_ID);
     };

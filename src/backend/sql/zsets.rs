@@ -275,7 +275,7 @@ pub async fn zrange(ctx: &mut Ctx<'_>, a: &[Bytes], form: Form) -> Out {
         let left = a.len() - j - 1;
         if is(opt, "WITHSCORES") {
             withscores = true;
-        } else if is(opt, "LIMIT") && left >= 2 && form != Form::RevRange {
+        } else if is(opt, "LIMIT") && left >= 2 {
             let offset = args::int(arg(a, j + 1))?;
             let count = args::int(arg(a, j + 2))?;
             limit = Some((offset, count));
@@ -291,7 +291,8 @@ pub async fn zrange(ctx: &mut Ctx<'_>, a: &[Bytes], form: Form) -> Out {
         }
         j += 1;
     }
-    if limit.is_some() && !by_score {
+    // LIMIT 0 -1 is no limit at all, which Redis accepts with a rank range too.
+    if limit.is_some_and(|l| l != (0, -1)) && !by_score {
         return fail(
             "ERR syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX",
         );
