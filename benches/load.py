@@ -55,6 +55,18 @@ def start(args, log):
     return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
 
 
+def build_holdfast():
+    """The release binary, built (or found up to date) first."""
+    subprocess.run(["cargo", "build", "--release", "--locked", "--bin", "holdfast"], cwd=ROOT, check=True)
+    return os.path.join(ROOT, "target", "release", "holdfast")
+
+
+def start_redis(port, tmp, log):
+    """A redis-server without persistence, on loopback."""
+    return start(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                  "--save", "", "--appendonly", "no", "--dir", tmp], log)
+
+
 def bench(port, test, clients, pipeline, size, requests, keyspace):
     # redis-benchmark 7.0 spins forever when its port refuses: check first, and bound it.
     wait_port(port)
@@ -85,16 +97,14 @@ def main():
     if args.modes:
         return modes_main(args)
 
-    binary = os.path.join(ROOT, "target", "release", "holdfast")
-    subprocess.run(["cargo", "build", "--release", "--locked", "--bin", "holdfast"], cwd=ROOT, check=True)
+    binary = build_holdfast()
 
     tmp = tempfile.mkdtemp(prefix="holdfast-bench-")
     log = open(os.path.join(tmp, "servers.log"), "w")
-    redis_port, twem_port, twem_stats, hf_port, hf_metrics = (free_port() for _ in range(5))
+    redis_port, twem_port, twem_stats = (free_port() for _ in range(3))
     procs = []
     try:
-        procs.append(start(["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1",
-                            "--save", "", "--appendonly", "no", "--dir", tmp], log))
+        procs.append(start_redis(redis_port, tmp, log))
         wait_port(redis_port)
 
         twem_conf = os.path.join(tmp, "nutcracker.yml")
@@ -112,22 +122,8 @@ def main():
         procs.append(start(["nutcracker", "-c", twem_conf, "-s", str(twem_stats), "-a", "127.0.0.1",
                             "-o", os.path.join(tmp, "nutcracker.log")], log))
 
-        hf_conf = os.path.join(tmp, "holdfast.toml")
-        with open(hf_conf, "w") as f:
-            f.write(f"""[server]
-listen = "127.0.0.1:{hf_port}"
-metrics_listen = "127.0.0.1:{hf_metrics}"
-[defaults]
-reply_mode = "fast"
-[backends.cache]
-kind = "redis"
-url = "redis://127.0.0.1:{redis_port}"
-pool_size = 8
-[[namespaces]]
-name = "default"
-backend = "cache"
-""")
-        procs.append(start([binary, "--config", hf_conf], log))
+        proc, hf_port = holdfast_on(binary, tmp, "redis", redis_backend(redis_port), log)
+        procs.append(proc)
         wait_port(twem_port)
         wait_port(hf_port)
 
@@ -198,7 +194,12 @@ def start_postgres(log):
     return proc, port, pgdir
 
 
-def holdfast_on(binary, tmp, name, backend, log):
+def redis_backend(port):
+    return f'kind = "redis"\nurl = "redis://127.0.0.1:{port}"\npool_size = 8'
+
+
+def holdfast_on(binary, tmp, name, backend, log, mode="fast"):
+    """A holdfast with one catch-all namespace on `backend` (its TOML body); (process, port)."""
     port, metrics = free_port(), free_port()
     conf = os.path.join(tmp, f"holdfast-{name}.toml")
     with open(conf, "w") as f:
@@ -206,7 +207,7 @@ def holdfast_on(binary, tmp, name, backend, log):
 listen = "127.0.0.1:{port}"
 metrics_listen = "127.0.0.1:{metrics}"
 [defaults]
-reply_mode = "fast"
+reply_mode = "{mode}"
 [backends.db]
 {backend}
 [[namespaces]]
@@ -217,15 +218,13 @@ backend = "db"
 
 
 def sql_main(args):
-    binary = os.path.join(ROOT, "target", "release", "holdfast")
-    subprocess.run(["cargo", "build", "--release", "--locked", "--bin", "holdfast"], cwd=ROOT, check=True)
+    binary = build_holdfast()
     tmp = tempfile.mkdtemp(prefix="holdfast-bench-")
     log = open(os.path.join(tmp, "servers.log"), "w")
     procs = []
     try:
         redis_port = free_port()
-        procs.append(start(["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1",
-                            "--save", "", "--appendonly", "no", "--dir", tmp], log))
+        procs.append(start_redis(redis_port, tmp, log))
         pg, pg_port, pgdir = start_postgres(log)
         procs.append(pg)
         targets = [("direct", redis_port)]
@@ -285,37 +284,23 @@ def bench_command(port, clients, requests, command):
 
 def modes_main(args):
     """Each reply mode's cost against fast, on Redis and on SQLite, interleaved in one run."""
-    binary = os.path.join(ROOT, "target", "release", "holdfast")
-    subprocess.run(["cargo", "build", "--release", "--locked", "--bin", "holdfast"], cwd=ROOT, check=True)
+    binary = build_holdfast()
     tmp = tempfile.mkdtemp(prefix="holdfast-bench-")
     log = open(os.path.join(tmp, "servers.log"), "w")
     procs = []
     try:
         redis_port = free_port()
-        procs.append(start(["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1",
-                            "--save", "", "--appendonly", "no", "--dir", tmp], log))
+        procs.append(start_redis(redis_port, tmp, log))
         wait_port(redis_port)
         targets = []
         for backend_name, backend in [
-            ("redis", f'kind = "redis"\nurl = "redis://127.0.0.1:{redis_port}"\npool_size = 8'),
+            ("redis", redis_backend(redis_port)),
             ("sqlite", f'kind = "sqlite"\npath = "{tmp}/MODE.db"\nsynchronous = "normal"'),
         ]:
             for mode in ("fast", "settled", "exact"):
-                port, metrics = free_port(), free_port()
-                conf = os.path.join(tmp, f"holdfast-{backend_name}-{mode}.toml")
-                with open(conf, "w") as f:
-                    f.write(f"""[server]
-listen = "127.0.0.1:{port}"
-metrics_listen = "127.0.0.1:{metrics}"
-[defaults]
-reply_mode = "{mode}"
-[backends.db]
-{backend.replace("MODE", mode)}
-[[namespaces]]
-name = "default"
-backend = "db"
-""")
-                procs.append(start([binary, "--config", conf], log))
+                proc, port = holdfast_on(binary, tmp, f"{backend_name}-{mode}",
+                                         backend.replace("MODE", mode), log, mode)
+                procs.append(proc)
                 targets.append((backend_name, mode, port))
         for _, _, port in targets:
             wait_port(port)

@@ -175,14 +175,6 @@ struct Binary {
     path: std::path::PathBuf,
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 impl Binary {
     fn start(body: &str) -> Binary {
         let dir = tempfile::tempdir().unwrap();
@@ -214,14 +206,7 @@ impl Binary {
     }
 
     async fn connect(&self) -> RawConn {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Ok(conn) = RawConn::try_connect(&self.addr, Duration::from_secs(1)).await {
-                return conn;
-            }
-            assert!(Instant::now() < deadline, "holdfast never listened");
-            sleep(Duration::from_millis(50)).await;
-        }
+        connect_when_listening(&self.addr).await
     }
 
     fn signal(&self, name: &str) {

@@ -111,32 +111,18 @@ struct Targets {
     postgres: Proxy,
 }
 
-fn sql_config(backend: &str) -> String {
-    format!(
-        r#"
-[defaults]
-reply_mode = "fast"
-[backends.db]
-{backend}
-[[namespaces]]
-name = "all"
-backend = "db"
-"#
-    )
-}
-
 impl Targets {
     async fn start() -> Targets {
         let redis = RedisServer::start();
         let pg = PgServer::start();
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("holdfast.db");
-        let sqlite = Proxy::start(&sql_config(&format!(
+        let sqlite = Proxy::start(&sql_namespace(&format!(
             "kind = \"sqlite\"\npath = \"{}\"\nsynchronous = \"normal\"",
             path.display()
         )))
         .await;
-        let postgres = Proxy::start(&sql_config(&format!(
+        let postgres = Proxy::start(&sql_namespace(&format!(
             "kind = \"postgres\"\nurl = \"{}\"",
             pg.url()
         )))

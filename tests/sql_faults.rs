@@ -17,20 +17,6 @@ fn text(reply: &[u8]) -> String {
     String::from_utf8_lossy(reply).into_owned()
 }
 
-fn sql_backend(backend: &str) -> String {
-    format!(
-        r#"
-[defaults]
-reply_mode = "fast"
-[backends.db]
-{backend}
-[[namespaces]]
-name = "all"
-backend = "db"
-"#
-    )
-}
-
 /// Each client writes its own keys in sequence and remembers what was acknowledged; every
 /// reply that is not the expected one is a client-visible error.
 async fn writer(
@@ -87,7 +73,7 @@ async fn check_acknowledged(addr: &str, acked: &[(String, String)]) {
 #[tokio::test(flavor = "multi_thread")]
 async fn postgres_stopped_and_started_again_is_a_slow_reply() {
     let mut pg = PgServer::start();
-    let proxy = Proxy::start(&sql_backend(&format!(
+    let proxy = Proxy::start(&sql_namespace(&format!(
         "kind = \"postgres\"\nurl = \"{}\"\npool_size = 4",
         pg.url()
     )))
@@ -123,7 +109,7 @@ async fn sqlite_under_many_writers_never_answers_locked() {
     use sqlx::{Connection, Executor};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("busy.db");
-    let proxy = Proxy::start(&sql_backend(&format!(
+    let proxy = Proxy::start(&sql_namespace(&format!(
         "kind = \"sqlite\"\npath = \"{}\"\nsynchronous = \"normal\"\nbusy_timeout = \"2s\"",
         path.display()
     )))
@@ -206,14 +192,6 @@ async fn sqlite_under_many_writers_never_answers_locked() {
     proxy.stop().await;
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// The binary as the README runs it: no arguments, the built-in default (SQLite in
 /// `data/holdfast.db` below the working directory); only the ports are moved, by environment.
 struct Default {
@@ -240,14 +218,7 @@ impl Default {
     }
 
     async fn connect(&self) -> RawConn {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Ok(conn) = RawConn::try_connect(&self.addr, Duration::from_secs(1)).await {
-                return conn;
-            }
-            assert!(Instant::now() < deadline, "holdfast never listened");
-            sleep(Duration::from_millis(50)).await;
-        }
+        connect_when_listening(&self.addr).await
     }
 
     async fn stop(mut self) {

@@ -39,12 +39,12 @@ impl Live {
         !*self.ended.borrow()
     }
 
-    /// Sends one request, unless the connection ends first: a command fred accepted in the
-    /// instant its connection died fails then as Transient, not after `response_timeout`.
+    /// Sends one request (through the exact-mode script when it carries a token), unless the
+    /// connection ends first: a command fred accepted in the instant its connection died
+    /// fails then as Transient, not after `response_timeout`.
     async fn send(
         &self,
         request: &Request<'_>,
-        token: Option<&[u8]>,
         response_timeout: Duration,
     ) -> Result<Frame, BackendError> {
         let mut ended = self.ended.clone();
@@ -58,7 +58,7 @@ impl Live {
             });
         }
         let sent = async {
-            match token {
+            match request.token {
                 Some(token) => exact(&self.client, request, token, response_timeout).await,
                 None => send(&self.client, request, response_timeout).await,
             }
@@ -183,12 +183,7 @@ impl RedisBackend {
             parsed.tls = Some(fred::types::config::TlsConnector::from(tls).into());
         }
         if let Some(path) = &config.password_file {
-            let key = format!("backends.{name}.password_file");
-            let password =
-                crate::config::read_secret(&key, path).map_err(|e| BackendError::Unsupported {
-                    what: e.to_string(),
-                })?;
-            parsed.password = Some(password);
+            parsed.password = Some(password_from(name, path)?);
         }
         Ok(RedisBackend::with(
             name,
@@ -221,12 +216,7 @@ impl RedisBackend {
             ..fred::types::config::Config::default()
         };
         if let Some(path) = &config.password_file {
-            let key = format!("backends.{name}.password_file");
-            let password =
-                crate::config::read_secret(&key, path).map_err(|e| BackendError::Unsupported {
-                    what: e.to_string(),
-                })?;
-            parsed.password = Some(password);
+            parsed.password = Some(password_from(name, path)?);
         }
         Ok(RedisBackend::with(
             name,
@@ -348,9 +338,7 @@ impl RedisBackend {
     ) -> Result<Frame, BackendError> {
         let slot = self.pinned(request.proto, request.pin).await;
         let live = ensure_connected(slot, acquire_timeout).await?;
-        let mut result = live
-            .send(request, request.token, self.response_timeout)
-            .await;
+        let mut result = live.send(request, self.response_timeout).await;
         if let (Ok(_), Some((wanted, timeout))) = (&result, request.replicas) {
             if let Err(e) = wait_replicas(&live, request, wanted, timeout).await {
                 result = Err(e);
@@ -411,7 +399,7 @@ impl RedisBackend {
         };
         let attempt = async {
             let live = ensure_connected(slot, timeout).await?;
-            live.send(&request, None, timeout).await
+            live.send(&request, timeout).await
         };
         matches!(tokio::time::timeout(timeout, attempt).await, Ok(Ok(_)))
     }
@@ -574,7 +562,7 @@ impl DedicatedRedis {
             });
         }
         // A blocking command waits as long as it asked to, unless its connection ends.
-        self.live.send(request, None, self.response_timeout).await
+        self.live.send(request, self.response_timeout).await
     }
 
     /// Closes the connection.
@@ -689,16 +677,21 @@ async fn wait_replicas(
         replicas: None,
         ..*request
     };
-    match live
-        .send(&wait, None, timeout + Duration::from_secs(1))
-        .await
-    {
+    match live.send(&wait, timeout + Duration::from_secs(1)).await {
         Ok(Frame::Number { data, .. }) if data >= i64::from(wanted) => Ok(()),
         Ok(Frame::Number { data, .. }) => Err(BackendError::NotReplicated { wanted, got: data }),
         // WAIT itself failed: the write's fate on the replicas is unknown.
         Ok(_) => Err(BackendError::NotReplicated { wanted, got: 0 }),
         Err(e) => Err(e),
     }
+}
+
+/// The password in `backends.NAME.password_file`.
+fn password_from(name: &str, path: &std::path::Path) -> Result<String, BackendError> {
+    let key = format!("backends.{name}.password_file");
+    crate::config::read_secret(&key, path).map_err(|e| BackendError::Unsupported {
+        what: e.to_string(),
+    })
 }
 
 /// `host:port` (an IPv6 host in brackets) as its two parts.

@@ -18,6 +18,7 @@ use crate::backend::DoubleStyle;
 use crate::backend::{Backend, BackendError, Dedicated, Proto, Request};
 use crate::command::table::{self, Idempotence, Local};
 use crate::command::{Command, CommandError};
+use crate::config::ReplyMode;
 use crate::error::{classify, ErrorClass};
 use crate::metrics::{self as m, RequestHooks};
 use crate::namespace::Namespace;
@@ -436,11 +437,11 @@ impl Conn {
                 doubles,
             );
         }
-        let mut keys: Vec<&Bytes> = command.keys().collect();
-        keys.sort();
-        keys.dedup();
-        let single_key =
-            keys.len() == 1 && matches!(command.spec.keys, table::Keys::Range { first: 1, .. });
+        // Exact mode's token goes with one key, the first argument (checked only in that
+        // mode: the other modes need no look at the keys here).
+        let single_key = namespace.reply_mode == ReplyMode::Exact
+            && matches!(command.spec.keys, table::Keys::Range { first: 1, .. })
+            && command.keys().all(|k| command.args.get(1) == Some(k));
         let plan = settle::plan(
             namespace.reply_mode,
             &command.args,

@@ -167,3 +167,42 @@ backend = "main"
 "#
     )
 }
+
+/// Picks a free loopback port by binding port 0 and dropping the listener.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap_or_else(|e| panic!("cannot bind 127.0.0.1:0 to pick a port: {e}"))
+        .local_addr()
+        .expect("local_addr of a bound listener")
+        .port()
+}
+
+/// Connects to a holdfast started as a process, waiting up to 10 s for it to listen.
+pub async fn connect_when_listening(addr: &str) -> RawConn {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        if let Ok(conn) = RawConn::try_connect(addr, std::time::Duration::from_secs(1)).await {
+            return conn;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "holdfast never listened"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// One catch-all namespace on the SQL backend `db` (`backend`: its TOML body), in fast mode.
+pub fn sql_namespace(backend: &str) -> String {
+    format!(
+        r#"
+[defaults]
+reply_mode = "fast"
+[backends.db]
+{backend}
+[[namespaces]]
+name = "all"
+backend = "db"
+"#
+    )
+}

@@ -43,7 +43,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -119,15 +119,6 @@ pub fn bin_dir() -> Option<PathBuf> {
     std::fs::canonicalize("/usr/local/bin/initdb")
         .ok()
         .and_then(|p| p.parent().map(Path::to_path_buf))
-}
-
-/// Picks a free loopback port by binding port 0 and dropping the listener.
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0")
-        .unwrap_or_else(|e| panic!("PgServer: cannot bind 127.0.0.1:0 to pick a port: {e}"));
-    l.local_addr()
-        .expect("local_addr of a bound listener")
-        .port()
 }
 
 /// Effective UID of this process is 0.
@@ -537,7 +528,7 @@ impl PgServer {
     fn spawn_on_free_port(&mut self, what: &str) {
         let mut tried = Vec::new();
         for _ in 0..PORT_ATTEMPTS {
-            self.port = free_port();
+            self.port = super::free_port();
             tried.push(self.port);
             let log_offset = self.log_len();
             self.spawn();

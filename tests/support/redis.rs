@@ -10,7 +10,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -46,15 +46,6 @@ fn binary() -> String {
     std::env::var("HOLDFAST_REDIS_SERVER").unwrap_or_else(|_| REDIS_SERVER_BIN.to_string())
 }
 
-/// Picks a free loopback port by binding port 0 and dropping the listener.
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0")
-        .unwrap_or_else(|e| panic!("RedisServer: cannot bind 127.0.0.1:0 to pick a port: {e}"));
-    l.local_addr()
-        .expect("local_addr of a bound listener")
-        .port()
-}
-
 impl RedisServer {
     /// Starts a server with the default arguments and waits for `PING`.
     pub fn start() -> RedisServer {
@@ -86,7 +77,7 @@ impl RedisServer {
         };
         let mut tried = Vec::new();
         for _ in 0..PORT_ATTEMPTS {
-            server.port = free_port();
+            server.port = super::free_port();
             tried.push(server.port);
             server.spawn(true);
             match server.wait_ready() {

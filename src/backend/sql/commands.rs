@@ -7,10 +7,36 @@ use super::zsets::Form;
 use super::{hashes, keys, lists, sets, streams, strings, zsets};
 use bytes::Bytes;
 
+/// A command name in upper case, on the stack: looked up three times per request, so no
+/// allocation. A name longer than any served one comes out empty and matches nothing.
+struct Upper {
+    buf: [u8; 20],
+    len: usize,
+}
+
+impl Upper {
+    fn of(name: &[u8]) -> Upper {
+        let mut buf = [0u8; 20];
+        let len = if name.len() <= buf.len() {
+            name.len()
+        } else {
+            0
+        };
+        for (to, from) in buf.iter_mut().zip(&name[..len]) {
+            *to = from.to_ascii_uppercase();
+        }
+        Upper { buf, len }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
 /// Whether the command writes (it then runs in a write transaction); None when the SQL
 /// backends do not serve it.
 pub fn writes(name: &[u8]) -> Option<bool> {
-    let upper = name.to_ascii_uppercase();
+    let upper = Upper::of(name);
     Some(match upper.as_slice() {
         b"GET" | b"MGET" | b"STRLEN" | b"GETRANGE" | b"EXISTS" | b"TOUCH" | b"TYPE" | b"TTL"
         | b"PTTL" | b"EXPIRETIME" | b"PEXPIRETIME" | b"KEYS" | b"SCAN" | b"DBSIZE" | b"HGET"
@@ -32,10 +58,7 @@ pub fn writes(name: &[u8]) -> Option<bool> {
 
 /// Whether a read runs exactly one statement, so it needs no transaction around it.
 pub fn one_statement(args: &[Bytes]) -> bool {
-    let name = args
-        .first()
-        .map(|n| n.to_ascii_uppercase())
-        .unwrap_or_default();
+    let name = Upper::of(args.first().map(|n| n.as_ref()).unwrap_or_default());
     match name.as_slice() {
         b"GET" | b"STRLEN" | b"GETRANGE" | b"TYPE" | b"TTL" | b"PTTL" | b"EXPIRETIME"
         | b"PEXPIRETIME" | b"KEYS" | b"SCAN" | b"DBSIZE" | b"WAIT" => true,
@@ -46,10 +69,7 @@ pub fn one_statement(args: &[Bytes]) -> bool {
 
 /// Runs one command; `allow_flush` is the backend's setting.
 pub async fn run(ctx: &mut Ctx<'_>, a: &[Bytes], allow_flush: bool) -> Out {
-    let name = a
-        .first()
-        .map(|n| n.to_ascii_uppercase())
-        .unwrap_or_default();
+    let name = Upper::of(a.first().map(|n| n.as_ref()).unwrap_or_default());
     match name.as_slice() {
         b"GET" => strings::get(ctx, a).await,
         b"SET" => strings::set(ctx, a).await,
@@ -147,7 +167,9 @@ pub async fn run(ctx: &mut Ctx<'_>, a: &[Bytes], allow_flush: bool) -> Out {
         b"XDEL" => streams::xdel(ctx, a).await,
         b"XRANGE" => streams::xrange(ctx, a, false).await,
         b"XREVRANGE" => streams::xrange(ctx, a, true).await,
-        _ => fail(unsupported(&name)),
+        _ => fail(unsupported(
+            a.first().map(|n| n.as_ref()).unwrap_or_default(),
+        )),
     }
 }
 

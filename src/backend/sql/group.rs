@@ -155,34 +155,43 @@ async fn commit_group(inner: &Inner, group: &[Job]) -> Vec<Outcome> {
     }
 }
 
-/// The group without savepoints; None when it had to be rolled back.
-async fn optimistic(inner: &Inner, group: &[Job]) -> Option<Vec<Outcome>> {
+/// The group's transaction, begun, with every key lock its requests will take.
+async fn open(inner: &Inner, group: &[Job]) -> Result<TxConn, BackendError> {
+    // The writer is not bounded by any one request's timeout: a request is only taken when
+    // it can still be served, and the busy timeout bounds the wait for the lock.
     let begin = inner.begin_statement(true);
     let mut conn = inner
         .acquire(true, Some(begin), Duration::from_secs(3600))
-        .await
-        .ok()?;
-    if lock_all(inner, &mut conn, group).await.is_err() {
+        .await?;
+    if let Err(e) = lock_all(inner, &mut conn, group).await {
         super::rollback(&mut conn).await;
-        return None;
+        return Err(e);
     }
+    Ok(conn)
+}
+
+impl Job {
+    /// Runs this request's commands inside the group's transaction.
+    async fn apply(&self, inner: &Inner, conn: &mut TxConn, dirty: &mut bool) -> Outcome {
+        let commands: Vec<&[Bytes]> = self.commands.iter().map(|c| c.as_slice()).collect();
+        let work = Work {
+            commands: &commands,
+            proto: self.proto,
+            batch: self.batch,
+            write: true,
+            token: self.token.as_deref(),
+        };
+        inner.apply(conn, work, dirty).await
+    }
+}
+
+/// The group without savepoints; None when it had to be rolled back.
+async fn optimistic(inner: &Inner, group: &[Job]) -> Option<Vec<Outcome>> {
+    let mut conn = open(inner, group).await.ok()?;
     let mut outcomes: Vec<Outcome> = Vec::with_capacity(group.len());
     for job in group {
-        let commands: Vec<&[Bytes]> = job.commands.iter().map(|c| c.as_slice()).collect();
         let mut dirty = false;
-        let outcome = inner
-            .apply(
-                &mut conn,
-                Work {
-                    commands: &commands,
-                    proto: job.proto,
-                    batch: job.batch,
-                    write: true,
-                    token: job.token.as_deref(),
-                },
-                &mut dirty,
-            )
-            .await;
+        let outcome = job.apply(inner, &mut conn, &mut dirty).await;
         if dirty {
             super::rollback(&mut conn).await;
             return None;
@@ -211,11 +220,9 @@ async fn lock_all(inner: &Inner, conn: &mut TxConn, group: &[Job]) -> Result<(),
         write: true,
         wrote: false,
     };
-    match ctx.lock(&keys).await {
-        Ok(()) => Ok(()),
-        Err(super::store::Fail::Sql(e)) => Err(abandon(conn, e)),
-        Err(super::store::Fail::Reply(text)) => Err(BackendError::reply(Bytes::from(text))),
-    }
+    ctx.lock(&keys)
+        .await
+        .map_err(|f| super::failure(conn, f, true, &mut false))
 }
 
 /// Commits, and turns the outcomes of the requests that succeeded into the commit's error
@@ -236,43 +243,20 @@ async fn commit_outcomes(inner: &Inner, conn: &mut TxConn, outcomes: Vec<Outcome
 
 /// The group with a savepoint per request.
 async fn careful(inner: &Inner, group: &[Job]) -> Vec<Outcome> {
-    let every = |e: &dyn Fn() -> BackendError| group.iter().map(|_| Err(e())).collect();
-    // The writer is not bounded by any one request's timeout: a request is only taken when
-    // it can still be served, and the busy timeout bounds the wait for the lock.
-    let begin = inner.begin_statement(true);
-    let mut conn = match inner
-        .acquire(true, Some(begin), Duration::from_secs(3600))
-        .await
-    {
+    let mut conn = match open(inner, group).await {
         Ok(conn) => conn,
         Err(e) => {
             let shared = Arc::new(e);
-            return every(&|| share(&shared));
+            return group.iter().map(|_| Err(share(&shared))).collect();
         }
     };
-    if let Err(e) = lock_all(inner, &mut conn, group).await {
-        return rollback_all(&mut conn, group.len(), e).await;
-    }
     let mut outcomes: Vec<Outcome> = Vec::with_capacity(group.len());
     for job in group {
         if let Err(e) = conn.execute("SAVEPOINT hf_job").await {
             let e = abandon(&mut conn, e);
             return rollback_all(&mut conn, group.len(), e).await;
         }
-        let commands: Vec<&[Bytes]> = job.commands.iter().map(|c| c.as_slice()).collect();
-        let outcome = inner
-            .apply(
-                &mut conn,
-                Work {
-                    commands: &commands,
-                    proto: job.proto,
-                    batch: job.batch,
-                    write: true,
-                    token: job.token.as_deref(),
-                },
-                &mut false,
-            )
-            .await;
+        let outcome = job.apply(inner, &mut conn, &mut false).await;
         let undo = outcome.is_err();
         if undo {
             if let Err(e) = conn.execute("ROLLBACK TO SAVEPOINT hf_job").await {

@@ -70,6 +70,19 @@ async fn rows(
     Ok(out)
 }
 
+/// Removes the elements at `positions`, and the list with its last element.
+async fn remove_at(ctx: &mut Ctx<'_>, key: &[u8], positions: &[i64]) -> Result<(), Fail> {
+    for pos in positions {
+        ctx.exec(
+            sqlx::query("DELETE FROM hf_list WHERE key = $1 AND pos = $2")
+                .bind(key)
+                .bind(*pos),
+        )
+        .await?;
+    }
+    ctx.drop_if_empty(key, Kind::List).await
+}
+
 /// LPOP and RPOP, with or without a count.
 pub async fn pop(ctx: &mut Ctx<'_>, a: &[Bytes], head: bool) -> Out {
     let key = arg(a, 1);
@@ -91,15 +104,8 @@ pub async fn pop(ctx: &mut Ctx<'_>, a: &[Bytes], head: bool) -> Out {
         return Ok(array(Vec::new()));
     }
     let taken = rows(ctx, key, !head, 0, count.unwrap_or(1)).await?;
-    for (pos, _) in &taken {
-        ctx.exec(
-            sqlx::query("DELETE FROM hf_list WHERE key = $1 AND pos = $2")
-                .bind(key)
-                .bind(*pos),
-        )
-        .await?;
-    }
-    ctx.drop_if_empty(key, Kind::List).await?;
+    let positions: Vec<i64> = taken.iter().map(|(pos, _)| *pos).collect();
+    remove_at(ctx, key, &positions).await?;
     let mut values: Vec<Frame> = taken.into_iter().map(|(_, v)| bulk(v)).collect();
     Ok(match count {
         Some(_) => array(values),
@@ -207,15 +213,7 @@ pub async fn lrem(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     })
     .fetch_all(&mut *ctx.conn)
     .await?;
-    for pos in &positions {
-        ctx.exec(
-            sqlx::query("DELETE FROM hf_list WHERE key = $1 AND pos = $2")
-                .bind(key)
-                .bind(*pos),
-        )
-        .await?;
-    }
-    ctx.drop_if_empty(key, Kind::List).await?;
+    remove_at(ctx, key, &positions).await?;
     Ok(int(positions.len() as i64))
 }
 

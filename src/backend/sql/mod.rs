@@ -36,7 +36,7 @@ use sqlx::{Any, AnyPool, Executor};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use store::{Ctx, Dialect, Fail};
+use store::{simple, Ctx, Dialect, Fail};
 use tokio::sync::OnceCell;
 
 /// Where in a command's transaction a database failure happened.
@@ -554,12 +554,8 @@ impl Inner {
                 write,
                 wrote: false,
             };
-            if let Err(e) = ctx.lock(&keys).await {
-                *dirty = true;
-                return Err(match e {
-                    Fail::Sql(e) => abandon(conn, e),
-                    Fail::Reply(text) => BackendError::reply(Bytes::from(text)),
-                });
+            if let Err(f) = ctx.lock(&keys).await {
+                return Err(failure(conn, f, true, dirty));
             }
         }
         for args in commands {
@@ -604,13 +600,9 @@ impl Inner {
                         })?;
                     replies.push(error_frame(text));
                 }
-                Err(Fail::Reply(text)) => {
-                    *dirty = ctx.wrote;
-                    return Err(BackendError::reply(Bytes::from(text)));
-                }
-                Err(Fail::Sql(e)) => {
-                    *dirty = true;
-                    return Err(abandon(conn, e));
+                Err(f) => {
+                    let wrote = ctx.wrote;
+                    return Err(failure(conn, f, wrote, dirty));
                 }
             }
         }
@@ -653,11 +645,7 @@ impl Inner {
         .await;
         let recorded = match recorded {
             Ok(found) => found,
-            Err(Fail::Sql(e)) => {
-                *dirty = true;
-                return Err(abandon(conn, e));
-            }
-            Err(Fail::Reply(text)) => return Err(BackendError::reply(Bytes::from(text))),
+            Err(f) => return Err(failure(conn, f, false, dirty)),
         };
         if let Some(raw) = recorded {
             // A recorded reply that does not read back is never a reason to apply again.
@@ -670,13 +658,9 @@ impl Inner {
         }
         let frame = match commands::run(&mut ctx, args, self.allow_flush).await {
             Ok(frame) => frame,
-            Err(Fail::Reply(text)) => {
-                *dirty = ctx.wrote;
-                return Err(BackendError::reply(Bytes::from(text)));
-            }
-            Err(Fail::Sql(e)) => {
-                *dirty = true;
-                return Err(abandon(conn, e));
+            Err(f) => {
+                let wrote = ctx.wrote;
+                return Err(failure(conn, f, wrote, dirty));
             }
         };
         let mut encoded = bytes::BytesMut::new();
@@ -705,11 +689,7 @@ impl Inner {
             .await;
         match stored {
             Ok(_) => Ok(vec![frame]),
-            Err(Fail::Sql(e)) => {
-                *dirty = true;
-                Err(abandon(conn, e))
-            }
-            Err(Fail::Reply(text)) => Err(BackendError::reply(Bytes::from(text))),
+            Err(f) => Err(failure(conn, f, true, dirty)),
         }
     }
 
@@ -874,6 +854,21 @@ async fn rollback(conn: &mut TxConn) {
     }
 }
 
+/// A command's failure as its transaction's: a database error abandons the connection and
+/// the transaction; an error reply needs a rollback only when something was written first.
+fn failure(conn: &mut PoolConnection<Any>, f: Fail, wrote: bool, dirty: &mut bool) -> BackendError {
+    match f {
+        Fail::Sql(e) => {
+            *dirty = true;
+            abandon(conn, e)
+        }
+        Fail::Reply(text) => {
+            *dirty |= wrote;
+            BackendError::reply(Bytes::from(text))
+        }
+    }
+}
+
 /// A failure inside the transaction: roll back, and never reuse a connection in doubt.
 fn abandon(conn: &mut PoolConnection<Any>, e: sqlx::Error) -> BackendError {
     conn.close_on_drop();
@@ -896,13 +891,6 @@ fn work_error(f: Fail) -> BackendError {
 fn error_frame(text: String) -> Frame {
     Frame::SimpleError {
         data: text.into(),
-        attributes: None,
-    }
-}
-
-fn simple(text: &'static str) -> Frame {
-    Frame::SimpleString {
-        data: Bytes::from_static(text.as_bytes()),
         attributes: None,
     }
 }
