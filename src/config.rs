@@ -313,10 +313,7 @@ pub enum BackendConfig {
     /// A Sentinel-managed Redis.
     Sentinel(SentinelConfig),
     /// A Redis Cluster.
-    Cluster {
-        /// Seed nodes, `host:port`.
-        nodes: Vec<String>,
-    },
+    Cluster(ClusterConfig),
     /// PostgreSQL.
     Postgres(PostgresConfig),
     /// SQLite in a local file.
@@ -409,7 +406,7 @@ impl BackendConfig {
         match self {
             BackendConfig::Redis(_) => "redis",
             BackendConfig::Sentinel(_) => "sentinel",
-            BackendConfig::Cluster { .. } => "cluster",
+            BackendConfig::Cluster(_) => "cluster",
             BackendConfig::Postgres(_) => "postgres",
             BackendConfig::Sqlite(_) => "sqlite",
         }
@@ -439,6 +436,37 @@ pub struct SentinelConfig {
     pub password_file: Option<std::path::PathBuf>,
 }
 
+/// `kind = "cluster"`: a Redis Cluster, found from any of its seed nodes. Commands go to the
+/// primary that owns their first key's slot; `MOVED` and `ASK` are followed (the command was
+/// not executed where it was refused), and a connection lost to one node re-dials the whole
+/// cluster, reading the slot map afresh.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// `host:port` of one or more nodes; the others are learnt from `CLUSTER SLOTS`.
+    pub nodes: Vec<String>,
+    /// Backend connections (each one a connection to every primary); each client connection
+    /// is pinned to one of them.
+    #[serde(default = "default_pool_size")]
+    pub pool_size: usize,
+    /// Longest a connect (slot map, then every primary) plus handshake may take.
+    #[serde(default = "default_connection_timeout", with = "humantime_serde")]
+    pub connection_timeout: Duration,
+    /// Longest a sent command may wait for its reply before it counts as Transient.
+    #[serde(default = "default_response_timeout", with = "humantime_serde")]
+    pub response_timeout: Duration,
+    /// `MOVED`/`ASK` redirections followed per dispatch before it fails as NotAttempted.
+    #[serde(default = "default_max_redirections")]
+    pub max_redirections: u32,
+    /// A file holding the nodes' password (a mounted secret).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_file: Option<std::path::PathBuf>,
+}
+
+fn default_max_redirections() -> u32 {
+    5
+}
+
 /// `kind = "redis"`
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -461,6 +489,38 @@ pub struct RedisConfig {
     /// For `rediss://`: PEM trust roots to verify the backend with, instead of the system's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_ca: Option<std::path::PathBuf>,
+}
+
+/// The checks a Sentinel or Cluster backend shares: a pool size in range, at least one
+/// `host:port` address under `field`, a readable password file.
+fn check_addresses(
+    key: &str,
+    field: &str,
+    addrs: &[String],
+    pool_size: usize,
+    password_file: Option<&std::path::Path>,
+) -> Result<(), ConfigError> {
+    if pool_size == 0 || pool_size > 1024 {
+        return Err(invalid(
+            format!("{key}.pool_size"),
+            "must be between 1 and 1024",
+        ));
+    }
+    if addrs.is_empty() {
+        return Err(invalid(format!("{key}.{field}"), "names no address"));
+    }
+    for addr in addrs {
+        if crate::backend::redis::host_port(addr).is_none() {
+            return Err(invalid(
+                format!("{key}.{field}"),
+                format!("`{addr}` is not host:port"),
+            ));
+        }
+    }
+    if let Some(path) = password_file {
+        read_secret(&format!("{key}.password_file"), path)?;
+    }
+    Ok(())
 }
 
 fn default_pool_size() -> usize {
@@ -721,26 +781,22 @@ impl Config {
                     }
                 }
                 BackendConfig::Sentinel(sentinel) => {
-                    if sentinel.pool_size == 0 || sentinel.pool_size > 1024 {
-                        return Err(invalid(
-                            format!("{key}.pool_size"),
-                            "must be between 1 and 1024",
-                        ));
-                    }
-                    if sentinel.sentinels.is_empty() {
-                        return Err(invalid(format!("{key}.sentinels"), "names no sentinel"));
-                    }
-                    for addr in &sentinel.sentinels {
-                        if crate::backend::redis::host_port(addr).is_none() {
-                            return Err(invalid(
-                                format!("{key}.sentinels"),
-                                format!("`{addr}` is not host:port"),
-                            ));
-                        }
-                    }
-                    if let Some(path) = &sentinel.password_file {
-                        read_secret(&format!("{key}.password_file"), path)?;
-                    }
+                    check_addresses(
+                        &key,
+                        "sentinels",
+                        &sentinel.sentinels,
+                        sentinel.pool_size,
+                        sentinel.password_file.as_deref(),
+                    )?;
+                }
+                BackendConfig::Cluster(cluster) => {
+                    check_addresses(
+                        &key,
+                        "nodes",
+                        &cluster.nodes,
+                        cluster.pool_size,
+                        cluster.password_file.as_deref(),
+                    )?;
                 }
                 BackendConfig::Sqlite(sqlite) => {
                     if sqlite.readers == 0 || sqlite.readers > 64 {

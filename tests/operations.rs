@@ -133,9 +133,22 @@ async fn a_reload_applies_between_commands() {
     assert!(info.contains("namespace_moving:backend=main"), "{info}");
 
     // A generation that cannot be built is rejected and the running one stays.
-    let unbuildable = "[backends.big]\nkind = \"cluster\"\nnodes = [\"127.0.0.1:1\"]\n[[namespaces]]\nname = \"moving\"\nbackend = \"big\"\n";
-    let rejected = proxy.reload(unbuildable).unwrap_err();
-    assert!(rejected.contains("cluster"), "{rejected}");
+    // Here: its password file, read when the configuration was checked, is gone by the
+    // time the backend is built.
+    let secrets = tempfile::tempdir().unwrap();
+    let secret = secrets.path().join("password");
+    std::fs::write(&secret, "pw\n").unwrap();
+    let unbuildable = format!(
+        "[backends.gone]\nkind = \"redis\"\nurl = \"{}\"\npassword_file = \"{}\"\n[[namespaces]]\nname = \"moving\"\nbackend = \"gone\"\n",
+        b.url(),
+        secret.display()
+    );
+    let mut config = holdfast::config::Config::from_toml(&unbuildable).unwrap();
+    config.server.listen = proxy.addr.parse().unwrap();
+    config.server.metrics_listen = proxy.metrics_addr.parse().unwrap();
+    std::fs::remove_file(&secret).unwrap();
+    let rejected = proxy.holdfast.reload(config).unwrap_err().to_string();
+    assert!(rejected.contains("password_file"), "{rejected}");
     assert_eq!(conn.command(&["GET", "k"]).await, b"$4\r\non-b\r\n");
     assert_eq!(proxy.metric("holdfast_config_generation").await, 2.0);
     assert_eq!(

@@ -466,6 +466,7 @@ backend = "s"
                     blocking: false,
                     token,
                     replicas: None,
+                    route: None,
                 };
                 backend.dispatch(&request, Duration::from_secs(5)).await
             }

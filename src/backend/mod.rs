@@ -56,6 +56,10 @@ pub struct Request<'a> {
     /// A write acknowledged only once this many replicas have it, waited for at most this
     /// long (Redis: `WAIT` on the same connection).
     pub replicas: Option<(u32, Duration)>,
+    /// On a Redis Cluster, the key whose hash slot picks the node (None: the first argument,
+    /// and a `MOVED` reply when that was not a key). Connection-bound commands carry their
+    /// transaction's first key, so `MULTI` and `EXEC` reach the node that holds it.
+    pub route: Option<&'a [u8]>,
 }
 
 /// How long a recorded reply is kept: longer than any retry budget holds a request.
@@ -172,7 +176,7 @@ impl Backend {
     /// start before its backends do.
     ///
     /// # Errors
-    /// [`BackendError::Unsupported`] for a kind this build cannot serve yet.
+    /// [`BackendError::Unsupported`] for a configuration the backend cannot use.
     pub fn build(name: &str, config: &BackendConfig) -> Result<Backend, BackendError> {
         match config {
             BackendConfig::Redis(redis) => Ok(Backend::Redis(Box::new(redis::RedisBackend::new(
@@ -181,16 +185,13 @@ impl Backend {
             BackendConfig::Sentinel(sentinel) => Ok(Backend::Redis(Box::new(
                 redis::RedisBackend::sentinel(name, sentinel)?,
             ))),
+            BackendConfig::Cluster(cluster) => Ok(Backend::Redis(Box::new(
+                redis::RedisBackend::cluster(name, cluster)?,
+            ))),
             BackendConfig::Sqlite(sqlite) => {
                 Ok(Backend::Sql(sql::SqlBackend::sqlite(name, sqlite)?))
             }
             BackendConfig::Postgres(pg) => Ok(Backend::Sql(sql::SqlBackend::postgres(name, pg)?)),
-            other => Err(BackendError::Unsupported {
-                what: format!(
-                    "backends.{name}: kind `{}` is not available in this build yet",
-                    other.kind()
-                ),
-            }),
         }
     }
 
@@ -208,6 +209,15 @@ impl Backend {
             Backend::Redis(r) => r.double_style(),
             // SQL backends answer as Redis 7.0 does (holdfast's INFO says 7.0.0).
             Backend::Sql(_) => DoubleStyle::G17,
+        }
+    }
+
+    /// Whether `keys` may not go together in one request: keys of several hash slots on a
+    /// Redis Cluster (`CROSSSLOT`). Other backends hold every key in one place.
+    pub fn spans_slots(&self, keys: &[&[u8]]) -> bool {
+        match self {
+            Backend::Redis(r) => r.spans_slots(keys),
+            Backend::Sql(_) => false,
         }
     }
 

@@ -1,4 +1,4 @@
-//! The Redis backend (standalone) through fred.
+//! The Redis backends through fred: standalone, Sentinel and Cluster.
 //!
 //! fred's own replay is off (`max_command_attempts = 1`, fail fast, no reconnect policy): a
 //! command that was written and lost comes back as an error for the retry loop to count, never
@@ -6,9 +6,15 @@
 //! loop queues commands while it sleeps between dials instead of failing them, which would turn
 //! "not sent" into a response timeout. Each client connection is pinned to one backend
 //! connection, so `WAIT` sees that client's writes.
+//!
+//! On a Cluster each pooled connection is a fred cluster client (a connection to every
+//! primary). Commands are routed by their first key's slot; `MOVED`/`ASK` are followed by fred
+//! (the refusing node executed nothing). A connection lost to any node ends that whole client
+//! (there is no reconnect policy), and the next dial reads the slot map afresh, which is how a
+//! promoted replica is found.
 
 use super::{BackendError, DoubleStyle, Proto, Request};
-use crate::config::{RedisConfig, SentinelConfig};
+use crate::config::{ClusterConfig, RedisConfig, SentinelConfig};
 use arc_swap::ArcSwapOption;
 use bytes::Bytes;
 use fred::interfaces::ClientLike;
@@ -32,6 +38,8 @@ type Factory = Arc<dyn Fn() -> Client + Send + Sync>;
 struct Live {
     client: Client,
     ended: watch::Receiver<bool>,
+    /// `MOVED`/`ASK` redirections fred may follow per command (0 off a Cluster).
+    redirections: u32,
 }
 
 impl Live {
@@ -59,8 +67,8 @@ impl Live {
         }
         let sent = async {
             match request.token {
-                Some(token) => exact(&self.client, request, token, response_timeout).await,
-                None => send(&self.client, request, response_timeout).await,
+                Some(token) => exact(self, request, token, response_timeout).await,
+                None => send(self, request, response_timeout).await,
             }
         };
         tokio::select! {
@@ -91,16 +99,24 @@ struct Slot {
     doubles: Arc<AtomicBool>,
     /// The backend's name, for the pool metrics.
     backend: Arc<str>,
+    /// Redirections each command may follow (see [`Live::redirections`]).
+    redirections: u32,
 }
 
 impl Slot {
-    fn new(factory: Factory, doubles: Arc<AtomicBool>, backend: Arc<str>) -> Arc<Slot> {
+    fn new(
+        factory: Factory,
+        doubles: Arc<AtomicBool>,
+        backend: Arc<str>,
+        redirections: u32,
+    ) -> Arc<Slot> {
         Arc::new(Slot {
             factory,
             live: ArcSwapOption::empty(),
             dialing: Mutex::new(None),
             doubles,
             backend,
+            redirections,
         })
     }
 
@@ -123,7 +139,11 @@ impl Slot {
                 slot.doubles.store(shortest, Ordering::Relaxed);
             }
             let (ended_tx, ended) = watch::channel(false);
-            slot.live.store(Some(Arc::new(Live { client, ended })));
+            slot.live.store(Some(Arc::new(Live {
+                client,
+                ended,
+                redirections: slot.redirections,
+            })));
             let pooled = !slot.backend.is_empty();
             if pooled {
                 crate::metrics::pool_connected(&slot.backend, true);
@@ -141,7 +161,18 @@ impl Slot {
     }
 }
 
-/// A standalone Redis with one pool per protocol version.
+/// How the backend's servers are found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Flavor {
+    /// One server at a fixed address.
+    Standalone,
+    /// The primary Sentinel names at each dial.
+    Sentinel,
+    /// A Redis Cluster, following `MOVED`/`ASK` this many times per command.
+    Cluster(u32),
+}
+
+/// A Redis (standalone, Sentinel or Cluster) with one pool per protocol version.
 pub struct RedisBackend {
     /// The `[backends]` key.
     name: String,
@@ -159,9 +190,9 @@ pub struct RedisBackend {
     resp3: OnceCell<Vec<Arc<Slot>>>,
     /// True when the backend spells doubles the shortest way (7.2 on).
     doubles: Arc<AtomicBool>,
-    /// Found through Sentinel: a connection whose server turned replica is dropped, so the
-    /// next dial asks the sentinels again.
-    sentinel: bool,
+    /// Sentinel and Cluster: a connection whose server turned replica is dropped, so the
+    /// next dial finds the new primary.
+    flavor: Flavor,
 }
 
 impl RedisBackend {
@@ -191,7 +222,7 @@ impl RedisBackend {
             config.connection_timeout,
             config.response_timeout,
             config.pool_size,
-            false,
+            Flavor::Standalone,
         ))
     }
 
@@ -224,7 +255,39 @@ impl RedisBackend {
             config.connection_timeout,
             config.response_timeout,
             config.pool_size,
-            true,
+            Flavor::Sentinel,
+        ))
+    }
+
+    /// A Redis Cluster, found from its seed nodes at each dial.
+    ///
+    /// # Errors
+    /// [`BackendError::Unsupported`] when an address or the password file is unusable.
+    pub fn cluster(name: &str, config: &ClusterConfig) -> Result<RedisBackend, BackendError> {
+        let mut hosts = Vec::with_capacity(config.nodes.len());
+        for addr in &config.nodes {
+            let (host, port) = host_port(addr).ok_or_else(|| BackendError::Unsupported {
+                what: format!("backends.{name}.nodes: `{addr}` is not host:port"),
+            })?;
+            hosts.push(fred::types::config::Server::new(host, port));
+        }
+        let mut parsed = fred::types::config::Config {
+            server: fred::types::config::ServerConfig::Clustered {
+                hosts,
+                policy: fred::types::config::ClusterDiscoveryPolicy::default(),
+            },
+            ..fred::types::config::Config::default()
+        };
+        if let Some(path) = &config.password_file {
+            parsed.password = Some(password_from(name, path)?);
+        }
+        Ok(RedisBackend::with(
+            name,
+            parsed,
+            config.connection_timeout,
+            config.response_timeout,
+            config.pool_size,
+            Flavor::Cluster(config.max_redirections),
         ))
     }
 
@@ -234,7 +297,7 @@ impl RedisBackend {
         connection_timeout: Duration,
         response_timeout: Duration,
         pool_size: usize,
-        sentinel: bool,
+        flavor: Flavor,
     ) -> RedisBackend {
         let connection = ConnectionConfig {
             connection_timeout,
@@ -259,7 +322,7 @@ impl RedisBackend {
             resp2: Vec::new(),
             resp3: OnceCell::new(),
             doubles: Arc::new(AtomicBool::new(false)),
-            sentinel,
+            flavor,
         };
         backend.resp2 = backend.open_pool(RespVersion::RESP2);
         for slot in &backend.resp2 {
@@ -294,6 +357,7 @@ impl RedisBackend {
                     self.factory(version.clone()),
                     self.doubles.clone(),
                     self.name.as_str().into(),
+                    self.redirections(),
                 )
             })
             .collect()
@@ -302,6 +366,24 @@ impl RedisBackend {
     /// The `[backends]` key.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    fn redirections(&self) -> u32 {
+        match self.flavor {
+            Flavor::Cluster(n) => n,
+            Flavor::Standalone | Flavor::Sentinel => 0,
+        }
+    }
+
+    /// Whether `keys` must be refused together, as Redis Cluster refuses keys of several
+    /// hash slots in one request (`CROSSSLOT`). Off a Cluster, never.
+    pub fn spans_slots(&self, keys: &[&[u8]]) -> bool {
+        if !matches!(self.flavor, Flavor::Cluster(_)) {
+            return false;
+        }
+        let mut slots = keys.iter().map(|k| fred::util::redis_keyslot(k));
+        let first = slots.next();
+        slots.any(|s| Some(s) != first)
     }
 
     /// How this backend spells RESP3 doubles.
@@ -336,6 +418,11 @@ impl RedisBackend {
         request: &Request<'_>,
         acquire_timeout: Duration,
     ) -> Result<Frame, BackendError> {
+        if matches!(self.flavor, Flavor::Cluster(_)) {
+            if let Some(answer) = self.on_every_primary(request, acquire_timeout).await {
+                return answer;
+            }
+        }
         let slot = self.pinned(request.proto, request.pin).await;
         let live = ensure_connected(slot, acquire_timeout).await?;
         let mut result = live.send(request, self.response_timeout).await;
@@ -344,10 +431,10 @@ impl RedisBackend {
                 result = Err(e);
             }
         }
-        if self.sentinel {
+        if self.flavor != Flavor::Standalone {
             if let Err(BackendError::Reply { prefix, .. }) = &result {
                 // A demoted primary: nothing ran (READONLY is NotAttempted); the next
-                // attempt dials again and Sentinel names the new primary.
+                // attempt dials again and finds the new primary.
                 if prefix == "READONLY" {
                     let client = live.client.clone();
                     tokio::spawn(async move {
@@ -357,6 +444,43 @@ impl RedisBackend {
             }
         }
         result
+    }
+
+    /// On a Cluster, the commands about the whole keyspace: FLUSHALL/FLUSHDB reach every
+    /// primary (a Cluster has only database 0, so both flush it all); KEYS, SCAN, DBSIZE and
+    /// RANDOMKEY are refused, since one node's answer would silently be a part of the whole.
+    /// None for every other command.
+    async fn on_every_primary(
+        &self,
+        request: &Request<'_>,
+        acquire_timeout: Duration,
+    ) -> Option<Result<Frame, BackendError>> {
+        let name = request.args.first()?;
+        let is = |word: &str| name.eq_ignore_ascii_case(word.as_bytes());
+        if is("FLUSHALL") || is("FLUSHDB") {
+            let flush = async {
+                let slot = self.pinned(request.proto, request.pin).await;
+                let live = ensure_connected(slot, acquire_timeout).await?;
+                live.client
+                    .flushall_cluster()
+                    .await
+                    .map_err(|source| BackendError::Sent { source })?;
+                Ok(Frame::SimpleString {
+                    data: Bytes::from_static(b"OK"),
+                    attributes: None,
+                })
+            };
+            return Some(flush.await);
+        }
+        if is("KEYS") || is("SCAN") || is("DBSIZE") || is("RANDOMKEY") {
+            return Some(Err(BackendError::Unsupported {
+                what: format!(
+                    "holdfast: {} is not served on a cluster backend (the keys live on several nodes)",
+                    String::from_utf8_lossy(name).to_ascii_uppercase()
+                ),
+            }));
+        }
+        None
     }
 
     /// A connection of its own, connected, for connection-bound commands.
@@ -375,7 +499,9 @@ impl RedisBackend {
         // Never re-dialled once it breaks: it carries WATCH or blocking state, which the
         // client must learn is gone, not have silently replaced.
         // Dedicated connections are not pooled: they are not counted in the pool metrics.
-        let slot = Slot::new(self.factory(version), self.doubles.clone(), "".into());
+        // They follow no redirection: a command inside MULTI redirected to another node
+        // would run there at once, outside the transaction.
+        let slot = Slot::new(self.factory(version), self.doubles.clone(), "".into(), 0);
         let live = ensure_connected(&slot, acquire_timeout).await?;
         Ok(DedicatedRedis {
             live,
@@ -396,6 +522,7 @@ impl RedisBackend {
             blocking: false,
             token: None,
             replicas: None,
+            route: None,
         };
         let attempt = async {
             let live = ensure_connected(slot, timeout).await?;
@@ -476,7 +603,7 @@ impl Drop for Waiting<'_> {
 }
 
 async fn send(
-    client: &Client,
+    live: &Live,
     request: &Request<'_>,
     response_timeout: Duration,
 ) -> Result<Frame, BackendError> {
@@ -487,11 +614,15 @@ async fn send(
     };
     // Names come from the command table, so they are ASCII.
     let name = String::from_utf8_lossy(name).into_owned();
-    let command = CustomCommand::new(name, ClusterHash::FirstKey, request.blocking);
+    let hash = match request.route {
+        Some(key) => ClusterHash::Custom(fred::util::redis_keyslot(key)),
+        None => ClusterHash::FirstKey,
+    };
+    let command = CustomCommand::new(name, hash, request.blocking);
     let args: Vec<Value> = rest.iter().map(|a| Value::Bytes(a.clone())).collect();
     let options = Options {
         max_attempts: Some(1),
-        max_redirections: Some(0),
+        max_redirections: Some(live.redirections),
         // Zero means no timeout in fred: a blocking command waits as long as it asked to.
         timeout: Some(if request.blocking {
             Duration::ZERO
@@ -501,7 +632,8 @@ async fn send(
         fail_fast: true,
         ..Options::default()
     };
-    match client
+    match live
+        .client
         .with_options(&options)
         .custom_raw(command, args)
         .await
@@ -613,7 +745,7 @@ fn token_key(key: &[u8], token: &[u8]) -> Bytes {
 }
 
 async fn exact(
-    client: &Client,
+    live: &Live,
     request: &Request<'_>,
     token: &[u8],
     response_timeout: Duration,
@@ -629,16 +761,19 @@ async fn exact(
     args.push(Bytes::from_static(b"EVALSHA"));
     args.push(Bytes::from(exact_sha()));
     args.push(Bytes::from_static(b"2"));
-    args.push(token_key(&key, token));
+    let tok = token_key(&key, token);
+    args.push(tok.clone());
     args.push(key);
     args.push(Bytes::from(ttl));
     args.push(Bytes::from(proto));
     args.extend(request.args.iter().cloned());
+    // The token key shares the command key's slot; the script runs on its node.
     let by_sha = Request {
         args: &args,
+        route: Some(&tok),
         ..*request
     };
-    match send(client, &by_sha, response_timeout).await {
+    match send(live, &by_sha, response_timeout).await {
         // Not in this server's script cache (a restart, a failover): nothing ran. EVAL runs
         // the script and caches it.
         Err(BackendError::Reply { prefix, .. }) if prefix == "NOSCRIPT" => {
@@ -650,9 +785,10 @@ async fn exact(
             }
             let by_text = Request {
                 args: &args,
+                route: Some(&tok),
                 ..*request
             };
-            send(client, &by_text, response_timeout).await
+            send(live, &by_text, response_timeout).await
         }
         other => other,
     }
@@ -671,10 +807,12 @@ async fn wait_replicas(
         Bytes::from(wanted.to_string()),
         Bytes::from(timeout.as_millis().to_string()),
     ];
+    // On a Cluster, WAIT must reach the node that took the write: its key's node.
     let wait = Request {
         args: &args,
         token: None,
         replicas: None,
+        route: request.route.or(request.args.get(1).map(|k| k.as_ref())),
         ..*request
     };
     match live.send(&wait, timeout + Duration::from_secs(1)).await {

@@ -600,6 +600,8 @@ impl Conn {
             } else {
                 namespace.replicas
             },
+            // fred hashes the first argument, and follows a MOVED where it was not a key.
+            route: None,
         };
         let mut hooks = RequestHooks::new(&namespace.name, namespace.backend.name(), label);
         let mut stop = self.give_up.clone();
@@ -651,7 +653,9 @@ impl Conn {
         started: Instant,
     ) -> Frame {
         // Only blocking commands are forwarded as connection-bound (transactions are local).
-        let result = self.send_dedicated(namespace, &command.args, true).await;
+        let result = self
+            .send_dedicated(namespace, &command.args, true, first_key(command))
+            .await;
         let (frame, outcome) = failure_reply(result.map_err(bound_failure), namespace);
         m::request(&namespace.name, command.label(), outcome, started.elapsed());
         frame
@@ -687,6 +691,7 @@ impl Conn {
         namespace: &Arc<Namespace>,
         args: &[Bytes],
         blocking: bool,
+        route: Option<&[u8]>,
     ) -> Result<Frame, BackendError> {
         let proto = self.proto;
         let pin = self.id;
@@ -698,11 +703,14 @@ impl Conn {
             blocking,
             token: None,
             replicas: None,
+            route,
         };
         let result = dedicated.send(&request).await;
         if let Err(e) = &result {
-            if classify(e) != ErrorClass::Other {
-                // The connection is broken; its WATCH or blocking state is gone with it.
+            // Anything but the server's own error reply leaves the connection's state
+            // unknown (a lost reply, a refused redirection inside MULTI): it is closed, and
+            // its WATCH or blocking state is gone with it.
+            if !matches!(e, BackendError::Reply { .. }) {
                 if let Some((_, d)) = self.dedicated.take() {
                     d.close().await;
                 }
@@ -872,4 +880,9 @@ fn chain(error: &(dyn std::error::Error + 'static)) -> String {
         source = e.source();
     }
     text.replace(['\r', '\n'], " ")
+}
+
+/// A command's first key: on a Cluster, the node a connection-bound command goes to.
+pub(super) fn first_key(command: &Command) -> Option<&[u8]> {
+    command.keys().next().map(|k| k.as_ref())
 }

@@ -20,7 +20,9 @@ impl Conn {
                 }
             }
         }
-        let result = self.send_dedicated(&namespace, &command.args, false).await;
+        let result = self
+            .send_dedicated(&namespace, &command.args, false, super::first_key(command))
+            .await;
         if result.is_ok() {
             self.watching = true;
         }
@@ -38,6 +40,7 @@ impl Conn {
                     blocking: false,
                     token: None,
                     replicas: None,
+                    route: None,
                 };
                 let _ = dedicated.send(&request).await;
             }
@@ -66,7 +69,11 @@ impl Conn {
             .flat_map(|c| c.keys())
             .map(|k| k.as_ref())
             .collect();
-        let routed = self.state.router.route(keys).map(Arc::clone);
+        let routed = self
+            .state
+            .router
+            .route(keys.iter().copied())
+            .map(Arc::clone);
         let namespace = match routed {
             Ok(ns) => ns,
             Err(e) => {
@@ -75,6 +82,16 @@ impl Conn {
                 return Flow::Continue;
             }
         };
+        // Redis Cluster runs a transaction on one node: keys of several slots are refused
+        // before anything is sent, as the Cluster itself refuses them.
+        if namespace.backend.spans_slots(&keys) {
+            self.unwatch().await;
+            self.reply(
+                out,
+                &error("CROSSSLOT Keys in request don't hash to the same slot"),
+            );
+            return Flow::Continue;
+        }
         if self.watching {
             if let Some((backend, _)) = &self.dedicated {
                 if !Arc::ptr_eq(backend, &namespace.backend) {
@@ -129,12 +146,18 @@ impl Conn {
         queue: &[Command],
     ) -> Result<Frame, Failure<BackendError>> {
         let multi = [Bytes::from_static(b"MULTI")];
+        // On a Cluster the whole transaction goes to the node of its first key (keys in
+        // other slots are refused there, as Redis Cluster refuses them).
+        let route = queue.iter().find_map(super::first_key);
         // Nothing is applied before EXEC is sent: a failure up to there is not in doubt.
-        self.send_dedicated(namespace, &multi, false)
+        self.send_dedicated(namespace, &multi, false, route)
             .await
             .map_err(not_applied)?;
         for command in queue {
-            match self.send_dedicated(namespace, &command.args, false).await {
+            match self
+                .send_dedicated(namespace, &command.args, false, route)
+                .await
+            {
                 Ok(_) => {}
                 // Redis answered the queueing itself with an error; EXEC will say EXECABORT.
                 Err(BackendError::Reply { .. }) => {}
@@ -142,7 +165,7 @@ impl Conn {
             }
         }
         let exec = [Bytes::from_static(b"EXEC")];
-        self.send_dedicated(namespace, &exec, false)
+        self.send_dedicated(namespace, &exec, false, route)
             .await
             .map_err(bound_failure)
     }

@@ -2,6 +2,7 @@
 //! raw RESP helpers, and holdfast itself started in-process on `127.0.0.1:0`.
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod postgres;
 pub mod redis;
 pub mod relay;

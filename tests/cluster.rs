@@ -1,0 +1,147 @@
+//! `kind = "cluster"` against a real six-node Redis Cluster: routing by slot, `MOVED`
+//! followed after a slot changes owner, `CROSSSLOT` as the Cluster answers it, transactions on
+//! one node, FLUSHALL on every primary, and exact mode's token in its key's slot. (A primary
+//! killed under load is in the chaos suite.)
+
+#[allow(unused_imports)]
+mod support;
+use support::cluster::Cluster;
+use support::*;
+
+fn text(reply: &[u8]) -> String {
+    String::from_utf8_lossy(reply).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cluster_backend_routes_by_slot_and_answers_as_the_cluster_does() {
+    let cluster = Cluster::start();
+    let nodes: Vec<String> = cluster.addrs().iter().map(|a| format!("\"{a}\"")).collect();
+    let proxy = Proxy::start(&format!(
+        r#"
+[backends.big]
+kind = "cluster"
+nodes = [{}]
+pool_size = 2
+[[namespaces]]
+name = "exact"
+prefixes = ["x:"]
+backend = "big"
+reply_mode = "exact"
+[[namespaces]]
+name = "main"
+backend = "big"
+"#,
+        nodes[..2].join(", ")
+    ))
+    .await;
+    let mut conn = proxy.connect().await;
+
+    // Keys spread over every primary, each stored where the cluster says it lives.
+    for i in 0..60 {
+        let key = format!("k{i}");
+        assert_eq!(
+            conn.command(&["SET", &key, &format!("v{i}")]).await,
+            b"+OK\r\n"
+        );
+    }
+    let mut owners = std::collections::HashSet::new();
+    for i in 0..60 {
+        let key = format!("k{i}");
+        assert_eq!(
+            cluster.get(&key),
+            format!("${}\r\nv{i}\r\n", 1 + i.to_string().len())
+        );
+        owners.insert(cluster.primary_of(&key));
+        assert_eq!(
+            text(&conn.command(&["GET", &key]).await),
+            format!("${}\r\nv{i}\r\n", 1 + i.to_string().len())
+        );
+    }
+    assert_eq!(owners.len(), 3, "the keys should cover every primary");
+
+    // Several slots in one command: refused as the Cluster refuses it, nothing applied.
+    let cross = text(&conn.command(&["MSET", "k1", "a", "k2", "b"]).await);
+    assert!(cross.starts_with("-CROSSSLOT"), "{cross}");
+    assert_eq!(cluster.get("k1"), "$2\r\nv1\r\n");
+    // One hash tag: one slot.
+    assert_eq!(
+        conn.command(&["MSET", "{t}a", "1", "{t}b", "2"]).await,
+        b"+OK\r\n"
+    );
+    assert_eq!(
+        text(&conn.command(&["MGET", "{t}a", "{t}b"]).await),
+        "*2\r\n$1\r\n1\r\n$1\r\n2\r\n"
+    );
+
+    // A transaction runs on its keys' node; keys of several slots are refused before
+    // anything is sent.
+    assert_eq!(conn.command(&["MULTI"]).await, b"+OK\r\n");
+    assert_eq!(conn.command(&["INCR", "{t}n"]).await, b"+QUEUED\r\n");
+    assert_eq!(conn.command(&["INCR", "{t}n"]).await, b"+QUEUED\r\n");
+    assert_eq!(text(&conn.command(&["EXEC"]).await), "*2\r\n:1\r\n:2\r\n");
+    assert_eq!(conn.command(&["MULTI"]).await, b"+OK\r\n");
+    assert_eq!(conn.command(&["SET", "k1", "x"]).await, b"+QUEUED\r\n");
+    assert_eq!(conn.command(&["SET", "k2", "y"]).await, b"+QUEUED\r\n");
+    let refused = text(&conn.command(&["EXEC"]).await);
+    assert!(refused.starts_with("-CROSSSLOT"), "{refused}");
+    assert_eq!(cluster.get("k1"), "$2\r\nv1\r\n");
+
+    // A slot moved to another primary: the old owner answers MOVED, which is followed.
+    let key = "moving-key";
+    let from = cluster.primary_of(key);
+    let to = (0..6)
+        .find(|&i| {
+            i != from
+                && cluster.nodes[i]
+                    .cmd(&["INFO", "replication"])
+                    .contains("role:master")
+        })
+        .expect("another primary");
+    assert_eq!(conn.command(&["SET", key, "before"]).await, b"+OK\r\n");
+    assert_eq!(conn.command(&["DEL", key]).await, b":1\r\n");
+    let slot = cluster.nodes[0]
+        .cmd(&["CLUSTER", "KEYSLOT", key])
+        .trim_start_matches(':')
+        .trim()
+        .to_string();
+    let target_id = cluster.nodes[to].cmd(&["CLUSTER", "MYID"]);
+    let target_id = target_id.lines().nth(1).expect("an id").to_string();
+    // The slot is empty, so it can be reassigned without migrating keys: the new owner
+    // first, then the others.
+    let is_primary = |i: usize| {
+        cluster.nodes[i]
+            .cmd(&["INFO", "replication"])
+            .contains("role:master")
+    };
+    let order = std::iter::once(to).chain((0..6).filter(|&i| i != to && is_primary(i)));
+    for i in order {
+        let reply = cluster.nodes[i].cmd(&["CLUSTER", "SETSLOT", &slot, "NODE", &target_id]);
+        assert_eq!(reply, "+OK\r\n", "node {i}");
+    }
+    assert_eq!(conn.command(&["SET", key, "after"]).await, b"+OK\r\n");
+    assert_eq!(cluster.nodes[to].cmd(&["GET", key]), "$5\r\nafter\r\n");
+
+    // Exact mode: the token lives in the key's slot, so the script runs on one node.
+    for want in 1..=3 {
+        assert_eq!(
+            text(&conn.command(&["INCR", "x:count"]).await),
+            format!(":{want}\r\n")
+        );
+    }
+    assert_eq!(cluster.get("x:count"), "$1\r\n3\r\n");
+
+    // Whole-keyspace commands: KEYS would be one node's part, so it is refused; FLUSHALL
+    // reaches every primary.
+    let keys = text(&conn.command(&["KEYS", "*"]).await);
+    assert!(keys.contains("not served on a cluster backend"), "{keys}");
+    assert_eq!(conn.command(&["FLUSHALL"]).await, b"+OK\r\n");
+    for i in 0..6 {
+        if cluster.nodes[i]
+            .cmd(&["INFO", "replication"])
+            .contains("role:master")
+        {
+            assert_eq!(cluster.nodes[i].cmd(&["DBSIZE"]), ":0\r\n", "node {i}");
+        }
+    }
+    proxy.stop().await;
+}
