@@ -40,11 +40,26 @@ struct Live {
     ended: watch::Receiver<bool>,
     /// `MOVED`/`ASK` redirections fred may follow per command (0 off a Cluster).
     redirections: u32,
+    /// Set when a reply did not come in time: fred pairs replies with commands in order, so
+    /// after a reply is lost on the way (a network that drops it) each later command would
+    /// get an earlier one's reply. The connection takes no new command and is closed.
+    retired: AtomicBool,
 }
 
 impl Live {
     fn is_up(&self) -> bool {
-        !*self.ended.borrow()
+        !*self.ended.borrow() && !self.retired.load(Ordering::Acquire)
+    }
+
+    /// Takes the connection out of service and closes it (in the background: QUIT may wait
+    /// on a connection that no longer answers).
+    fn retire(&self) {
+        if !self.retired.swap(true, Ordering::AcqRel) {
+            let client = self.client.clone();
+            tokio::spawn(async move {
+                let _ = client.quit().await;
+            });
+        }
     }
 
     /// Sends one request (through the exact-mode script when it carries a token), unless the
@@ -66,10 +81,16 @@ impl Live {
             });
         }
         let sent = async {
-            match request.token {
+            let result = match request.token {
                 Some(token) => exact(self, request, token, response_timeout).await,
                 None => send(self, request, response_timeout).await,
+            };
+            if let Err(BackendError::Sent { source }) = &result {
+                if *source.kind() == fred::error::ErrorKind::Timeout {
+                    self.retire();
+                }
             }
+            result
         };
         tokio::select! {
             biased;
@@ -143,6 +164,7 @@ impl Slot {
                 client,
                 ended,
                 redirections: slot.redirections,
+                retired: AtomicBool::new(false),
             })));
             let pooled = !slot.backend.is_empty();
             if pooled {
@@ -524,11 +546,12 @@ impl RedisBackend {
             replicas: None,
             route: None,
         };
-        let attempt = async {
-            let live = ensure_connected(slot, timeout).await?;
-            live.send(&request, timeout).await
+        // No timeout around the send: cancelling it would leave its PING in fred's queue
+        // unanswered; the send's own timeout retires the connection instead.
+        let Ok(live) = ensure_connected(slot, timeout).await else {
+            return false;
         };
-        matches!(tokio::time::timeout(timeout, attempt).await, Ok(Ok(_)))
+        live.send(&request, timeout).await.is_ok()
     }
 }
 

@@ -7,6 +7,7 @@ pub mod postgres;
 pub mod redis;
 pub mod relay;
 pub mod resp;
+pub mod sentinel;
 
 // Each test binary uses its own part of the support code.
 #[allow(unused_imports)]

@@ -1,0 +1,974 @@
+//! The chaos suite: real backends fail under load, and an oracle checks afterwards that the
+//! clients saw latency and nothing else.
+//!
+//! Several client connections run SET, GET, INCR, SADD, DEL, SETNX and HSET through holdfast,
+//! each sequentially on keys of its own, checking every reply against what it knows. A fault
+//! is injected after `HF_CHAOS_SECS` seconds of load and the load goes on for as long again
+//! after the backend has healed. Then the oracle reads everything back through holdfast:
+//! every acknowledged write is present, each counter equals its acknowledged increments (above
+//! means applied twice, below means lost), deleted keys are absent. Errors the clients saw are
+//! counted, and the longest hold is reported next to the fault's own duration.
+//!
+//! Faults: a Sentinel-managed master SIGKILLed; a Cluster primary SIGKILLed; a PostgreSQL
+//! primary killed and its standby promoted; PostgreSQL restarted in place; the backend
+//! blackholed for 10 s; an outage longer than the failover budget (clean errors during it,
+//! service after it).
+//!
+//! By hand: `tests/chaos/run SECONDS` runs it with that much load around each fault, writes
+//! every request's latency to `target/chaos/` and plots them (`tests/chaos/plot.py`).
+//! Environment: `HF_CHAOS_SECS` (default 3), `HF_CHAOS_CLIENTS` (default 4), `HF_CHAOS_OUT`
+//! (a directory for the samples; none by default).
+
+#[allow(unused_imports)]
+mod support;
+use support::cluster::Cluster;
+use support::sentinel::Sentinel;
+use support::*;
+
+use std::collections::{HashMap, HashSet};
+use std::fmt::Write as _;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::task::JoinHandle;
+use tokio::time::{sleep, Instant};
+
+/// The faults run one at a time: each wants the machine's two cores for itself.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn run(body: impl Future<Output = ()>) {
+    let _turn = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+        .block_on(body);
+}
+
+fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Seconds of load before each fault, and again after it has healed.
+fn load_secs() -> Duration {
+    Duration::from_secs(env_number("HF_CHAOS_SECS", 3))
+}
+
+/// The policy every fault runs under, with `extra` added to `[defaults]`: exact mode; a budget
+/// of `attempts` attempts with a backoff from 50 ms capped at 1 s, so the hold ends soon after
+/// the fault does (100 attempts outlast every fault here); a 1 s wait for a connection.
+fn policy(attempts: u32, extra: &str) -> String {
+    format!(
+        r#"
+[defaults]
+reply_mode = "exact"
+acquire_timeout = "1s"
+{extra}
+[defaults.retry]
+max_attempts = {attempts}
+min_delay = "50ms"
+multiplier = 2.0
+max_delay = "1s"
+jitter = 0.15
+"#
+    )
+}
+
+fn text(reply: &[u8]) -> String {
+    String::from_utf8_lossy(reply).into_owned()
+}
+
+/// Waits until `check` holds, or panics after `limit` naming `what`.
+async fn until<F, Fut>(limit: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = Instant::now();
+    while !check().await {
+        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// One request as a client saw it.
+struct Sample {
+    /// Seconds since the load started, when the request was sent.
+    at: f64,
+    /// Milliseconds until its reply.
+    latency: f64,
+    op: &'static str,
+    ok: bool,
+}
+
+/// What one client connection did and what it knows must be stored.
+#[derive(Default)]
+struct Client {
+    id: usize,
+    /// String keys whose content is known: `Some(value)` after an acknowledged SET, `None`
+    /// after an acknowledged DEL. A key whose last write failed is in `unknown` instead.
+    strings: HashMap<String, Option<String>>,
+    unknown: HashSet<String>,
+    /// Acknowledged INCRs, and INCRs that failed (each may or may not have been applied).
+    incr_acked: u64,
+    incr_failed: u64,
+    /// SADD members and SETNX keys acknowledged as added.
+    members: Vec<String>,
+    nx: Vec<(String, String)>,
+    /// Hash fields whose value is known, and those whose last HSET failed.
+    fields: HashMap<String, String>,
+    fields_unknown: HashSet<String>,
+    /// Error replies and dropped connections, with the time they were answered.
+    errors: Vec<(f64, String)>,
+    /// Replies that contradict what the client knows (a stale read, a wrong count).
+    wrong: Vec<String>,
+    samples: Vec<Sample>,
+}
+
+impl Client {
+    /// One operation, the `seq`th: its command and its name.
+    fn next(&self, seq: u64) -> (Vec<String>, &'static str) {
+        let i = self.id;
+        let string = |n: u64| format!("c{i}:s:{}", n % 8);
+        match seq % 7 {
+            0 => (vec!["SET".into(), string(seq), format!("v{seq}")], "SET"),
+            1 => (vec!["GET".into(), string(seq / 7)], "GET"),
+            2 => (vec!["INCR".into(), format!("c{i}:n")], "INCR"),
+            3 => (
+                vec!["SADD".into(), format!("c{i}:set"), format!("m{seq}")],
+                "SADD",
+            ),
+            4 => (vec!["DEL".into(), string(seq / 7 + 3)], "DEL"),
+            5 => (
+                vec!["SETNX".into(), format!("c{i}:nx:{seq}"), format!("v{seq}")],
+                "SETNX",
+            ),
+            _ => (
+                vec![
+                    "HSET".into(),
+                    format!("c{i}:h"),
+                    format!("f{}", seq % 16),
+                    format!("v{seq}"),
+                ],
+                "HSET",
+            ),
+        }
+    }
+
+    /// Checks a reply against what is known and records what it tells.
+    fn answered(&mut self, args: &[String], reply: &str) {
+        let key = args[1].clone();
+        let wrong = |what: &str| format!("client {}: {args:?} answered {reply:?}, {what}", self.id);
+        match args[0].as_str() {
+            "SET" => {
+                if reply == "+OK\r\n" {
+                    self.unknown.remove(&key);
+                    self.strings.insert(key, Some(args[2].clone()));
+                } else {
+                    self.wrong.push(wrong("expected +OK"));
+                }
+            }
+            "GET" => {
+                if let Some(known) = self.strings.get(&key) {
+                    let expected = match known {
+                        Some(v) => format!("${}\r\n{v}\r\n", v.len()),
+                        None => "$-1\r\n".to_string(),
+                    };
+                    if reply != expected && !self.unknown.contains(&key) {
+                        self.wrong.push(wrong(&format!("expected {expected:?}")));
+                    }
+                }
+            }
+            "INCR" => {
+                let value: Option<u64> = reply
+                    .strip_prefix(':')
+                    .and_then(|r| r.trim_end().parse().ok());
+                let low = self.incr_acked + 1;
+                let high = low + self.incr_failed;
+                match value {
+                    Some(v) if (low..=high).contains(&v) => self.incr_acked += 1,
+                    _ => {
+                        self.incr_acked += 1;
+                        self.wrong.push(wrong(&format!("expected :{low}..:{high}")));
+                    }
+                }
+            }
+            "SADD" => {
+                if reply == ":1\r\n" {
+                    self.members.push(args[2].clone());
+                } else {
+                    self.wrong.push(wrong("expected :1 (a new member)"));
+                }
+            }
+            "DEL" => {
+                if let (Some(known), false) = (self.strings.get(&key), self.unknown.contains(&key))
+                {
+                    let expected = if known.is_some() { ":1\r\n" } else { ":0\r\n" };
+                    if reply != expected {
+                        self.wrong.push(wrong(&format!("expected {expected:?}")));
+                    }
+                }
+                self.unknown.remove(&key);
+                self.strings.insert(key, None);
+            }
+            "SETNX" => {
+                if reply == ":1\r\n" {
+                    self.nx.push((key, args[2].clone()));
+                } else {
+                    self.wrong.push(wrong("expected :1 (a fresh key)"));
+                }
+            }
+            _ => {
+                let field = args[2].clone();
+                if let (false, Some(_)) = (
+                    self.fields_unknown.contains(&field),
+                    reply.strip_prefix(':'),
+                ) {
+                    let expected = if self.fields.contains_key(&field) {
+                        ":0\r\n"
+                    } else {
+                        ":1\r\n"
+                    };
+                    if reply != expected {
+                        self.wrong.push(wrong(&format!("expected {expected:?}")));
+                    }
+                } else if !reply.starts_with(':') {
+                    self.wrong.push(wrong("expected an integer"));
+                }
+                self.fields_unknown.remove(&field);
+                self.fields.insert(field, args[3].clone());
+            }
+        }
+    }
+
+    /// A write whose outcome the client cannot know: what it touched becomes unknown.
+    fn failed(&mut self, args: &[String]) {
+        let key = args[1].clone();
+        match args[0].as_str() {
+            "SET" | "DEL" => {
+                self.unknown.insert(key);
+            }
+            "INCR" => self.incr_failed += 1,
+            "HSET" => {
+                self.fields_unknown.insert(args[2].clone());
+            }
+            // A member or a fresh key that may or may not be there: never asserted.
+            _ => {}
+        }
+    }
+}
+
+/// The clients, running until told to stop.
+struct Load {
+    addr: String,
+    started: Instant,
+    stop: Arc<AtomicBool>,
+    clients: Vec<JoinHandle<Client>>,
+}
+
+impl Load {
+    fn start(addr: &str) -> Load {
+        let started = Instant::now();
+        let stop = Arc::new(AtomicBool::new(false));
+        let clients = (0..env_number("HF_CHAOS_CLIENTS", 4) as usize)
+            .map(|id| {
+                let addr = addr.to_string();
+                let stop = stop.clone();
+                tokio::spawn(async move { client(id, &addr, started, &stop).await })
+            })
+            .collect();
+        Load {
+            addr: addr.to_string(),
+            started,
+            stop,
+            clients,
+        }
+    }
+
+    /// Seconds since the load started.
+    fn now(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
+    /// Stops the clients, reads everything back and reports.
+    async fn finish(self, fault: &str, span: Span) -> Report {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut clients = Vec::new();
+        for handle in self.clients {
+            clients.push(handle.await.expect("a client task"));
+        }
+        let mut conn = RawConn::connect(&self.addr).await;
+        let mut report = Report {
+            fault: fault.to_string(),
+            span,
+            ..Report::default()
+        };
+        for c in &clients {
+            oracle(&mut conn, c, &mut report).await;
+            report.ops += c.samples.len();
+            report.errors.extend(c.errors.iter().cloned());
+            report.wrong.extend(c.wrong.iter().cloned());
+        }
+        let mut latencies: Vec<f64> = clients
+            .iter()
+            .flat_map(|c| c.samples.iter().map(|s| s.latency))
+            .collect();
+        latencies.sort_by(f64::total_cmp);
+        let at = |q: f64| {
+            latencies
+                .get(((latencies.len() as f64 - 1.0) * q) as usize)
+                .copied()
+                .unwrap_or(0.0)
+        };
+        report.p50 = at(0.5);
+        report.p99 = at(0.99);
+        report.longest = at(1.0);
+        report.ok_after = clients
+            .iter()
+            .flat_map(|c| &c.samples)
+            .filter(|s| s.ok && s.at > report.span.healed)
+            .count();
+        report.print();
+        if let Ok(dir) = std::env::var("HF_CHAOS_OUT") {
+            report.save(&dir, &clients);
+        }
+        report
+    }
+}
+
+async fn client(id: usize, addr: &str, started: Instant, stop: &AtomicBool) -> Client {
+    let mut state = Client {
+        id,
+        ..Client::default()
+    };
+    let mut conn = RawConn::connect(addr).await;
+    let mut seq = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        seq += 1;
+        let (args, op) = state.next(seq);
+        let words: Vec<&str> = args.iter().map(String::as_str).collect();
+        let sent = Instant::now();
+        let at = sent.duration_since(started).as_secs_f64();
+        let reply = match conn.try_send(&encode_str(&words)).await {
+            Ok(()) => conn
+                .try_read_reply(Duration::from_secs(180))
+                .await
+                .map(|r| text(&r))
+                .map_err(|e| format!("no reply: {e:?}")),
+            Err(e) => Err(format!("cannot send: {e}")),
+        };
+        let latency = sent.elapsed().as_secs_f64() * 1000.0;
+        let ok = match reply {
+            Ok(reply) if !reply.starts_with('-') => {
+                state.answered(&args, &reply);
+                true
+            }
+            Ok(error) => {
+                state
+                    .errors
+                    .push((at, format!("{op}: {}", error.trim_end())));
+                state.failed(&args);
+                false
+            }
+            Err(why) => {
+                state.errors.push((at, format!("{op}: {why}")));
+                state.failed(&args);
+                conn = RawConn::connect(addr).await;
+                false
+            }
+        };
+        state.samples.push(Sample {
+            at,
+            latency,
+            op,
+            ok,
+        });
+        sleep(Duration::from_millis(1)).await;
+    }
+    state
+}
+
+/// Sends `commands` pipelined (one write) and reads their replies in order.
+async fn ask(conn: &mut RawConn, commands: Vec<Vec<String>>) -> Vec<String> {
+    let mut raw = Vec::new();
+    for command in &commands {
+        let words: Vec<&str> = command.iter().map(String::as_str).collect();
+        raw.extend(encode_str(&words));
+    }
+    conn.send(&raw).await;
+    let mut replies = Vec::with_capacity(commands.len());
+    for _ in 0..commands.len() {
+        let reply = conn
+            .try_read_reply(Duration::from_secs(60))
+            .await
+            .expect("the oracle's read");
+        replies.push(text(&reply));
+    }
+    replies
+}
+
+/// Reads back what client `c` knows must be stored, through holdfast, and adds what is
+/// missing or doubled to the report.
+async fn oracle(conn: &mut RawConn, c: &Client, report: &mut Report) {
+    let i = c.id;
+    let known: Vec<(&String, &Option<String>)> = c
+        .strings
+        .iter()
+        .filter(|(k, _)| !c.unknown.contains(*k))
+        .collect();
+    let replies = ask(
+        conn,
+        known
+            .iter()
+            .map(|(k, _)| vec!["GET".into(), (*k).clone()])
+            .collect(),
+    )
+    .await;
+    for ((key, value), reply) in known.iter().zip(replies) {
+        let expected = match value {
+            Some(v) => format!("${}\r\n{v}\r\n", v.len()),
+            None => "$-1\r\n".to_string(),
+        };
+        if reply != expected {
+            report
+                .lost
+                .push(format!("{key}: {reply:?}, acknowledged {expected:?}"));
+        }
+    }
+    let counter = ask(conn, vec![vec!["GET".into(), format!("c{i}:n")]]).await;
+    let stored: u64 = counter[0]
+        .lines()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    if stored < c.incr_acked {
+        report.lost.push(format!(
+            "c{i}:n is {stored}, {} increments acknowledged",
+            c.incr_acked
+        ));
+    }
+    if stored > c.incr_acked + c.incr_failed {
+        report.doubled.push(format!(
+            "c{i}:n is {stored}: {} acknowledged, {} failed",
+            c.incr_acked, c.incr_failed
+        ));
+    }
+    report.increments += c.incr_acked;
+    let members = ask(conn, vec![vec!["SMEMBERS".into(), format!("c{i}:set")]]).await;
+    let missing = c
+        .members
+        .iter()
+        .filter(|m| !members[0].contains(&format!("\r\n{m}\r\n")))
+        .count();
+    if missing > 0 {
+        report
+            .lost
+            .push(format!("c{i}:set misses {missing} acknowledged members"));
+    }
+    let replies = ask(
+        conn,
+        c.nx.iter()
+            .map(|(k, _)| vec!["GET".into(), k.clone()])
+            .collect(),
+    )
+    .await;
+    for ((key, value), reply) in c.nx.iter().zip(replies) {
+        if reply != format!("${}\r\n{value}\r\n", value.len()) {
+            report
+                .lost
+                .push(format!("{key}: {reply:?}, SETNX acknowledged"));
+        }
+    }
+    let fields: Vec<(&String, &String)> = c
+        .fields
+        .iter()
+        .filter(|(f, _)| !c.fields_unknown.contains(*f))
+        .collect();
+    let replies = ask(
+        conn,
+        fields
+            .iter()
+            .map(|(f, _)| vec!["HGET".into(), format!("c{i}:h"), (*f).clone()])
+            .collect(),
+    )
+    .await;
+    for ((field, value), reply) in fields.iter().zip(replies) {
+        if reply != format!("${}\r\n{value}\r\n", value.len()) {
+            report
+                .lost
+                .push(format!("c{i}:h {field}: {reply:?}, acknowledged {value:?}"));
+        }
+    }
+}
+
+/// When the fault began and when the backend had healed, in seconds since the load started;
+/// and what the fault's own phases took.
+#[derive(Default)]
+struct Span {
+    began: f64,
+    healed: f64,
+    detail: String,
+}
+
+#[derive(Default)]
+struct Report {
+    fault: String,
+    span: Span,
+    ops: usize,
+    increments: u64,
+    errors: Vec<(f64, String)>,
+    wrong: Vec<String>,
+    lost: Vec<String>,
+    doubled: Vec<String>,
+    p50: f64,
+    p99: f64,
+    longest: f64,
+    /// Requests answered after the backend healed.
+    ok_after: usize,
+}
+
+impl Report {
+    fn print(&self) {
+        eprintln!(
+            "chaos | {} | fault {:.1} s ({}) | longest hold {:.1} s | p50 {:.2} ms | p99 {:.1} ms | \
+             {} requests, {} increments | errors {} | wrong replies {} | lost {} | applied twice {}",
+            self.fault,
+            self.span.healed - self.span.began,
+            self.span.detail,
+            self.longest / 1000.0,
+            self.p50,
+            self.p99,
+            self.ops,
+            self.increments,
+            self.errors.len(),
+            self.wrong.len(),
+            self.lost.len(),
+            self.doubled.len()
+        );
+    }
+
+    /// Every request's latency as CSV, and the summary line, for `tests/chaos/plot.py`.
+    fn save(&self, dir: &str, clients: &[Client]) {
+        let slug: String = self
+            .fault
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        std::fs::create_dir_all(dir).expect("HF_CHAOS_OUT is a directory");
+        let mut csv = String::from("at_s,latency_ms,op,ok,client\n");
+        for c in clients {
+            for s in &c.samples {
+                let _ = writeln!(
+                    csv,
+                    "{:.4},{:.3},{},{},{}",
+                    s.at, s.latency, s.op, s.ok, c.id
+                );
+            }
+        }
+        std::fs::write(format!("{dir}/{slug}.csv"), csv).expect("samples written");
+        let summary = format!(
+            "fault\t{}\nbegan_s\t{:.3}\nhealed_s\t{:.3}\ndetail\t{}\nlongest_hold_s\t{:.3}\n\
+             p50_ms\t{:.3}\np99_ms\t{:.3}\nrequests\t{}\nerrors\t{}\nwrong\t{}\nlost\t{}\ndoubled\t{}\n",
+            self.fault,
+            self.span.began,
+            self.span.healed,
+            self.span.detail,
+            self.longest / 1000.0,
+            self.p50,
+            self.p99,
+            self.ops,
+            self.errors.len(),
+            self.wrong.len(),
+            self.lost.len(),
+            self.doubled.len()
+        );
+        std::fs::write(format!("{dir}/{slug}.tsv"), summary).expect("summary written");
+    }
+
+    /// Through the fault: no error, no wrong reply, nothing lost, nothing applied twice.
+    fn assert_held(&self) {
+        assert!(
+            self.errors.is_empty(),
+            "{}: client-visible errors: {:?}",
+            self.fault,
+            &self.errors[..self.errors.len().min(10)]
+        );
+        self.assert_consistent();
+    }
+
+    fn assert_consistent(&self) {
+        assert!(
+            self.wrong.is_empty(),
+            "{}: wrong replies: {:?}",
+            self.fault,
+            &self.wrong[..self.wrong.len().min(10)]
+        );
+        assert!(
+            self.lost.is_empty(),
+            "{}: lost: {:?}",
+            self.fault,
+            self.lost
+        );
+        assert!(
+            self.doubled.is_empty(),
+            "{}: applied twice: {:?}",
+            self.fault,
+            self.doubled
+        );
+        assert!(
+            self.ok_after > 0,
+            "{}: no request succeeded after the backend healed",
+            self.fault
+        );
+        assert!(
+            self.increments > 0,
+            "{}: no increment acknowledged",
+            self.fault
+        );
+    }
+}
+
+fn quoted(addrs: &[String]) -> String {
+    addrs
+        .iter()
+        .map(|a| format!("\"{a}\""))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[test]
+fn sentinel_master_sigkilled() {
+    run(async {
+        let mut master = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
+        let port = master.port().to_string();
+        let replica = RedisServer::start_with(&[
+            "--repl-diskless-sync-delay",
+            "0",
+            "--replicaof",
+            "127.0.0.1",
+            &port,
+        ]);
+        until(
+            Duration::from_secs(20),
+            "the replica's first sync",
+            || async {
+                replica
+                    .cmd(&["INFO", "replication"])
+                    .contains("master_link_status:up")
+            },
+        )
+        .await;
+        let sentinels: Vec<Sentinel> = (0..3).map(|_| Sentinel::start(master.port())).collect();
+        // Every sentinel knows the replica and the two others before the master dies.
+        for s in &sentinels {
+            until(Duration::from_secs(20), "sentinels to meet", || async {
+                let others = s.query(&["SENTINEL", "SENTINELS", "mymaster"]).await;
+                let replicas = s.query(&["SENTINEL", "REPLICAS", "mymaster"]).await;
+                others.is_some_and(|o| o.starts_with("*2"))
+                    && replicas.is_some_and(|r| r.starts_with("*1"))
+            })
+            .await;
+        }
+        let addrs: Vec<String> = sentinels.iter().map(Sentinel::addr).collect();
+        // Redis replicates asynchronously: without min_replicas_ack an increment acknowledged
+        // just before the kill can be missing on the promoted replica.
+        let proxy = Proxy::start(&format!(
+            "{}[backends.ha]\nkind = \"sentinel\"\nmaster_name = \"mymaster\"\n\
+             sentinels = [{}]\npool_size = 2\n\
+             [[namespaces]]\nname = \"ha\"\nbackend = \"ha\"\n",
+            policy(100, "min_replicas_ack = 1"),
+            quoted(&addrs)
+        ))
+        .await;
+        let load = Load::start(&proxy.addr);
+        sleep(load_secs()).await;
+
+        let began = load.now();
+        master.kill();
+        let replica_port = replica.port();
+        until(Duration::from_secs(60), "the replica's promotion", || {
+            sentinels[0].names_master(replica_port)
+        })
+        .await;
+        let promoted = load.now();
+        // The old master comes back empty and Sentinel makes it a replica of the new one;
+        // writes wait for a replica (min_replicas_ack) until it has synced.
+        master.restart();
+        until(
+            Duration::from_secs(60),
+            "the old master to resync",
+            || async {
+                master
+                    .cmd(&["INFO", "replication"])
+                    .contains("master_link_status:up")
+            },
+        )
+        .await;
+        let healed = load.now();
+        sleep(load_secs()).await;
+        let report = load
+            .finish(
+                "sentinel master SIGKILL",
+                Span {
+                    began,
+                    healed,
+                    detail: format!(
+                        "promoted after {:.1} s, a replica again after {:.1} s",
+                        promoted - began,
+                        healed - began
+                    ),
+                },
+            )
+            .await;
+        report.assert_held();
+        proxy.stop().await;
+    });
+}
+
+#[test]
+fn cluster_primary_sigkilled() {
+    run(async {
+        let mut cluster = Cluster::start();
+        let proxy = Proxy::start(&format!(
+            "{}[backends.big]\nkind = \"cluster\"\nnodes = [{}]\npool_size = 2\n\
+             [[namespaces]]\nname = \"big\"\nbackend = \"big\"\n",
+            policy(100, "min_replicas_ack = 1"),
+            quoted(&cluster.addrs())
+        ))
+        .await;
+        let load = Load::start(&proxy.addr);
+        sleep(load_secs()).await;
+
+        // The primary of one client's counter: its clients are held, the others' requests
+        // fail over only when their connection to it ends.
+        let victim = cluster.primary_of("c0:n");
+        let link = format!("master_port:{}", cluster.nodes[victim].port());
+        let heir = (0..6)
+            .find(|&i| {
+                i != victim
+                    && cluster.nodes[i]
+                        .cmd(&["INFO", "replication"])
+                        .contains(&link)
+            })
+            .expect("the primary's replica");
+        let began = load.now();
+        cluster.nodes[victim].kill();
+        until(Duration::from_secs(60), "the replica's promotion", || {
+            let promoted = cluster.nodes[heir]
+                .cmd(&["INFO", "replication"])
+                .contains("role:master");
+            async move { promoted }
+        })
+        .await;
+        // Only a promoted replica makes the cluster whole again with a primary dead.
+        let promoted = load.now();
+        cluster.nodes[victim].restart();
+        cluster.wait_healthy(Duration::from_secs(60));
+        let healed = load.now();
+        sleep(load_secs()).await;
+        let report = load
+            .finish(
+                "cluster primary SIGKILL",
+                Span {
+                    began,
+                    healed,
+                    detail: format!(
+                        "cluster ok after {:.1} s, replica again after {:.1} s",
+                        promoted - began,
+                        healed - began
+                    ),
+                },
+            )
+            .await;
+        report.assert_held();
+        proxy.stop().await;
+    });
+}
+
+/// A PostgreSQL primary and its synchronous standby (an acknowledged commit is on both).
+fn pg_pair() -> (PgServer, PgServer) {
+    let primary = PgServer::start();
+    let standby = PgServer::standby_of(&primary);
+    primary.psql("ALTER SYSTEM SET synchronous_standby_names = '*'");
+    primary.psql("SELECT pg_reload_conf()");
+    (primary, standby)
+}
+
+#[test]
+fn postgres_primary_killed_and_standby_promoted() {
+    if !postgres::available() {
+        eprintln!("skipped: PostgreSQL is not installed (tests/run installs it)");
+        return;
+    }
+    run(async {
+        let (mut primary, standby) = pg_pair();
+        let url = format!(
+            "postgres://holdfast@{},{}/holdfast",
+            primary.addr(),
+            standby.addr()
+        );
+        let proxy = Proxy::start(&format!(
+            "{}[backends.pg]\nkind = \"postgres\"\nurl = \"{url}\"\npool_size = 4\n\
+             [[namespaces]]\nname = \"pg\"\nbackend = \"pg\"\n",
+            policy(100, "")
+        ))
+        .await;
+        let load = Load::start(&proxy.addr);
+        sleep(load_secs()).await;
+
+        let began = load.now();
+        primary.stop_immediate();
+        // The promoted standby has no standby of its own: it must not wait for one.
+        standby.promote();
+        standby.psql("ALTER SYSTEM SET synchronous_standby_names = ''");
+        standby.psql("SELECT pg_reload_conf()");
+        let healed = load.now();
+        sleep(load_secs()).await;
+        let report = load
+            .finish(
+                "postgres primary killed, standby promoted",
+                Span {
+                    began,
+                    healed,
+                    detail: "kill, then pg_ctl promote".into(),
+                },
+            )
+            .await;
+        report.assert_held();
+        proxy.stop().await;
+    });
+}
+
+#[test]
+fn postgres_restarted_in_place() {
+    if !postgres::available() {
+        eprintln!("skipped: PostgreSQL is not installed (tests/run installs it)");
+        return;
+    }
+    run(async {
+        let mut pg = PgServer::start();
+        let proxy = Proxy::start(&format!(
+            "{}[backends.pg]\nkind = \"postgres\"\nurl = \"{}\"\npool_size = 4\n\
+             [[namespaces]]\nname = \"pg\"\nbackend = \"pg\"\n",
+            policy(100, ""),
+            pg.url()
+        ))
+        .await;
+        let load = Load::start(&proxy.addr);
+        sleep(load_secs()).await;
+
+        let began = load.now();
+        pg.stop_immediate();
+        sleep(Duration::from_secs(3)).await;
+        pg.start_again();
+        let healed = load.now();
+        sleep(load_secs()).await;
+        let report = load
+            .finish(
+                "postgres restarted in place",
+                Span {
+                    began,
+                    healed,
+                    detail: "immediate stop, 3 s down".into(),
+                },
+            )
+            .await;
+        report.assert_held();
+        proxy.stop().await;
+    });
+}
+
+/// A Redis behind the relay, with a short response timeout: a blackholed request is given
+/// up on after 1 s (Transient) and replayed by its token.
+async fn behind_relay(redis: &RedisServer, policy: &str) -> (Relay, Proxy) {
+    let relay = Relay::start(&redis.addr()).await;
+    let proxy = Proxy::start(&format!(
+        "{policy}[backends.r]\nkind = \"redis\"\nurl = \"redis://{}\"\npool_size = 2\n\
+         connection_timeout = \"1s\"\nresponse_timeout = \"1s\"\n\
+         [[namespaces]]\nname = \"r\"\nbackend = \"r\"\n",
+        relay.addr()
+    ))
+    .await;
+    (relay, proxy)
+}
+
+#[test]
+fn backend_blackholed_for_ten_seconds() {
+    run(async {
+        let redis = RedisServer::start();
+        let (relay, proxy) = behind_relay(&redis, &policy(100, "")).await;
+        let load = Load::start(&proxy.addr);
+        sleep(load_secs()).await;
+
+        let began = load.now();
+        relay.blackhole();
+        sleep(Duration::from_secs(10)).await;
+        relay.pass();
+        let healed = load.now();
+        sleep(load_secs()).await;
+        let report = load
+            .finish(
+                "backend blackholed",
+                Span {
+                    began,
+                    healed,
+                    detail: "nothing forwarded, nothing closed".into(),
+                },
+            )
+            .await;
+        report.assert_held();
+        proxy.stop().await;
+    });
+}
+
+#[test]
+fn an_outage_longer_than_the_budget() {
+    run(async {
+        let redis = RedisServer::start();
+        // A budget of about 3 s: 8 attempts, backoff 50 ms doubling, capped at 1 s.
+        let (relay, proxy) = behind_relay(&redis, &policy(8, "")).await;
+        let load = Load::start(&proxy.addr);
+        sleep(load_secs()).await;
+
+        let began = load.now();
+        relay.refuse();
+        sleep(Duration::from_secs(8)).await;
+        relay.pass();
+        let healed = load.now();
+        sleep(load_secs()).await;
+        let report = load
+            .finish(
+                "outage longer than the budget",
+                Span {
+                    began,
+                    healed,
+                    detail: "connections refused for 8 s, budget about 3 s".into(),
+                },
+            )
+            .await;
+        // Clean errors, only during the outage (plus one budget), each saying whether the
+        // request may have been applied; then service again, with nothing lost or doubled.
+        assert!(
+            !report.errors.is_empty(),
+            "an 8 s outage should outlast a 3 s budget"
+        );
+        for (at, error) in &report.errors {
+            assert!(
+                error.contains("UNAVAILABLE") || error.contains("INDOUBT"),
+                "not a clean error: {error}"
+            );
+            assert!(
+                *at >= began - 0.5 && *at <= healed + 0.5,
+                "an error at {at:.1} s, outside the outage ({began:.1}..{healed:.1} s): {error}"
+            );
+        }
+        report.assert_consistent();
+        proxy.stop().await;
+    });
+}
