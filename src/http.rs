@@ -70,20 +70,40 @@ async fn respond(
 async fn readiness(shared: &Shared) -> (&'static str, String) {
     let mut body = String::new();
     let mut all = true;
-    let state = shared.current();
-    for backend in state.backends.iter() {
-        let up = backend.ready(READY_TIMEOUT).await;
-        crate::metrics::backend_up(backend.name(), up);
+    for (name, up) in probe(shared).await {
         all &= up;
-        body.push_str(&format!(
-            "{} {}\n",
-            backend.name(),
-            if up { "up" } else { "down" }
-        ));
+        body.push_str(&format!("{name} {}\n", if up { "up" } else { "down" }));
     }
     if all {
         ("200 OK", body)
     } else {
         ("503 Service Unavailable", body)
+    }
+}
+
+/// Probes every backend of the running generation and records each answer in
+/// `holdfast_backend_up`.
+async fn probe(shared: &Shared) -> Vec<(String, bool)> {
+    let state = shared.current();
+    let mut results = Vec::new();
+    for backend in state.backends.iter() {
+        let up = backend.ready(READY_TIMEOUT).await;
+        crate::metrics::backend_up(backend.name(), up);
+        results.push((backend.name().to_string(), up));
+    }
+    results
+}
+
+/// How often backend health is probed for the metrics when nobody asks `/readyz`.
+pub const HEALTH_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Keeps `holdfast_backend_up` current: probes every backend each [`HEALTH_INTERVAL`], so the
+/// metric tells a backend's health whether or not an orchestrator polls `/readyz`.
+pub async fn watch_health(shared: std::sync::Arc<Shared>) {
+    let mut every = tokio::time::interval(HEALTH_INTERVAL);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        probe(&shared).await;
     }
 }

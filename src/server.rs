@@ -163,6 +163,7 @@ pub async fn run(shared: Arc<Shared>, listener: TcpListener, shutdown: impl Futu
         None => None,
     };
     let mut connections = JoinSet::new();
+    let health = tokio::spawn(crate::http::watch_health(shared.clone()));
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -210,6 +211,7 @@ pub async fn run(shared: Arc<Shared>, listener: TcpListener, shutdown: impl Futu
         }
     }
     drop(listener);
+    health.abort();
     let _ = stop_tx.send(true);
     if !drain(&mut connections, server.shutdown_grace).await {
         // Held requests stop waiting and answer UNAVAILABLE/INDOUBT; a dispatch in flight

@@ -886,12 +886,13 @@ fn postgres_restarted_in_place() {
 
 /// A Redis behind the relay, with a short response timeout: a blackholed request is given
 /// up on after 1 s (Transient) and replayed by its token.
-async fn behind_relay(redis: &RedisServer, policy: &str) -> (Relay, Proxy) {
+/// `name` names both the backend and the namespace (metrics are per test binary).
+async fn behind_relay(redis: &RedisServer, policy: &str, name: &str) -> (Relay, Proxy) {
     let relay = Relay::start(&redis.addr()).await;
     let proxy = Proxy::start(&format!(
-        "{policy}[backends.r]\nkind = \"redis\"\nurl = \"redis://{}\"\npool_size = 2\n\
+        "{policy}[backends.{name}]\nkind = \"redis\"\nurl = \"redis://{}\"\npool_size = 2\n\
          connection_timeout = \"1s\"\nresponse_timeout = \"1s\"\n\
-         [[namespaces]]\nname = \"r\"\nbackend = \"r\"\n",
+         [[namespaces]]\nname = \"{name}\"\nbackend = \"{name}\"\n",
         relay.addr()
     ))
     .await;
@@ -902,15 +903,41 @@ async fn behind_relay(redis: &RedisServer, policy: &str) -> (Relay, Proxy) {
 fn backend_blackholed_for_ten_seconds() {
     run(async {
         let redis = RedisServer::start();
-        let (relay, proxy) = behind_relay(&redis, &policy(100, "")).await;
+        let (relay, proxy) = behind_relay(&redis, &policy(100, ""), "bh").await;
         let load = Load::start(&proxy.addr);
         sleep(load_secs()).await;
 
         let began = load.now();
         relay.blackhole();
-        sleep(Duration::from_secs(10)).await;
+        // Meanwhile the metrics show requests held and the backend down (its health probe
+        // runs every 5 s).
+        let (mut saw_held, mut saw_down) = (false, false);
+        let blackholed = Instant::now();
+        while blackholed.elapsed() < Duration::from_secs(10) {
+            saw_held |= proxy
+                .metric("holdfast_held_requests{namespace=\"bh\"}")
+                .await
+                > 0.0;
+            saw_down |= proxy.metric("holdfast_backend_up{backend=\"bh\"}").await == 0.0
+                && blackholed.elapsed() > Duration::from_secs(1);
+            sleep(Duration::from_millis(200)).await;
+        }
         relay.pass();
         let healed = load.now();
+        assert!(
+            saw_held,
+            "holdfast_held_requests never showed a held request"
+        );
+        assert!(
+            saw_down,
+            "holdfast_backend_up never showed the backend down"
+        );
+        until(
+            Duration::from_secs(10),
+            "the backend to be up again",
+            || async { proxy.metric("holdfast_backend_up{backend=\"bh\"}").await == 1.0 },
+        )
+        .await;
         sleep(load_secs()).await;
         let report = load
             .finish(
@@ -923,6 +950,13 @@ fn backend_blackholed_for_ten_seconds() {
             )
             .await;
         report.assert_held();
+        let holds = proxy
+            .metric("holdfast_hold_duration_seconds_count{namespace=\"bh\"}")
+            .await;
+        assert!(
+            holds > 0.0,
+            "no hold recorded in holdfast_hold_duration_seconds"
+        );
         proxy.stop().await;
     });
 }
@@ -932,7 +966,7 @@ fn an_outage_longer_than_the_budget() {
     run(async {
         let redis = RedisServer::start();
         // A budget of about 3 s: 8 attempts, backoff 50 ms doubling, capped at 1 s.
-        let (relay, proxy) = behind_relay(&redis, &policy(8, "")).await;
+        let (relay, proxy) = behind_relay(&redis, &policy(8, ""), "out").await;
         let load = Load::start(&proxy.addr);
         sleep(load_secs()).await;
 
