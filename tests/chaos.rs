@@ -9,7 +9,8 @@
 //! means applied twice, below means lost), deleted keys are absent. Errors the clients saw are
 //! counted, and the longest hold is reported next to the fault's own duration.
 //!
-//! Faults: a Sentinel-managed master SIGKILLed; a Cluster primary SIGKILLed; a PostgreSQL
+//! Faults: a Sentinel-managed master SIGKILLed, and one demoted by `SENTINEL FAILOVER`; a
+//! Cluster primary SIGKILLed; a PostgreSQL
 //! primary killed and its standby promoted; PostgreSQL restarted in place; the backend
 //! blackholed for 10 s; an outage longer than the failover budget (clean errors during it,
 //! service after it).
@@ -642,50 +643,57 @@ fn quoted(addrs: &[String]) -> String {
         .join(", ")
 }
 
+/// A master, its replica and three sentinels that know each other, and holdfast on them
+/// with `min_replicas_ack = 1`.
+async fn sentinel_setup(backend: &str) -> (RedisServer, RedisServer, Vec<Sentinel>, Proxy) {
+    let master = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
+    let port = master.port().to_string();
+    let replica = RedisServer::start_with(&[
+        "--repl-diskless-sync-delay",
+        "0",
+        "--replicaof",
+        "127.0.0.1",
+        &port,
+    ]);
+    until(
+        Duration::from_secs(20),
+        "the replica's first sync",
+        || async {
+            replica
+                .cmd(&["INFO", "replication"])
+                .contains("master_link_status:up")
+        },
+    )
+    .await;
+    let sentinels: Vec<Sentinel> = (0..3).map(|_| Sentinel::start(master.port())).collect();
+    // Every sentinel knows the replica and the two others before the fault.
+    for s in &sentinels {
+        until(Duration::from_secs(20), "sentinels to meet", || async {
+            let others = s.query(&["SENTINEL", "SENTINELS", "mymaster"]).await;
+            let replicas = s.query(&["SENTINEL", "REPLICAS", "mymaster"]).await;
+            others.is_some_and(|o| o.starts_with("*2"))
+                && replicas.is_some_and(|r| r.starts_with("*1"))
+        })
+        .await;
+    }
+    let addrs: Vec<String> = sentinels.iter().map(Sentinel::addr).collect();
+    // Redis replicates asynchronously: without min_replicas_ack a write acknowledged just
+    // before the master's death can be missing on the promoted replica.
+    let proxy = Proxy::start(&format!(
+        "{}[backends.{backend}]\nkind = \"sentinel\"\nmaster_name = \"mymaster\"\n\
+         sentinels = [{}]\npool_size = 2\n\
+         [[namespaces]]\nname = \"{backend}\"\nbackend = \"{backend}\"\n",
+        policy(100, "min_replicas_ack = 1"),
+        quoted(&addrs)
+    ))
+    .await;
+    (master, replica, sentinels, proxy)
+}
+
 #[test]
 fn sentinel_master_sigkilled() {
     run(async {
-        let mut master = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
-        let port = master.port().to_string();
-        let replica = RedisServer::start_with(&[
-            "--repl-diskless-sync-delay",
-            "0",
-            "--replicaof",
-            "127.0.0.1",
-            &port,
-        ]);
-        until(
-            Duration::from_secs(20),
-            "the replica's first sync",
-            || async {
-                replica
-                    .cmd(&["INFO", "replication"])
-                    .contains("master_link_status:up")
-            },
-        )
-        .await;
-        let sentinels: Vec<Sentinel> = (0..3).map(|_| Sentinel::start(master.port())).collect();
-        // Every sentinel knows the replica and the two others before the master dies.
-        for s in &sentinels {
-            until(Duration::from_secs(20), "sentinels to meet", || async {
-                let others = s.query(&["SENTINEL", "SENTINELS", "mymaster"]).await;
-                let replicas = s.query(&["SENTINEL", "REPLICAS", "mymaster"]).await;
-                others.is_some_and(|o| o.starts_with("*2"))
-                    && replicas.is_some_and(|r| r.starts_with("*1"))
-            })
-            .await;
-        }
-        let addrs: Vec<String> = sentinels.iter().map(Sentinel::addr).collect();
-        // Redis replicates asynchronously: without min_replicas_ack an increment acknowledged
-        // just before the kill can be missing on the promoted replica.
-        let proxy = Proxy::start(&format!(
-            "{}[backends.ha]\nkind = \"sentinel\"\nmaster_name = \"mymaster\"\n\
-             sentinels = [{}]\npool_size = 2\n\
-             [[namespaces]]\nname = \"ha\"\nbackend = \"ha\"\n",
-            policy(100, "min_replicas_ack = 1"),
-            quoted(&addrs)
-        ))
-        .await;
+        let (mut master, replica, sentinels, proxy) = sentinel_setup("ha").await;
         let load = Load::start(&proxy.addr);
         sleep(load_secs()).await;
 
@@ -723,6 +731,54 @@ fn sentinel_master_sigkilled() {
                         promoted - began,
                         healed - began
                     ),
+                },
+            )
+            .await;
+        report.assert_held();
+        proxy.stop().await;
+    });
+}
+
+/// A failover ordered by Sentinel: the master is demoted to a replica, not killed. Sentinel
+/// closes the clients of the instances it reconfigures; a write that reaches the demoted
+/// master before that is answered `READONLY` (NotAttempted), and holdfast drops such a
+/// connection and asks the sentinels again.
+#[test]
+fn sentinel_failover_demotes_the_master() {
+    run(async {
+        let (master, replica, sentinels, proxy) = sentinel_setup("demoted").await;
+        let load = Load::start(&proxy.addr);
+        sleep(load_secs()).await;
+
+        let began = load.now();
+        let ordered = sentinels[0]
+            .query(&["SENTINEL", "FAILOVER", "mymaster"])
+            .await;
+        assert_eq!(ordered.as_deref(), Some("+OK\r\n"));
+        let replica_port = replica.port();
+        until(Duration::from_secs(60), "the replica's promotion", || {
+            sentinels[0].names_master(replica_port)
+        })
+        .await;
+        until(
+            Duration::from_secs(60),
+            "the old master to follow it",
+            || async {
+                master
+                    .cmd(&["INFO", "replication"])
+                    .contains("master_link_status:up")
+            },
+        )
+        .await;
+        let healed = load.now();
+        sleep(load_secs()).await;
+        let report = load
+            .finish(
+                "sentinel failover, master demoted",
+                Span {
+                    began,
+                    healed,
+                    detail: "SENTINEL FAILOVER".into(),
                 },
             )
             .await;
