@@ -117,6 +117,10 @@ pub struct ServerConfig {
     /// Most commands queued between MULTI and EXEC; one more is refused and the
     /// transaction discarded (a queue is held in memory until EXEC).
     pub max_queued_commands: usize,
+    /// Most pipelined requests of one client taken from its buffer at once, and so the most
+    /// whose first dispatch is sent ahead together (see the README's performance section).
+    /// Bounds the memory a deep pipeline takes per connection.
+    pub max_pipeline: usize,
     /// A client silent for this long is disconnected; `0s` (the default) never, as Redis.
     #[serde(with = "humantime_serde")]
     pub idle_timeout: Duration,
@@ -151,6 +155,7 @@ impl Default for ServerConfig {
             max_arguments: 1024 * 1024,
             max_keys_per_command: 10_000,
             max_queued_commands: 10_000,
+            max_pipeline: 256,
             idle_timeout: Duration::ZERO,
             shutdown_grace: Duration::from_secs(30),
             tls: None,
@@ -727,6 +732,12 @@ impl Config {
         }
         if self.server.max_queued_commands == 0 {
             return Err(invalid("server.max_queued_commands", "must be at least 1"));
+        }
+        if self.server.max_pipeline == 0 || self.server.max_pipeline > 65_536 {
+            return Err(invalid(
+                "server.max_pipeline",
+                "must be between 1 and 65536",
+            ));
         }
         if self.server.max_keys_per_command == 0 {
             return Err(invalid("server.max_keys_per_command", "must be at least 1"));

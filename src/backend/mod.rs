@@ -236,6 +236,25 @@ impl Backend {
         }
     }
 
+    /// First attempts of a client's pipelined requests, sent together in order. None when
+    /// the backend sends them one by one (SQL backends, whose writes group commit already
+    /// batches) or nothing could be sent.
+    pub async fn dispatch_batch(
+        &self,
+        requests: &[Request<'_>],
+        acquire_timeout: Duration,
+    ) -> Option<Vec<Result<Frame, BackendError>>> {
+        match self {
+            Backend::Redis(r) => r.dispatch_batch(requests, acquire_timeout).await,
+            Backend::Sql(_) => None,
+        }
+    }
+
+    /// Whether [`Backend::dispatch_batch`] sends requests together.
+    pub fn pipelines(&self) -> bool {
+        matches!(self, Backend::Redis(_))
+    }
+
     /// Opens a connection of its own for connection-bound commands (blocking, WATCH/MULTI).
     ///
     /// # Errors

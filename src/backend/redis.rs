@@ -453,19 +453,50 @@ impl RedisBackend {
                 result = Err(e);
             }
         }
+        self.after(&live, &result);
+        result
+    }
+
+    /// Looks at a result for what it says about its connection: under Sentinel or on a
+    /// Cluster a `READONLY` is a demoted primary (nothing ran; NotAttempted), so the
+    /// connection is retired and the next attempt dials again and finds the new primary.
+    fn after(&self, live: &Live, result: &Result<Frame, BackendError>) {
         if self.flavor != Flavor::Standalone {
-            if let Err(BackendError::Reply { prefix, .. }) = &result {
-                // A demoted primary: nothing ran (READONLY is NotAttempted); the next
-                // attempt dials again and finds the new primary.
+            if let Err(BackendError::Reply { prefix, .. }) = result {
                 if prefix == "READONLY" {
-                    let client = live.client.clone();
-                    tokio::spawn(async move {
-                        let _ = client.quit().await;
-                    });
+                    live.retire();
                 }
             }
         }
-        result
+    }
+
+    /// First attempts of a client's pipelined requests, written back to back on its pinned
+    /// connection in the order given (Redis runs them in that order) and awaited together.
+    /// None when nothing was sent: no connection within `acquire_timeout`, or a request the
+    /// Cluster must treat alone (the caller then sends them one by one).
+    pub async fn dispatch_batch(
+        &self,
+        requests: &[Request<'_>],
+        acquire_timeout: Duration,
+    ) -> Option<Vec<Result<Frame, BackendError>>> {
+        let first = requests.first()?;
+        if matches!(self.flavor, Flavor::Cluster(_)) && requests.iter().any(whole_keyspace) {
+            return None;
+        }
+        let slot = self.pinned(first.proto, first.pin).await;
+        let live = ensure_connected(slot, acquire_timeout).await.ok()?;
+        // join_all polls each send once, in order, before any is polled again: that first
+        // poll hands the command to fred, so they reach the connection in this order.
+        let results = futures_util::future::join_all(
+            requests
+                .iter()
+                .map(|request| live.send(request, self.response_timeout)),
+        )
+        .await;
+        for result in &results {
+            self.after(&live, result);
+        }
+        Some(results)
     }
 
     /// On a Cluster, the commands about the whole keyspace: FLUSHALL/FLUSHDB reach every
@@ -478,6 +509,9 @@ impl RedisBackend {
         acquire_timeout: Duration,
     ) -> Option<Result<Frame, BackendError>> {
         let name = request.args.first()?;
+        if !whole_keyspace(request) {
+            return None;
+        }
         let is = |word: &str| name.eq_ignore_ascii_case(word.as_bytes());
         if is("FLUSHALL") || is("FLUSHDB") {
             let flush = async {
@@ -494,15 +528,12 @@ impl RedisBackend {
             };
             return Some(flush.await);
         }
-        if is("KEYS") || is("SCAN") || is("DBSIZE") || is("RANDOMKEY") {
-            return Some(Err(BackendError::Unsupported {
-                what: format!(
-                    "holdfast: {} is not served on a cluster backend (the keys live on several nodes)",
-                    String::from_utf8_lossy(name).to_ascii_uppercase()
-                ),
-            }));
-        }
-        None
+        Some(Err(BackendError::Unsupported {
+            what: format!(
+                "holdfast: {} is not served on a cluster backend (the keys live on several nodes)",
+                String::from_utf8_lossy(name).to_ascii_uppercase()
+            ),
+        }))
     }
 
     /// A connection of its own, connected, for connection-bound commands.
@@ -553,6 +584,16 @@ impl RedisBackend {
         };
         live.send(&request, timeout).await.is_ok()
     }
+}
+
+/// A command about the whole keyspace, which a Cluster cannot send to one node.
+fn whole_keyspace(request: &Request<'_>) -> bool {
+    let Some(name) = request.args.first() else {
+        return false;
+    };
+    ["FLUSHALL", "FLUSHDB", "KEYS", "SCAN", "DBSIZE", "RANDOMKEY"]
+        .iter()
+        .any(|word| name.eq_ignore_ascii_case(word.as_bytes()))
 }
 
 /// Makes sure `slot` is connected, dialling if it is not, within `acquire_timeout`. A dial

@@ -2,15 +2,18 @@
 //! MULTI/EXEC, ...), and in-order execution of everything else through the namespace router
 //! and the retry loop.
 //!
-//! Ordering: requests are taken from the buffer one at a time and each is finished (held
-//! through retries if need be) before the next starts, so commands take effect in the order
-//! sent and a held command holds only the commands behind it on this connection. Replies to
-//! one batch of pipelined requests are flushed with one write.
+//! Ordering: requests are finished one at a time (held through retries if need be) in the
+//! order sent, so commands take effect in that order and a held command holds only the
+//! commands behind it on this connection. The first dispatches of a run of pipelined requests
+//! are sent ahead together (`ahead.rs`, which keeps the order when one of them fails). Replies
+//! to one batch of pipelined requests are flushed with one write.
 
+mod ahead;
 mod auth;
 mod info;
 mod transaction;
 
+use ahead::Ahead;
 use auth::open_to_all;
 use info::command_reply;
 
@@ -28,6 +31,7 @@ use crate::retry::{self, Done, Failure, GaveUp, Why};
 use crate::server::{Shared, State};
 use bytes::{Bytes, BytesMut};
 use redis_protocol::resp3::types::BytesFrame as Frame;
+use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
@@ -83,6 +87,8 @@ struct Conn {
     watching: bool,
     /// Requests sent in exact mode so far: the last part of their tokens.
     sequence: u64,
+    /// The command being handled had its first dispatch sent ahead: what it left.
+    ahead: Option<Ahead<Frame, BackendError>>,
 }
 
 /// How a retried dispatch ended when it did not succeed.
@@ -164,6 +170,7 @@ where
         dedicated: None,
         watching: false,
         sequence: 0,
+        ahead: None,
     };
     let server = &conn.state.config.server;
     let limits = Limits {
@@ -175,11 +182,35 @@ where
     let mut input = BytesMut::with_capacity(READ_CHUNK);
     let mut decoder = crate::resp::Decoder::default();
     let mut output = BytesMut::with_capacity(READ_CHUNK);
+    let max_pipeline = server.max_pipeline;
+    let mut batch: VecDeque<Result<Command, CommandError>> = VecDeque::new();
     'serve: loop {
         loop {
-            match decoder.next(&mut input, &limits) {
-                Ok(Some(args)) => {
-                    let flow = conn.handle(args, &mut output).await;
+            // Every complete request in the buffer (up to max_pipeline), then each in order.
+            let mut framing = None;
+            while batch.len() < max_pipeline {
+                match decoder.next(&mut input, &limits) {
+                    Ok(Some(args)) => batch.push_back(Command::parse(args)),
+                    Ok(None) => break,
+                    Err(e) => {
+                        framing = Some(e);
+                        break;
+                    }
+                }
+            }
+            if batch.is_empty() && framing.is_none() {
+                break;
+            }
+            while !batch.is_empty() {
+                // The next run that may go ahead together, or one request on its own.
+                conn.state = conn.shared.current();
+                let ahead = conn.send_ahead(batch.iter()).await;
+                let run = ahead.len().max(1);
+                let mut ahead = ahead.into_iter();
+                for parsed in batch.drain(..run) {
+                    conn.ahead = ahead.next().flatten();
+                    let flow = conn.handle(parsed, &mut output).await;
+                    conn.ahead = None;
                     if flow == Flow::Close {
                         let _ = writer.write_all(&output).await;
                         break 'serve;
@@ -191,15 +222,14 @@ where
                         output.clear();
                     }
                 }
-                Ok(None) => break,
-                Err(e) => {
-                    m::limit(e.limit());
-                    // Framing is lost: answer why and close this connection only.
-                    let _ = writeln!(ErrSink(&mut output), "-ERR {e}\r");
-                    let _ = writer.write_all(&output).await;
-                    tracing::debug!(client = conn.id, error = %e, "closing on a protocol error");
-                    break 'serve;
-                }
+            }
+            if let Some(e) = framing {
+                m::limit(e.limit());
+                // Framing is lost: answer why and close this connection only.
+                let _ = writeln!(ErrSink(&mut output), "-ERR {e}\r");
+                let _ = writer.write_all(&output).await;
+                tracing::debug!(client = conn.id, error = %e, "closing on a protocol error");
+                break 'serve;
             }
         }
         if !output.is_empty() {
@@ -279,10 +309,10 @@ impl Conn {
         encode_reply(out, frame, self.proto, nils, doubles);
     }
 
-    async fn handle(&mut self, args: Vec<Bytes>, out: &mut BytesMut) -> Flow {
+    async fn handle(&mut self, parsed: Result<Command, CommandError>, out: &mut BytesMut) -> Flow {
         let started = Instant::now();
         self.state = self.shared.current();
-        let command = match Command::parse(args) {
+        let command = match parsed {
             Ok(command) => command,
             Err(e) => {
                 if let Some(multi) = self.multi.as_mut() {
@@ -437,22 +467,26 @@ impl Conn {
                 doubles,
             );
         }
-        // Exact mode's token goes with one key, the first argument (checked only in that
-        // mode: the other modes need no look at the keys here).
-        let single_key = namespace.reply_mode == ReplyMode::Exact
-            && matches!(command.spec.keys, table::Keys::Range { first: 1, .. })
-            && command.keys().all(|k| command.args.get(1) == Some(k));
-        let plan = settle::plan(
-            namespace.reply_mode,
-            &command.args,
-            command.class,
-            single_key,
-        );
-        let result = match plan {
+        let result = match self.plan(&namespace, command) {
             Plan::Fast => {
-                let result = self
-                    .retried(&namespace, &command.args, command.class, label, None)
-                    .await;
+                let result = match self.ahead.take() {
+                    Some(Ahead::Overtaken(e)) => Err(Ended::Failed(overtaken(e))),
+                    Some(Ahead::First(first)) => {
+                        self.retried_from(
+                            &namespace,
+                            &command.args,
+                            command.class,
+                            label,
+                            None,
+                            Some(first),
+                        )
+                        .await
+                    }
+                    None => {
+                        self.retried(&namespace, &command.args, command.class, label, None)
+                            .await
+                    }
+                };
                 if let Ok(done) = &result {
                     if done.maybe_applied > 0 && command.class == Idempotence::IdempotentEffect {
                         m::uncertain_reply(&namespace.name, label);
@@ -490,6 +524,21 @@ impl Conn {
         };
         m::request(&namespace.name, label, outcome, started.elapsed());
         (frame, doubles)
+    }
+
+    /// How a command is answered in its namespace's reply mode.
+    fn plan(&self, namespace: &Namespace, command: &Command) -> Plan {
+        // Exact mode's token goes with one key, the first argument (checked only in that
+        // mode: the other modes need no look at the keys here).
+        let single_key = namespace.reply_mode == ReplyMode::Exact
+            && matches!(command.spec.keys, table::Keys::Range { first: 1, .. })
+            && command.keys().all(|k| command.args.get(1) == Some(k));
+        settle::plan(
+            namespace.reply_mode,
+            &command.args,
+            command.class,
+            single_key,
+        )
     }
 
     /// Settled mode: a read before the first dispatch, and the reply rebuilt from it (and
@@ -587,6 +636,21 @@ impl Conn {
         label: &'static str,
         token: Option<&[u8]>,
     ) -> Result<Done<Frame>, Ended> {
+        self.retried_from(namespace, args, class, label, token, None)
+            .await
+    }
+
+    /// [`Conn::retried`], going on from `first`, the first dispatch's result when it was
+    /// sent ahead with the client's pipeline.
+    async fn retried_from(
+        &mut self,
+        namespace: &Arc<Namespace>,
+        args: &[Bytes],
+        class: Idempotence,
+        label: &'static str,
+        token: Option<&[u8]>,
+        mut first: Option<Result<Frame, BackendError>>,
+    ) -> Result<Done<Frame>, Ended> {
         let shared = self.shared.clone();
         let request = Request {
             args,
@@ -613,9 +677,14 @@ impl Conn {
             &mut hooks,
             &mut self.give_up,
             || {
-                namespace
-                    .backend
-                    .dispatch(&request, namespace.acquire_timeout)
+                let first = first.take();
+                let (backend, request) = (&namespace.backend, &request);
+                async move {
+                    match first {
+                        Some(result) => result,
+                        None => backend.dispatch(request, namespace.acquire_timeout).await,
+                    }
+                }
             },
         );
         // The loop stops by itself when shutdown's grace is over while it waits between
@@ -804,6 +873,22 @@ fn shutting_down(code: &str, namespace: &Namespace) -> Frame {
     ))
 }
 
+/// The failure of a request sent ahead that a later request of its pipeline overtook: it is
+/// not retried (see `ahead.rs`).
+fn overtaken(error: BackendError) -> Failure<BackendError> {
+    match bound_failure(error) {
+        Failure::Unavailable(g) => Failure::Unavailable(GaveUp {
+            why: Why::Overtaken,
+            ..g
+        }),
+        Failure::InDoubt(g) => Failure::InDoubt(GaveUp {
+            why: Why::Overtaken,
+            ..g
+        }),
+        answer => answer,
+    }
+}
+
 /// The failure of a single, never-retried dispatch on a dedicated connection.
 fn bound_failure(error: BackendError) -> Failure<BackendError> {
     let class = classify(&error);
@@ -859,6 +944,7 @@ fn gave_up_text(code: &str, what: &str, g: &GaveUp<BackendError>, namespace: &Na
         Why::Exhausted => "retry budget exhausted",
         Why::MustNotRepeat => "not retried",
         Why::ShuttingDown => "holdfast is shutting down",
+        Why::Overtaken => "not retried, a later pipelined command having taken effect,",
     };
     format!(
         "{code} {what}: {why} after {} attempt{} in {:.1}s (namespace '{}', backend '{}', last failure {class}: {})",

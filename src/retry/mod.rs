@@ -64,6 +64,9 @@ pub enum Why {
     MustNotRepeat,
     /// holdfast is shutting down and its grace period is over.
     ShuttingDown,
+    /// A later request of the client's pipeline already took effect, so this one, retried
+    /// now, would take effect out of order (set by the caller, not the loop).
+    Overtaken,
 }
 
 /// Observes the loop, for metrics and logs. Every method has a no-op default.

@@ -1,0 +1,248 @@
+//! Pipelined requests sent ahead: when a client has several requests in its buffer, their
+//! first dispatches go to the backend together, written back to back on the client's pinned
+//! connection, instead of one round trip each.
+//!
+//! A run sent together is all reads or all writes. In a mixed run, a read behind a write
+//! whose connection dropped could be sent again after a write behind it had reached the
+//! backend, and see that later write; a run of writes retried in order ends where the same
+//! writes applied once in order end, and a run of reads has no effect to get ahead of.
+//!
+//! Order still holds. Redis runs a connection's commands in the order written, so the only
+//! way a later request can take effect before an earlier one is for the earlier one to fail
+//! while the later one succeeds (an error reply such as `READONLY` or `TRYAGAIN` turns one
+//! command away and not the next). Then, from the first failure on:
+//! - a later read that succeeded is dropped and sent again after the failed request is
+//!   settled, so it sees that request's effect;
+//! - a later write that succeeded has taken effect and cannot be taken back, so every failed
+//!   request before it is answered its failure instead of being retried after it
+//!   (`UNAVAILABLE not applied`, or `INDOUBT` when it may have landed);
+//! - the first failed request after the last successful write is retried, going on from its
+//!   first dispatch's result (its backoff waits out the outage); the failed ones behind it
+//!   are sent again afresh once it is settled when their failure allows a retry at all (a
+//!   `NotAttempted`, or a lost reply of a command that may be repeated), and otherwise go on
+//!   from their own result (an `INCR` whose reply was lost is answered `INDOUBT`).
+//!
+//! When the connection dies, every request behind the failure fails too, so in a failover the
+//! whole pipeline is held and retried in order, exactly as when requests are sent one by one.
+
+use super::Conn;
+use crate::backend::{BackendError, Request};
+use crate::command::table::Idempotence;
+use crate::command::{Command, CommandError};
+use crate::error::classify;
+use crate::namespace::Namespace;
+use crate::retry::policy::Policy;
+use crate::retry::settle::Plan;
+use redis_protocol::resp3::types::BytesFrame as Frame;
+use std::sync::Arc;
+
+/// What a request's first dispatch, sent ahead with its neighbours, left for it.
+#[derive(Debug)]
+pub(super) enum Ahead<T, E> {
+    /// Its first dispatch's result: the retry loop goes on from there.
+    First(Result<T, E>),
+    /// It failed while a later request of the pipeline took effect: retrying it now would
+    /// apply it out of order, so the failure is its answer.
+    Overtaken(E),
+}
+
+/// Sorts the results of requests dispatched together, in order, by the rule at the top of
+/// this module. `reads[i]` says whether request `i` is a read; `again(e, i)` whether request
+/// `i`, failed with `e`, may be sent again. `None`: send it again.
+pub(super) fn order<T, E>(
+    results: Vec<Result<T, E>>,
+    reads: &[bool],
+    again: impl Fn(&E, usize) -> bool,
+) -> Vec<Option<Ahead<T, E>>> {
+    let Some(first_failure) = results.iter().position(Result::is_err) else {
+        return results.into_iter().map(|r| Some(Ahead::First(r))).collect();
+    };
+    // The last write that took effect after the first failure: failures before it are final.
+    let last_write = results
+        .iter()
+        .enumerate()
+        .skip(first_failure + 1)
+        .filter(|(i, r)| r.is_ok() && !reads.get(*i).copied().unwrap_or(false))
+        .map(|(i, _)| i)
+        .last();
+    // The failure that waits out the outage: the first one after the last such write.
+    let waits = match last_write {
+        Some(w) => results
+            .iter()
+            .enumerate()
+            .skip(w + 1)
+            .find(|(_, r)| r.is_err())
+            .map_or(usize::MAX, |(i, _)| i),
+        None => first_failure,
+    };
+    results
+        .into_iter()
+        .enumerate()
+        .map(|(i, result)| {
+            let read = reads.get(i).copied().unwrap_or(false);
+            match result {
+                Ok(value) if i < first_failure || !read => Some(Ahead::First(Ok(value))),
+                // A read past a failure: it may not have seen that request's effect.
+                Ok(_) => None,
+                Err(e) if last_write.is_some_and(|w| i < w) => Some(Ahead::Overtaken(e)),
+                // The first failure after the last write waits out the outage; the ones
+                // behind it need not wait again.
+                Err(e) if i > waits && again(&e, i) => None,
+                Err(e) => Some(Ahead::First(Err(e))),
+            }
+        })
+        .collect()
+}
+
+impl Conn {
+    /// The namespace a command's first dispatch may be sent ahead to: a plain forwarded
+    /// command, answered in fast mode by a backend that pipelines, that changes nothing about
+    /// this connection and waits for no replica.
+    fn pipelinable(&self, command: &Command) -> Option<Arc<Namespace>> {
+        if !self.authed
+            || self.multi.is_some()
+            || command.local().is_some()
+            || command.spec.every_backend
+            || command.class == Idempotence::ConnectionBound
+            || *self.give_up.borrow()
+        {
+            return None;
+        }
+        self.permit(command).ok()?;
+        let keys: Vec<&[u8]> = command.keys().map(|k| k.as_ref()).collect();
+        if keys.len() > self.state.config.server.max_keys_per_command {
+            return None;
+        }
+        let namespace = self.state.router.route(keys).ok()?;
+        if !namespace.backend.pipelines()
+            || (namespace.replicas.is_some() && command.class != Idempotence::Read)
+            || !matches!(self.plan(namespace, command), Plan::Fast)
+        {
+            return None;
+        }
+        Some(namespace.clone())
+    }
+
+    /// Sends ahead the first dispatches of the leading run of `items` that may go together
+    /// (at least two, on one backend, all reads or all writes), and returns what each of them
+    /// left, in order; empty when nothing was sent ahead.
+    pub(super) async fn send_ahead<'c>(
+        &self,
+        items: impl Iterator<Item = &'c Result<Command, CommandError>>,
+    ) -> Vec<Option<Ahead<Frame, BackendError>>> {
+        let mut run: Vec<(&Command, Arc<Namespace>)> = Vec::new();
+        for item in items {
+            let Ok(command) = item else { break };
+            let Some(namespace) = self.pipelinable(command) else {
+                break;
+            };
+            if let Some((first_command, first)) = run.first() {
+                let read = command.class == Idempotence::Read;
+                if !Arc::ptr_eq(&first.backend, &namespace.backend)
+                    || read != (first_command.class == Idempotence::Read)
+                {
+                    break;
+                }
+            }
+            run.push((command, namespace));
+        }
+        let Some((_, namespace)) = run.first() else {
+            return Vec::new();
+        };
+        if run.len() < 2 {
+            return Vec::new();
+        }
+        let requests: Vec<Request<'_>> = run
+            .iter()
+            .map(|(command, _)| Request {
+                args: &command.args,
+                proto: self.proto,
+                pin: self.id,
+                blocking: false,
+                token: None,
+                replicas: None,
+                route: None,
+            })
+            .collect();
+        let Some(results) = namespace
+            .backend
+            .dispatch_batch(&requests, namespace.acquire_timeout)
+            .await
+        else {
+            return Vec::new();
+        };
+        let reads: Vec<bool> = run
+            .iter()
+            .map(|(command, _)| command.class == Idempotence::Read)
+            .collect();
+        let classes: Vec<Idempotence> = run.iter().map(|(command, _)| command.class).collect();
+        order(results, &reads, |e, i| {
+            classes
+                .get(i)
+                .is_some_and(|class| Policy::retryable(classify(e), *class).is_ok())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(out: &[Option<Ahead<u32, &'static str>>]) -> Vec<String> {
+        out.iter()
+            .map(|a| match a {
+                None => "again".to_string(),
+                Some(Ahead::First(Ok(v))) => format!("ok {v}"),
+                Some(Ahead::First(Err(e))) => format!("retry {e}"),
+                Some(Ahead::Overtaken(e)) => format!("final {e}"),
+            })
+            .collect()
+    }
+
+    fn always(_: &&str, _: usize) -> bool {
+        true
+    }
+
+    #[test]
+    fn all_succeeded_all_stand() {
+        let out = order::<u32, &str>(vec![Ok(1), Ok(2), Ok(3)], &[false, true, false], always);
+        assert_eq!(shape(&out), ["ok 1", "ok 2", "ok 3"]);
+    }
+
+    #[test]
+    fn a_dead_connection_fails_the_rest_and_only_the_first_waits_it_out() {
+        let results = vec![Ok(1), Err("io"), Err("io"), Err("io")];
+        let out = order::<u32, &str>(results, &[false; 4], always);
+        assert_eq!(shape(&out), ["ok 1", "retry io", "again", "again"]);
+        // A failure that must not be repeated (an INCR's lost reply) goes on from its result.
+        let results = vec![Err("io"), Err("io"), Err("io")];
+        let out = order::<u32, &str>(results, &[false; 3], |_, i| i != 1);
+        assert_eq!(shape(&out), ["retry io", "retry io", "again"]);
+    }
+
+    #[test]
+    fn reads_past_a_failure_are_sent_again() {
+        // SET (READONLY), GET, GET: the reads ran before the write was applied.
+        let out = order::<u32, &str>(vec![Err("ro"), Ok(2), Ok(3)], &[false, true, true], always);
+        assert_eq!(shape(&out), ["retry ro", "again", "again"]);
+    }
+
+    #[test]
+    fn a_write_that_took_effect_past_a_failure_makes_the_failure_final() {
+        // k fails, k+1 (a write) succeeds: k cannot be applied after it.
+        let results = vec![Ok(1), Err("tryagain"), Ok(3), Err("io"), Ok(5), Err("late")];
+        let reads = [false, false, false, false, true, false];
+        let out = order::<u32, &str>(results, &reads, always);
+        assert_eq!(
+            shape(&out),
+            [
+                "ok 1",
+                "final tryagain",
+                "ok 3",
+                "retry io",
+                "again",
+                "again"
+            ]
+        );
+    }
+}
