@@ -16,8 +16,9 @@ fn pipeline(commands: &[&[&str]]) -> Vec<u8> {
     commands.iter().flat_map(|c| encode_str(c)).collect()
 }
 
-/// Writes turned away (`READONLY`) while the reads between them succeed: each read is sent
-/// again after the write before it has been applied, so it sees that write.
+/// Writes turned away (`READONLY`) in a pipeline, with reads between them that the replica
+/// would answer at once: each write is held until the promotion, and each read behind it
+/// waits for it and sees it.
 #[tokio::test(flavor = "multi_thread")]
 async fn reads_behind_a_turned_away_write_see_it() {
     let primary = RedisServer::start();
