@@ -4,7 +4,14 @@ twemproxy (nutcracker) and through holdfast, interleaved and repeated in one run
 throughput, p50/p99 latency and holdfast/direct and holdfast/twemproxy ratios.
 
 Starts its own redis-server, nutcracker and holdfast (release build) on free loopback ports and
-stops them by PID. Usage: benches/load.py [--rounds N] [--requests N] [--quick] [--sql]
+stops them by PID. Usage: benches/load.py [--rounds N] [--requests N] [--quick] [--only NAME]
+[--sql] [--modes]
+
+Workloads: SET and GET with 50 connections, without pipelining and with 16-deep pipelines,
+100-byte and 10 KB values; MGET of 10 keys; and a mixed executor-like load (HSET, HGETALL,
+SADD, XADD with explicit ids, XRANGE, as five concurrent redis-benchmark runs). For the two
+proxies it also reports CPU time per request (from /proc), peak RSS, and the memory 10,000 idle
+client connections add.
 
 With --sql it also starts PostgreSQL (initdb into a temporary directory, as the `postgres`
 user when run as root) and runs SET and GET, with and without pipelining, through holdfast on
@@ -80,6 +87,69 @@ def bench(port, test, clients, pipeline, size, requests, keyspace):
     return rows[0]
 
 
+def cpu_seconds(pid):
+    """User plus system CPU time a process has used so far, in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_kib(pid, field="VmRSS"):
+    """A process's resident memory (VmRSS) or its peak (VmHWM), in KiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+# The mixed workload: what a durable-execution executor sends, as five redis-benchmark runs
+# at once (10 clients each, 50 in all), each on its own command.
+MIXED = [
+    ["HSET", "wf:__rand_int__", "state", "running", "step", "3"],
+    ["HGETALL", "wf:__rand_int__"],
+    ["SADD", "active", "wf:__rand_int__"],
+    ["XADD", "log:__rand_int__", "__rand_int__-1", "event", "step-done"],
+    ["XRANGE", "log:__rand_int__", "-", "+", "COUNT", "10"],
+]
+
+
+def bench_mixed(port, requests):
+    """The MIXED commands concurrently; (total requests/s, median p50, max p99)."""
+    wait_port(port)
+    runs = []
+    for command in MIXED:
+        cmd = ["timeout", "300", "redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-c", "10",
+               "-n", str(requests // len(MIXED)), "-r", "10000", "--csv"] + command
+        runs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True))
+    rows = [list(csv.DictReader(io.StringIO(r.communicate()[0])))[0] for r in runs]
+    return {
+        "rps": str(sum(float(r["rps"]) for r in rows)),
+        "p50_latency_ms": str(statistics.median(float(r["p50_latency_ms"]) for r in rows)),
+        "p99_latency_ms": str(max(float(r["p99_latency_ms"]) for r in rows)),
+    }
+
+
+def idle_connections(port, pid, n):
+    """RSS (KiB) that `n` idle client connections add to the process `pid`."""
+    before = rss_kib(pid)
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.create_connection(("127.0.0.1", port))
+            socks.append(s)
+        # Each connection answers once, so each is accepted and set up.
+        for s in socks:
+            s.sendall(b"*1\r\n$4\r\nPING\r\n")
+        for s in socks:
+            s.recv(16)
+        time.sleep(1)
+        return rss_kib(pid) - before
+    finally:
+        for s in socks:
+            s.close()
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3)
@@ -89,6 +159,7 @@ def main():
     parser.add_argument("--sql-requests", type=int, default=20_000)
     parser.add_argument("--modes", action="store_true",
                         help="the cost of settled and exact against fast, on Redis and SQLite")
+    parser.add_argument("--only", help="run only the workloads whose name contains this")
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.requests = 1, 50_000
@@ -98,6 +169,10 @@ def main():
         return modes_main(args)
 
     binary = build_holdfast()
+    # The proxies inherit this limit: 10,000 idle clients need as many descriptors.
+    import resource
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
     tmp = tempfile.mkdtemp(prefix="holdfast-bench-")
     log = open(os.path.join(tmp, "servers.log"), "w")
@@ -119,28 +194,49 @@ def main():
   servers:
     - 127.0.0.1:{redis_port}:1
 """)
-        procs.append(start(["nutcracker", "-c", twem_conf, "-s", str(twem_stats), "-a", "127.0.0.1",
-                            "-o", os.path.join(tmp, "nutcracker.log")], log))
+        twem = start(["nutcracker", "-c", twem_conf, "-s", str(twem_stats), "-a", "127.0.0.1",
+                      "-o", os.path.join(tmp, "nutcracker.log")], log)
+        procs.append(twem)
 
-        proc, hf_port = holdfast_on(binary, tmp, "redis", redis_backend(redis_port), log)
+        proc, hf_port = holdfast_on(binary, tmp, "redis", redis_backend(redis_port), log,
+                                    server="max_clients = 20000")
         procs.append(proc)
         wait_port(twem_port)
         wait_port(hf_port)
 
-        targets = [("direct", redis_port), ("twemproxy", twem_port), ("holdfast", hf_port)]
+        targets = [("direct", redis_port, None), ("twemproxy", twem_port, twem.pid),
+                   ("holdfast", hf_port, proc.pid)]
+        mget = ["MGET"] + [f"key:__rand_int__" for _ in range(10)]
         workloads = [
-            ("SET 100B", "set", 50, 1, 100),
-            ("GET 100B", "get", 50, 1, 100),
-            ("SET 100B P16", "set", 50, 16, 100),
-            ("GET 100B P16", "get", 50, 16, 100),
-            ("SET 10KB", "set", 50, 1, 10_000),
-            ("MSET 10 keys", "mset", 50, 1, 100),
+            ("SET 100B", "set", 1, 100),
+            ("GET 100B", "get", 1, 100),
+            ("SET 100B P16", "set", 16, 100),
+            ("GET 100B P16", "get", 16, 100),
+            ("SET 10KB", "set", 1, 10_000),
+            ("GET 10KB", "get", 1, 10_000),
+            ("SET 10KB P16", "set", 16, 10_000),
+            ("GET 10KB P16", "get", 16, 10_000),
+            ("MGET 10 keys", mget, 1, 100),
+            ("mixed", "mixed", 1, 100),
         ]
-        results = {}
+        if args.only:
+            workloads = [w for w in workloads if args.only in w[0]]
+        results, cpu = {}, {}
         for rnd in range(args.rounds):
-            for name, test, clients, pipeline, size in workloads:
-                for target, port in targets:
-                    row = bench(port, test, clients, pipeline, size, args.requests, 10_000)
+            for name, test, pipeline, size in workloads:
+                # 10 KB values are fewer requests: the same bytes would take minutes.
+                requests = args.requests // 10 if size > 1000 else args.requests
+                for target, port, pid in targets:
+                    used = cpu_seconds(pid) if pid else 0.0
+                    if test == "mixed":
+                        row = bench_mixed(port, requests)
+                    elif isinstance(test, list):
+                        row = bench_command(port, 50, requests, test)
+                    else:
+                        row = bench(port, test, 50, pipeline, size, requests, 10_000)
+                    if pid:
+                        cpu.setdefault((name, target), []).append(
+                            (cpu_seconds(pid) - used) / requests * 1e6)
                     results.setdefault((name, target), []).append(row)
                     print(f"round {rnd + 1} {name:14} {target:10} {float(row['rps']):>11.0f} req/s "
                           f"p50 {row['p50_latency_ms']} ms p99 {row['p99_latency_ms']} ms", flush=True)
@@ -150,18 +246,26 @@ def main():
 
         print()
         print(f"{'workload':14} {'direct':>10} {'twemproxy':>10} {'holdfast':>10} "
-              f"{'hf/direct':>9} {'hf/twem':>8}  p50 ms (d/t/h)        p99 ms (d/t/h)")
+              f"{'hf/direct':>9} {'hf/twem':>8}  {'CPU us/req t/h':>15}  p50 ms (d/t/h)        p99 ms (d/t/h)")
         for name, *_ in workloads:
             d, t, h = (med(name, x, "rps") for x in ("direct", "twemproxy", "holdfast"))
             p50 = "/".join(f"{med(name, x, 'p50_latency_ms'):.3f}" for x in ("direct", "twemproxy", "holdfast"))
             p99 = "/".join(f"{med(name, x, 'p99_latency_ms'):.3f}" for x in ("direct", "twemproxy", "holdfast"))
-            print(f"{name:14} {d:>10.0f} {t:>10.0f} {h:>10.0f} {h / d:>9.2f} {h / t:>8.2f}  {p50:21} {p99}")
+            c = "/".join(f"{statistics.median(cpu[(name, x)]):.2f}" for x in ("twemproxy", "holdfast"))
+            print(f"{name:14} {d:>10.0f} {t:>10.0f} {h:>10.0f} {h / d:>9.2f} {h / t:>8.2f}  {c:>15}  {p50:21} {p99}")
+        print()
+        print("CPU us/req: CPU seconds per million requests, the proxy process only.")
+        for target, port, pid in targets[1:]:
+            print(f"{target}: peak RSS {rss_kib(pid, 'VmHWM') / 1024:.1f} MiB over the run")
+        for target, port, pid in targets[1:]:
+            added = idle_connections(port, pid, 10_000)
+            print(f"{target}: 10,000 idle client connections add {added / 1024:.1f} MiB "
+                  f"({added * 1024 / 10_000:.0f} bytes each)")
     finally:
         for p in procs:
             p.kill()
             p.wait()
         log.close()
-
 
 
 def as_postgres(cmd):
@@ -198,14 +302,16 @@ def redis_backend(port):
     return f'kind = "redis"\nurl = "redis://127.0.0.1:{port}"\npool_size = 8'
 
 
-def holdfast_on(binary, tmp, name, backend, log, mode="fast"):
-    """A holdfast with one catch-all namespace on `backend` (its TOML body); (process, port)."""
+def holdfast_on(binary, tmp, name, backend, log, mode="fast", server=""):
+    """A holdfast with one catch-all namespace on `backend` (its TOML body); (process, port).
+    `server` is added to its [server] table."""
     port, metrics = free_port(), free_port()
     conf = os.path.join(tmp, f"holdfast-{name}.toml")
     with open(conf, "w") as f:
         f.write(f"""[server]
 listen = "127.0.0.1:{port}"
 metrics_listen = "127.0.0.1:{metrics}"
+{server}
 [defaults]
 reply_mode = "{mode}"
 [backends.db]
