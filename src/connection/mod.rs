@@ -42,8 +42,11 @@ use tokio::time::Instant;
 /// Replies are flushed early once this much is buffered, so a deep pipeline cannot grow the
 /// output buffer without bound.
 const FLUSH_AT: usize = 64 * 1024;
-/// Read buffer growth step.
+/// Read buffer growth step while a request is arriving in parts.
 const READ_CHUNK: usize = 16 * 1024;
+/// Room for the next read when no partial request is buffered: small, so an idle client
+/// holds a few KiB, not a whole chunk (10,000 idle clients took 23 KiB each with 16 KiB here).
+const IDLE_CHUNK: usize = 2 * 1024;
 
 /// Whether to keep serving after a command.
 #[derive(Debug, PartialEq, Eq)]
@@ -179,9 +182,9 @@ where
         multibulk_len: server.max_arguments,
     };
     let idle = server.idle_timeout;
-    let mut input = BytesMut::with_capacity(READ_CHUNK);
+    let mut input = BytesMut::new();
     let mut decoder = crate::resp::Decoder::default();
-    let mut output = BytesMut::with_capacity(READ_CHUNK);
+    let mut output = BytesMut::new();
     let max_pipeline = server.max_pipeline;
     let mut batch: VecDeque<Result<Command, CommandError>> = VecDeque::new();
     'serve: loop {
@@ -204,6 +207,8 @@ where
             while !batch.is_empty() {
                 // The next run that may go ahead together, or one request on its own.
                 conn.state = conn.shared.current();
+                // Not boxed: boxing this and `handle` halves an idle connection's memory
+                // (8 KiB instead of 17) but costs 10-15% more CPU per request.
                 let ahead = conn.send_ahead(batch.iter()).await;
                 let run = ahead.len().max(1);
                 let mut ahead = ahead.into_iter();
@@ -241,7 +246,11 @@ where
         if *shutdown.borrow() {
             break;
         }
-        input.reserve(READ_CHUNK);
+        input.reserve(if input.is_empty() {
+            IDLE_CHUNK
+        } else {
+            READ_CHUNK
+        });
         let idle_for = async {
             if idle.is_zero() {
                 std::future::pending::<()>().await;
