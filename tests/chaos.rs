@@ -98,6 +98,16 @@ where
     }
 }
 
+/// Waits until `replica`'s link to its master is up, or panics after `limit` naming `what`.
+async fn synced(replica: &RedisServer, limit: Duration, what: &str) {
+    until(limit, what, || async {
+        replica
+            .cmd(&["INFO", "replication"])
+            .contains("master_link_status:up")
+    })
+    .await;
+}
+
 /// One request as a client saw it.
 struct Sample {
     /// Seconds since the load started, when the request was sent.
@@ -290,6 +300,28 @@ impl Load {
             stop,
             clients,
         }
+    }
+
+    /// Starts the load and lets it run `HF_CHAOS_SECS` before the fault.
+    async fn warmed_up(addr: &str) -> Load {
+        let load = Load::start(addr);
+        sleep(load_secs()).await;
+        load
+    }
+
+    /// After the fault (`began`..`healed`, seconds since the start): the load runs as long
+    /// again, then everything is read back.
+    async fn settled(self, fault: &str, began: f64, healed: f64, detail: String) -> Report {
+        sleep(load_secs()).await;
+        self.finish(
+            fault,
+            Span {
+                began,
+                healed,
+                detail,
+            },
+        )
+        .await
     }
 
     /// Seconds since the load started.
@@ -655,14 +687,10 @@ async fn sentinel_setup(backend: &str) -> (RedisServer, RedisServer, Vec<Sentine
         "127.0.0.1",
         &port,
     ]);
-    until(
+    synced(
+        &replica,
         Duration::from_secs(20),
         "the replica's first sync",
-        || async {
-            replica
-                .cmd(&["INFO", "replication"])
-                .contains("master_link_status:up")
-        },
     )
     .await;
     let sentinels: Vec<Sentinel> = (0..3).map(|_| Sentinel::start(master.port())).collect();
@@ -694,8 +722,7 @@ async fn sentinel_setup(backend: &str) -> (RedisServer, RedisServer, Vec<Sentine
 fn sentinel_master_sigkilled() {
     run(async {
         let (mut master, replica, sentinels, proxy) = sentinel_setup("ha").await;
-        let load = Load::start(&proxy.addr);
-        sleep(load_secs()).await;
+        let load = Load::warmed_up(&proxy.addr).await;
 
         let began = load.now();
         master.kill();
@@ -708,31 +735,15 @@ fn sentinel_master_sigkilled() {
         // The old master comes back empty and Sentinel makes it a replica of the new one;
         // writes wait for a replica (min_replicas_ack) until it has synced.
         master.restart();
-        until(
-            Duration::from_secs(60),
-            "the old master to resync",
-            || async {
-                master
-                    .cmd(&["INFO", "replication"])
-                    .contains("master_link_status:up")
-            },
-        )
-        .await;
+        synced(&master, Duration::from_secs(60), "the old master to resync").await;
         let healed = load.now();
-        sleep(load_secs()).await;
+        let detail = format!(
+            "promoted after {:.1} s, a replica again after {:.1} s",
+            promoted - began,
+            healed - began
+        );
         let report = load
-            .finish(
-                "sentinel master SIGKILL",
-                Span {
-                    began,
-                    healed,
-                    detail: format!(
-                        "promoted after {:.1} s, a replica again after {:.1} s",
-                        promoted - began,
-                        healed - began
-                    ),
-                },
-            )
+            .settled("sentinel master SIGKILL", began, healed, detail)
             .await;
         report.assert_held();
         proxy.stop().await;
@@ -747,8 +758,7 @@ fn sentinel_master_sigkilled() {
 fn sentinel_failover_demotes_the_master() {
     run(async {
         let (master, replica, sentinels, proxy) = sentinel_setup("demoted").await;
-        let load = Load::start(&proxy.addr);
-        sleep(load_secs()).await;
+        let load = Load::warmed_up(&proxy.addr).await;
 
         let began = load.now();
         let ordered = sentinels[0]
@@ -760,27 +770,16 @@ fn sentinel_failover_demotes_the_master() {
             sentinels[0].names_master(replica_port)
         })
         .await;
-        until(
+        synced(
+            &master,
             Duration::from_secs(60),
             "the old master to follow it",
-            || async {
-                master
-                    .cmd(&["INFO", "replication"])
-                    .contains("master_link_status:up")
-            },
         )
         .await;
         let healed = load.now();
-        sleep(load_secs()).await;
+        let detail = "SENTINEL FAILOVER".into();
         let report = load
-            .finish(
-                "sentinel failover, master demoted",
-                Span {
-                    began,
-                    healed,
-                    detail: "SENTINEL FAILOVER".into(),
-                },
-            )
+            .settled("sentinel failover, master demoted", began, healed, detail)
             .await;
         report.assert_held();
         proxy.stop().await;
@@ -798,8 +797,7 @@ fn cluster_primary_sigkilled() {
             quoted(&cluster.addrs())
         ))
         .await;
-        let load = Load::start(&proxy.addr);
-        sleep(load_secs()).await;
+        let load = Load::warmed_up(&proxy.addr).await;
 
         // The primary of one client's counter: its clients are held, the others' requests
         // fail over only when their connection to it ends.
@@ -827,20 +825,13 @@ fn cluster_primary_sigkilled() {
         cluster.nodes[victim].restart();
         cluster.wait_healthy(Duration::from_secs(60));
         let healed = load.now();
-        sleep(load_secs()).await;
+        let detail = format!(
+            "cluster ok after {:.1} s, replica again after {:.1} s",
+            promoted - began,
+            healed - began
+        );
         let report = load
-            .finish(
-                "cluster primary SIGKILL",
-                Span {
-                    began,
-                    healed,
-                    detail: format!(
-                        "cluster ok after {:.1} s, replica again after {:.1} s",
-                        promoted - began,
-                        healed - began
-                    ),
-                },
-            )
+            .settled("cluster primary SIGKILL", began, healed, detail)
             .await;
         report.assert_held();
         proxy.stop().await;
@@ -875,8 +866,7 @@ fn postgres_primary_killed_and_standby_promoted() {
             policy(100, "")
         ))
         .await;
-        let load = Load::start(&proxy.addr);
-        sleep(load_secs()).await;
+        let load = Load::warmed_up(&proxy.addr).await;
 
         let began = load.now();
         primary.stop_immediate();
@@ -885,15 +875,13 @@ fn postgres_primary_killed_and_standby_promoted() {
         standby.psql("ALTER SYSTEM SET synchronous_standby_names = ''");
         standby.psql("SELECT pg_reload_conf()");
         let healed = load.now();
-        sleep(load_secs()).await;
+        let detail = "kill, then pg_ctl promote".into();
         let report = load
-            .finish(
+            .settled(
                 "postgres primary killed, standby promoted",
-                Span {
-                    began,
-                    healed,
-                    detail: "kill, then pg_ctl promote".into(),
-                },
+                began,
+                healed,
+                detail,
             )
             .await;
         report.assert_held();
@@ -916,24 +904,16 @@ fn postgres_restarted_in_place() {
             pg.url()
         ))
         .await;
-        let load = Load::start(&proxy.addr);
-        sleep(load_secs()).await;
+        let load = Load::warmed_up(&proxy.addr).await;
 
         let began = load.now();
         pg.stop_immediate();
         sleep(Duration::from_secs(3)).await;
         pg.start_again();
         let healed = load.now();
-        sleep(load_secs()).await;
+        let detail = "immediate stop, 3 s down".into();
         let report = load
-            .finish(
-                "postgres restarted in place",
-                Span {
-                    began,
-                    healed,
-                    detail: "immediate stop, 3 s down".into(),
-                },
-            )
+            .settled("postgres restarted in place", began, healed, detail)
             .await;
         report.assert_held();
         proxy.stop().await;
@@ -960,8 +940,7 @@ fn backend_blackholed_for_ten_seconds() {
     run(async {
         let redis = RedisServer::start();
         let (relay, proxy) = behind_relay(&redis, &policy(100, ""), "bh").await;
-        let load = Load::start(&proxy.addr);
-        sleep(load_secs()).await;
+        let load = Load::warmed_up(&proxy.addr).await;
 
         let began = load.now();
         relay.blackhole();
@@ -994,16 +973,9 @@ fn backend_blackholed_for_ten_seconds() {
             || async { proxy.metric("holdfast_backend_up{backend=\"bh\"}").await == 1.0 },
         )
         .await;
-        sleep(load_secs()).await;
+        let detail = "nothing forwarded, nothing closed".to_string();
         let report = load
-            .finish(
-                "backend blackholed",
-                Span {
-                    began,
-                    healed,
-                    detail: "nothing forwarded, nothing closed".into(),
-                },
-            )
+            .settled("backend blackholed", began, healed, detail)
             .await;
         report.assert_held();
         let holds = proxy
@@ -1023,24 +995,16 @@ fn an_outage_longer_than_the_budget() {
         let redis = RedisServer::start();
         // A budget of about 3 s: 8 attempts, backoff 50 ms doubling, capped at 1 s.
         let (relay, proxy) = behind_relay(&redis, &policy(8, ""), "out").await;
-        let load = Load::start(&proxy.addr);
-        sleep(load_secs()).await;
+        let load = Load::warmed_up(&proxy.addr).await;
 
         let began = load.now();
         relay.refuse();
         sleep(Duration::from_secs(8)).await;
         relay.pass();
         let healed = load.now();
-        sleep(load_secs()).await;
+        let detail = "connections refused for 8 s, budget about 3 s".into();
         let report = load
-            .finish(
-                "outage longer than the budget",
-                Span {
-                    began,
-                    healed,
-                    detail: "connections refused for 8 s, budget about 3 s".into(),
-                },
-            )
+            .settled("outage longer than the budget", began, healed, detail)
             .await;
         // Clean errors, only during the outage (plus one budget), each saying whether the
         // request may have been applied; then service again, with nothing lost or doubled.

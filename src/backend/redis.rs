@@ -254,16 +254,9 @@ impl RedisBackend {
     /// # Errors
     /// [`BackendError::Unsupported`] when an address or the password file is unusable.
     pub fn sentinel(name: &str, config: &SentinelConfig) -> Result<RedisBackend, BackendError> {
-        let mut hosts = Vec::with_capacity(config.sentinels.len());
-        for addr in &config.sentinels {
-            let (host, port) = host_port(addr).ok_or_else(|| BackendError::Unsupported {
-                what: format!("backends.{name}.sentinels: `{addr}` is not host:port"),
-            })?;
-            hosts.push(fred::types::config::Server::new(host, port));
-        }
         let mut parsed = fred::types::config::Config {
             server: fred::types::config::ServerConfig::Sentinel {
-                hosts,
+                hosts: servers(name, "sentinels", &config.sentinels)?,
                 service_name: config.master_name.clone(),
             },
             ..fred::types::config::Config::default()
@@ -286,16 +279,9 @@ impl RedisBackend {
     /// # Errors
     /// [`BackendError::Unsupported`] when an address or the password file is unusable.
     pub fn cluster(name: &str, config: &ClusterConfig) -> Result<RedisBackend, BackendError> {
-        let mut hosts = Vec::with_capacity(config.nodes.len());
-        for addr in &config.nodes {
-            let (host, port) = host_port(addr).ok_or_else(|| BackendError::Unsupported {
-                what: format!("backends.{name}.nodes: `{addr}` is not host:port"),
-            })?;
-            hosts.push(fred::types::config::Server::new(host, port));
-        }
         let mut parsed = fred::types::config::Config {
             server: fred::types::config::ServerConfig::Clustered {
-                hosts,
+                hosts: servers(name, "nodes", &config.nodes)?,
                 policy: fred::types::config::ClusterDiscoveryPolicy::default(),
             },
             ..fred::types::config::Config::default()
@@ -894,6 +880,23 @@ fn password_from(name: &str, path: &std::path::Path) -> Result<String, BackendEr
     crate::config::read_secret(&key, path).map_err(|e| BackendError::Unsupported {
         what: e.to_string(),
     })
+}
+
+/// The `host:port` addresses under `backends.NAME.FIELD` as fred's servers.
+fn servers(
+    name: &str,
+    field: &str,
+    addrs: &[String],
+) -> Result<Vec<fred::types::config::Server>, BackendError> {
+    addrs
+        .iter()
+        .map(|addr| {
+            let (host, port) = host_port(addr).ok_or_else(|| BackendError::Unsupported {
+                what: format!("backends.{name}.{field}: `{addr}` is not host:port"),
+            })?;
+            Ok(fred::types::config::Server::new(host, port))
+        })
+        .collect()
 }
 
 /// `host:port` (an IPv6 host in brackets) as its two parts.
