@@ -152,6 +152,23 @@ fn bad_configurations_name_the_key() {
             MINIMAL.replace("kind = \"redis\"", "kind = \"redis\"\npassword_file = \"/nonexistent/pw\""),
             "backends.cache.password_file",
         ),
+        (
+            format!("{MINIMAL}[backends.big]\nkind = \"cluster\"\nnodes = []\n"),
+            "backends.big.nodes",
+        ),
+        (
+            format!("{MINIMAL}[backends.big]\nkind = \"cluster\"\nnodes = [\"nohost\"]\n"),
+            "backends.big.nodes",
+        ),
+        (
+            format!("{MINIMAL}[backends.big]\nkind = \"cluster\"\nnodes = [\"h:1\"]\npool_size = 0\n"),
+            "backends.big.pool_size",
+        ),
+        (
+            format!("{MINIMAL}[backends.ha]\nkind = \"sentinel\"\nmaster_name = \"m\"\nsentinels = [\"h\"]\n"),
+            "backends.ha.sentinels",
+        ),
+        ("[server]\nmax_pipeline = 0\n".to_string() + MINIMAL, "server.max_pipeline"),
     ];
     for (text, key) in cases {
         let message = err(&text);
