@@ -448,6 +448,8 @@ pub struct SentinelConfig {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterConfig {
+    // The pool keys repeat SentinelConfig's: serde's `flatten` would share them, but it does
+    // not combine with `deny_unknown_fields`, which names a mistyped key.
     /// `host:port` of one or more nodes; the others are learnt from `CLUSTER SLOTS`.
     pub nodes: Vec<String>,
     /// Backend connections (each one a connection to every primary); each client connection

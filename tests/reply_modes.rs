@@ -460,13 +460,8 @@ backend = "s"
             let backend = &backend;
             async move {
                 let request = Request {
-                    args: &args,
-                    proto: Proto::Resp2,
-                    pin: 1,
-                    blocking: false,
                     token,
-                    replicas: None,
-                    route: None,
+                    ..Request::new(&args, Proto::Resp2, 1)
                 };
                 backend.dispatch(&request, Duration::from_secs(5)).await
             }

@@ -62,6 +62,22 @@ pub struct Request<'a> {
     pub route: Option<&'a [u8]>,
 }
 
+impl<'a> Request<'a> {
+    /// A plain request: not blocking, no token, no replica wait, routed by its first
+    /// argument.
+    pub fn new(args: &'a [Bytes], proto: Proto, pin: u64) -> Request<'a> {
+        Request {
+            args,
+            proto,
+            pin,
+            blocking: false,
+            token: None,
+            replicas: None,
+            route: None,
+        }
+    }
+}
+
 /// How long a recorded reply is kept: longer than any retry budget holds a request.
 pub const TOKEN_TTL: Duration = Duration::from_secs(15 * 60);
 

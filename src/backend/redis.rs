@@ -254,24 +254,22 @@ impl RedisBackend {
     /// # Errors
     /// [`BackendError::Unsupported`] when an address or the password file is unusable.
     pub fn sentinel(name: &str, config: &SentinelConfig) -> Result<RedisBackend, BackendError> {
-        let mut parsed = fred::types::config::Config {
-            server: fred::types::config::ServerConfig::Sentinel {
-                hosts: servers(name, "sentinels", &config.sentinels)?,
-                service_name: config.master_name.clone(),
-            },
-            ..fred::types::config::Config::default()
+        let server = fred::types::config::ServerConfig::Sentinel {
+            hosts: servers(name, "sentinels", &config.sentinels)?,
+            service_name: config.master_name.clone(),
         };
-        if let Some(path) = &config.password_file {
-            parsed.password = Some(password_from(name, path)?);
-        }
-        Ok(RedisBackend::with(
-            name,
-            parsed,
+        let pool = (
+            config.pool_size,
             config.connection_timeout,
             config.response_timeout,
-            config.pool_size,
+        );
+        RedisBackend::discovered(
+            name,
+            server,
+            config.password_file.as_deref(),
+            pool,
             Flavor::Sentinel,
-        ))
+        )
     }
 
     /// A Redis Cluster, found from its seed nodes at each dial.
@@ -279,23 +277,42 @@ impl RedisBackend {
     /// # Errors
     /// [`BackendError::Unsupported`] when an address or the password file is unusable.
     pub fn cluster(name: &str, config: &ClusterConfig) -> Result<RedisBackend, BackendError> {
+        let server = fred::types::config::ServerConfig::Clustered {
+            hosts: servers(name, "nodes", &config.nodes)?,
+            policy: fred::types::config::ClusterDiscoveryPolicy::default(),
+        };
+        let pool = (
+            config.pool_size,
+            config.connection_timeout,
+            config.response_timeout,
+        );
+        let flavor = Flavor::Cluster(config.max_redirections);
+        RedisBackend::discovered(name, server, config.password_file.as_deref(), pool, flavor)
+    }
+
+    /// A backend whose servers are found at each dial (Sentinel, Cluster): `pool` is its
+    /// size, connection timeout and response timeout.
+    fn discovered(
+        name: &str,
+        server: fred::types::config::ServerConfig,
+        password_file: Option<&std::path::Path>,
+        (pool_size, connection_timeout, response_timeout): (usize, Duration, Duration),
+        flavor: Flavor,
+    ) -> Result<RedisBackend, BackendError> {
         let mut parsed = fred::types::config::Config {
-            server: fred::types::config::ServerConfig::Clustered {
-                hosts: servers(name, "nodes", &config.nodes)?,
-                policy: fred::types::config::ClusterDiscoveryPolicy::default(),
-            },
+            server,
             ..fred::types::config::Config::default()
         };
-        if let Some(path) = &config.password_file {
+        if let Some(path) = password_file {
             parsed.password = Some(password_from(name, path)?);
         }
         Ok(RedisBackend::with(
             name,
             parsed,
-            config.connection_timeout,
-            config.response_timeout,
-            config.pool_size,
-            Flavor::Cluster(config.max_redirections),
+            connection_timeout,
+            response_timeout,
+            pool_size,
+            flavor,
         ))
     }
 
@@ -554,15 +571,7 @@ impl RedisBackend {
             return false;
         };
         let args = [bytes::Bytes::from_static(b"PING")];
-        let request = Request {
-            args: &args,
-            proto: Proto::Resp2,
-            pin: 0,
-            blocking: false,
-            token: None,
-            replicas: None,
-            route: None,
-        };
+        let request = Request::new(&args, Proto::Resp2, 0);
         // No timeout around the send: cancelling it would leave its PING in fred's queue
         // unanswered; the send's own timeout retires the connection instead.
         let Ok(live) = ensure_connected(slot, timeout).await else {

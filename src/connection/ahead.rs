@@ -154,15 +154,7 @@ impl Conn {
         }
         let requests: Vec<Request<'_>> = run
             .iter()
-            .map(|(command, _)| Request {
-                args: &command.args,
-                proto: self.proto,
-                pin: self.id,
-                blocking: false,
-                token: None,
-                replicas: None,
-                route: None,
-            })
+            .map(|(command, _)| Request::new(&command.args, self.proto, self.id))
             .collect();
         let Some(results) = namespace
             .backend

@@ -33,15 +33,7 @@ impl Conn {
         if self.watching {
             if let Some((_, dedicated)) = &self.dedicated {
                 let args = [Bytes::from_static(b"UNWATCH")];
-                let request = Request {
-                    args: &args,
-                    proto: self.proto,
-                    pin: self.id,
-                    blocking: false,
-                    token: None,
-                    replicas: None,
-                    route: None,
-                };
+                let request = Request::new(&args, self.proto, self.id);
                 let _ = dedicated.send(&request).await;
             }
         }

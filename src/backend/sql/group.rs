@@ -212,14 +212,7 @@ async fn lock_all(inner: &Inner, conn: &mut TxConn, group: &[Job]) -> Result<(),
                 .filter_map(|c| c.get(1).map(|k| k.as_ref()))
         })
         .collect();
-    let mut ctx = super::store::Ctx {
-        conn: &mut *conn,
-        now: 0,
-        proto: Proto::Resp2,
-        dialect: inner.dialect,
-        write: true,
-        wrote: false,
-    };
+    let mut ctx = super::store::Ctx::new(&mut *conn, 0, Proto::Resp2, inner.dialect, true);
     ctx.lock(&keys)
         .await
         .map_err(|f| super::failure(conn, f, true, &mut false))

@@ -424,14 +424,7 @@ impl Inner {
             .await
             .map_err(|e| abandon(&mut conn, e))?;
         conn.open = true;
-        let mut ctx = Ctx {
-            conn: &mut conn,
-            now: now_ms(),
-            proto: Proto::Resp2,
-            dialect: self.dialect,
-            write: true,
-            wrote: false,
-        };
+        let mut ctx = Ctx::new(&mut conn, now_ms(), Proto::Resp2, self.dialect, true);
         let mut purged = Ok(());
         for (key, _) in &expired {
             // `meta` purges a key it finds expired.
@@ -546,14 +539,7 @@ impl Inner {
                 .iter()
                 .filter_map(|c| c.get(1).map(|k| k.as_ref()))
                 .collect();
-            let mut ctx = Ctx {
-                conn: &mut *conn,
-                now,
-                proto,
-                dialect: self.dialect,
-                write,
-                wrote: false,
-            };
+            let mut ctx = Ctx::new(&mut *conn, now, proto, self.dialect, write);
             if let Err(f) = ctx.lock(&keys).await {
                 return Err(failure(conn, f, true, dirty));
             }
@@ -565,14 +551,7 @@ impl Inner {
                     abandon(conn, e)
                 })?;
             }
-            let mut ctx = Ctx {
-                conn: &mut *conn,
-                now,
-                proto,
-                dialect: self.dialect,
-                write,
-                wrote: false,
-            };
+            let mut ctx = Ctx::new(&mut *conn, now, proto, self.dialect, write);
             match commands::run(&mut ctx, args, self.allow_flush).await {
                 Ok(frame) => {
                     if batch {
@@ -622,14 +601,7 @@ impl Inner {
         now: i64,
         dirty: &mut bool,
     ) -> Result<Vec<Frame>, BackendError> {
-        let mut ctx = Ctx {
-            conn: &mut *conn,
-            now,
-            proto,
-            dialect: self.dialect,
-            write: true,
-            wrote: false,
-        };
+        let mut ctx = Ctx::new(&mut *conn, now, proto, self.dialect, true);
         let key = args.get(1).map(|k| k.as_ref()).unwrap_or_default();
         let recorded = async {
             ctx.lock(&[key]).await?;

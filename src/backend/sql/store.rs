@@ -135,7 +135,25 @@ pub struct Ctx<'c> {
     pub wrote: bool,
 }
 
-impl Ctx<'_> {
+impl<'c> Ctx<'c> {
+    /// A command's context on `conn`, nothing written yet.
+    pub fn new(
+        conn: &'c mut AnyConnection,
+        now: i64,
+        proto: Proto,
+        dialect: Dialect,
+        write: bool,
+    ) -> Ctx<'c> {
+        Ctx {
+            conn,
+            now,
+            proto,
+            dialect,
+            write,
+            wrote: false,
+        }
+    }
+
     /// Runs a statement that may change rows.
     pub async fn exec<'q>(
         &mut self,
