@@ -5,6 +5,7 @@
 //! its own (fred's replay is switched off); every dispatch is the retry loop's to count.
 
 pub mod fake;
+pub mod link;
 pub mod redis;
 pub mod sql;
 

@@ -13,7 +13,7 @@
 //! (there is no reconnect policy), and the next dial reads the slot map afresh, which is how a
 //! promoted replica is found.
 
-use super::{BackendError, DoubleStyle, Proto, Request};
+use super::{link, BackendError, DoubleStyle, Proto, Request};
 use crate::config::{ClusterConfig, RedisConfig, SentinelConfig};
 use arc_swap::ArcSwapOption;
 use bytes::Bytes;
@@ -33,10 +33,28 @@ use tokio::task::JoinHandle;
 /// Builds a fresh fred client for each dial.
 type Factory = Arc<dyn Fn() -> Client + Send + Sync>;
 
-/// One dialled connection: its own fred client, and a signal that turns true when fred's
-/// connection task ends.
+/// Resolves when a dialled connection's task ends.
+type Ended = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// How a slot dials.
+#[derive(Clone)]
+enum Dialer {
+    /// A fresh fred client per dial.
+    Fred(Factory),
+    /// holdfast's own link (standalone Redis without TLS, pooled connections).
+    Link(Arc<link::Target>),
+}
+
+/// What a dialled connection talks through.
+enum Conn {
+    Fred(Client),
+    Link(link::Link),
+}
+
+/// One dialled connection: its client, and a signal that turns true when its connection
+/// task ends.
 struct Live {
-    client: Client,
+    conn: Conn,
     ended: watch::Receiver<bool>,
     /// `MOVED`/`ASK` redirections fred may follow per command (0 off a Cluster).
     redirections: u32,
@@ -55,10 +73,17 @@ impl Live {
     /// on a connection that no longer answers).
     fn retire(&self) {
         if !self.retired.swap(true, Ordering::AcqRel) {
-            let client = self.client.clone();
-            tokio::spawn(async move {
-                let _ = client.quit().await;
-            });
+            match &self.conn {
+                Conn::Fred(client) => {
+                    let client = client.clone();
+                    tokio::spawn(async move {
+                        let _ = client.quit().await;
+                    });
+                }
+                // Its replies stay paired in order (one reader, one queue), but a reply that
+                // did not come in time may never come: close, failing what is in flight.
+                Conn::Link(link) => link.close(),
+            }
         }
     }
 
@@ -110,7 +135,7 @@ struct Slot {
     /// Makes the client each dial uses. A fresh client per dial means a command fred still
     /// holds for a dead connection dies with that client, and is never written to the next
     /// connection, long after the request gave up on it.
-    factory: Factory,
+    dialer: Dialer,
     /// The connection of the last successful dial.
     live: ArcSwapOption<Live>,
     /// A dial in progress; kept here so a waiter that gives up does not abandon it, and the
@@ -126,13 +151,13 @@ struct Slot {
 
 impl Slot {
     fn new(
-        factory: Factory,
+        dialer: Dialer,
         doubles: Arc<AtomicBool>,
         backend: Arc<str>,
         redirections: u32,
     ) -> Arc<Slot> {
         Arc::new(Slot {
-            factory,
+            dialer,
             live: ArcSwapOption::empty(),
             dialing: Mutex::new(None),
             doubles,
@@ -152,16 +177,33 @@ impl Slot {
     fn dial(self: &Arc<Self>) -> JoinHandle<Result<(), fred::error::Error>> {
         let slot = self.clone();
         tokio::spawn(async move {
-            let client = (slot.factory)();
-            let task = client.init().await?;
+            let (conn, task, version) = match &slot.dialer {
+                Dialer::Fred(factory) => {
+                    let client = factory();
+                    let task = client.init().await?;
+                    let version = client
+                        .server_version()
+                        .map(|v| (v.major as u32, v.minor as u32));
+                    let task: Ended = Box::pin(async move {
+                        let _ = task.await;
+                    });
+                    (Conn::Fred(client), task, version)
+                }
+                Dialer::Link(target) => {
+                    let (link, task, version) = link::Link::connect(target).await?;
+                    let task: Ended = Box::pin(async move {
+                        let _ = task.await;
+                    });
+                    (Conn::Link(link), task, version)
+                }
+            };
             // Redis 7.2 moved from %.17g to the shortest round-trip spelling.
-            if let Some(version) = client.server_version() {
-                let shortest = (version.major, version.minor) >= (7, 2);
-                slot.doubles.store(shortest, Ordering::Relaxed);
+            if let Some(version) = version {
+                slot.doubles.store(version >= (7, 2), Ordering::Relaxed);
             }
             let (ended_tx, ended) = watch::channel(false);
             slot.live.store(Some(Arc::new(Live {
-                client,
+                conn,
                 ended,
                 redirections: slot.redirections,
                 retired: AtomicBool::new(false),
@@ -375,11 +417,27 @@ impl RedisBackend {
         })
     }
 
+    /// How a pooled connection dials: holdfast's own link to a standalone Redis without TLS
+    /// (it batches many clients' commands into one write), fred otherwise.
+    fn pooled_dialer(&self, version: RespVersion) -> Dialer {
+        let proto = match version {
+            RespVersion::RESP3 => Proto::Resp3,
+            RespVersion::RESP2 => Proto::Resp2,
+        };
+        let target = (self.flavor == Flavor::Standalone)
+            .then(|| link::Target::of(&self.config, proto, self.connection.connection_timeout))
+            .flatten();
+        match target {
+            Some(target) => Dialer::Link(Arc::new(target)),
+            None => Dialer::Fred(self.factory(version)),
+        }
+    }
+
     fn open_pool(&self, version: RespVersion) -> Vec<Arc<Slot>> {
         (0..self.pool_size)
             .map(|_| {
                 Slot::new(
-                    self.factory(version.clone()),
+                    self.pooled_dialer(version.clone()),
                     self.doubles.clone(),
                     self.name.as_str().into(),
                     self.redirections(),
@@ -520,7 +578,12 @@ impl RedisBackend {
             let flush = async {
                 let slot = self.pinned(request.proto, request.pin).await;
                 let live = ensure_connected(slot, acquire_timeout).await?;
-                live.client
+                let Conn::Fred(client) = &live.conn else {
+                    return Err(BackendError::Unsupported {
+                        what: "a cluster connection is a fred client".to_string(),
+                    });
+                };
+                client
                     .flushall_cluster()
                     .await
                     .map_err(|source| BackendError::Sent { source })?;
@@ -557,7 +620,8 @@ impl RedisBackend {
         // Dedicated connections are not pooled: they are not counted in the pool metrics.
         // They follow no redirection: a command inside MULTI redirected to another node
         // would run there at once, outside the transaction.
-        let slot = Slot::new(self.factory(version), self.doubles.clone(), "".into(), 0);
+        let dialer = Dialer::Fred(self.factory(version));
+        let slot = Slot::new(dialer, self.doubles.clone(), "".into(), 0);
         let live = ensure_connected(&slot, acquire_timeout).await?;
         Ok(DedicatedRedis {
             live,
@@ -671,6 +735,21 @@ async fn send(
             what: "empty command".to_string(),
         });
     };
+    let client = match &live.conn {
+        Conn::Fred(client) => client,
+        Conn::Link(link) => {
+            // Zero means no timeout: a blocking command waits as long as it asked to.
+            let timeout = (!request.blocking).then_some(response_timeout);
+            return match link.send(request.args, timeout).await {
+                Ok(frame) if request.proto == Proto::Resp3 => {
+                    BackendError::check_reply(restore_map_order(frame))
+                }
+                Ok(frame) => BackendError::check_reply(frame),
+                Err(link::SendError::NotSent(source)) => Err(BackendError::Connect { source }),
+                Err(link::SendError::Sent(source)) => Err(BackendError::Sent { source }),
+            };
+        }
+    };
     // Names come from the command table, so they are ASCII.
     let name = String::from_utf8_lossy(name).into_owned();
     let hash = match request.route {
@@ -691,8 +770,7 @@ async fn send(
         fail_fast: true,
         ..Options::default()
     };
-    match live
-        .client
+    match client
         .with_options(&options)
         .custom_raw(command, args)
         .await
@@ -758,7 +836,12 @@ impl DedicatedRedis {
 
     /// Closes the connection.
     pub async fn close(self) {
-        let _ = self.live.client.quit().await;
+        match &self.live.conn {
+            Conn::Fred(client) => {
+                let _ = client.quit().await;
+            }
+            Conn::Link(link) => link.close(),
+        }
     }
 }
 

@@ -1,0 +1,443 @@
+//! holdfast's own connection to a standalone Redis, for the pooled (shared) connections.
+//!
+//! Many client connections send on one link. Each command is encoded straight into the
+//! link's output buffer and its reply slot queued under the same lock, so the order of
+//! replies is the order of the bytes. One task writes whatever has accumulated in one write
+//! (it lets the other ready clients add theirs first) and reads replies in batches, handing
+//! each to the oldest slot. That is where the cost of a proxy goes without pipelining: fred
+//! writes and flushes each command on its own, a syscall per command.
+//!
+//! Errors are fred's typed errors (`ErrorKind`), so `classify` reads them as it reads fred's.
+//! TLS, Sentinel, Cluster and dedicated connections stay on fred.
+
+use super::Proto;
+use bytes::{Bytes, BytesMut};
+use fred::error::{Error, ErrorKind};
+use redis_protocol::resp2::types::BytesFrame as Frame2;
+use redis_protocol::resp3::types::BytesFrame as Frame;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{oneshot, Notify};
+
+/// A reply, or why none will come.
+type Reply = Result<Frame, Error>;
+
+/// Where a link connects and how it introduces itself.
+#[derive(Clone, Debug)]
+pub struct Target {
+    host: String,
+    port: u16,
+    username: Option<String>,
+    password: Option<String>,
+    database: Option<u8>,
+    proto: Proto,
+    connection_timeout: Duration,
+}
+
+impl Target {
+    /// The target of a fred configuration, when a link can serve it: one server, no TLS.
+    pub fn of(
+        config: &fred::types::config::Config,
+        proto: Proto,
+        connection_timeout: Duration,
+    ) -> Option<Target> {
+        if config.tls.is_some() {
+            return None;
+        }
+        let fred::types::config::ServerConfig::Centralized { server } = &config.server else {
+            return None;
+        };
+        Some(Target {
+            host: server.host.to_string(),
+            port: server.port,
+            username: config.username.clone(),
+            password: config.password.clone(),
+            database: config.database,
+            proto,
+            connection_timeout,
+        })
+    }
+}
+
+/// What the link's task and its senders share.
+struct Shared {
+    state: Mutex<State>,
+    /// Wakes the task when a command is queued or the link is closed.
+    wake: Notify,
+}
+
+struct State {
+    /// Encoded commands not yet written.
+    out: BytesMut,
+    /// One slot per written or queued command, oldest first.
+    waiting: VecDeque<oneshot::Sender<Reply>>,
+    /// No command is taken any more; every slot has been answered with an error.
+    closed: bool,
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave the state half-updated in a way that
+        // matters more than losing the link, so a poisoned lock is used as is.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Fails every command in flight and refuses new ones.
+    fn close(&self, why: &str) {
+        let waiting = {
+            let mut state = self.state();
+            state.closed = true;
+            state.out.clear();
+            std::mem::take(&mut state.waiting)
+        };
+        for slot in waiting {
+            let _ = slot.send(Err(Error::new(ErrorKind::IO, why.to_string())));
+        }
+        self.wake.notify_one();
+    }
+}
+
+/// A connected link. Dropping it does not close it; [`Link::close`] does.
+pub struct Link {
+    shared: Arc<Shared>,
+}
+
+/// Why a command got no reply.
+#[derive(Debug)]
+pub enum SendError {
+    /// The link was closed before the command was queued: nothing was written.
+    NotSent(Error),
+    /// The command was queued and may have been written (and applied).
+    Sent(Error),
+}
+
+impl Link {
+    /// Connects, authenticates, selects the database and switches protocol, then starts the
+    /// link's task. Returns the link, the task (it ends when the connection does) and the
+    /// server's version (major, minor).
+    ///
+    /// # Errors
+    /// fred's error kinds: `IO` for a refused or dropped connection, `Timeout`, `Auth` for a
+    /// refused password, `Protocol` for any other handshake error reply.
+    pub async fn connect(
+        target: &Target,
+    ) -> Result<(Link, tokio::task::JoinHandle<()>, Option<(u32, u32)>), Error> {
+        let dial = async {
+            let mut stream = TcpStream::connect((target.host.as_str(), target.port)).await?;
+            stream.set_nodelay(true)?;
+            let version = handshake(&mut stream, target).await?;
+            Ok::<_, Error>((stream, version))
+        };
+        let (stream, version) = tokio::time::timeout(target.connection_timeout, dial)
+            .await
+            .map_err(|_| Error::new(ErrorKind::Timeout, "connecting to the backend timed out"))??;
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                out: BytesMut::with_capacity(16 * 1024),
+                waiting: VecDeque::new(),
+                closed: false,
+            }),
+            wake: Notify::new(),
+        });
+        let task = tokio::spawn(run(stream, shared.clone(), target.proto));
+        Ok((Link { shared }, task, version))
+    }
+
+    /// Sends one command and waits for its reply, at most `timeout` when one is given.
+    ///
+    /// # Errors
+    /// [`SendError`]: whether the command may have been written.
+    pub async fn send(
+        &self,
+        args: &[Bytes],
+        timeout: Option<Duration>,
+    ) -> Result<Frame, SendError> {
+        let reply = {
+            let mut state = self.shared.state();
+            if state.closed {
+                return Err(SendError::NotSent(Error::new(
+                    ErrorKind::IO,
+                    "the connection closed before the request was sent",
+                )));
+            }
+            encode(&mut state.out, args);
+            let (slot, reply) = oneshot::channel();
+            state.waiting.push_back(slot);
+            reply
+        };
+        self.shared.wake.notify_one();
+        let reply = match timeout {
+            Some(limit) => match tokio::time::timeout(limit, reply).await {
+                Ok(reply) => reply,
+                Err(_) => {
+                    return Err(SendError::Sent(Error::new(
+                        ErrorKind::Timeout,
+                        "the backend did not reply in time",
+                    )))
+                }
+            },
+            None => reply.await,
+        };
+        match reply {
+            Ok(Ok(frame)) => Ok(frame),
+            Ok(Err(e)) => Err(SendError::Sent(e)),
+            Err(_) => Err(SendError::Sent(Error::new(
+                ErrorKind::IO,
+                "the connection closed with the request in flight",
+            ))),
+        }
+    }
+
+    /// Closes the link: commands in flight fail as sent, new ones as not sent.
+    pub fn close(&self) {
+        self.shared.close("the connection was closed by holdfast");
+    }
+}
+
+/// Appends `args` as a RESP multibulk.
+fn encode(out: &mut BytesMut, args: &[Bytes]) {
+    let mut number = itoa::Buffer::new();
+    out.extend_from_slice(b"*");
+    out.extend_from_slice(number.format(args.len()).as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for arg in args {
+        out.extend_from_slice(b"$");
+        out.extend_from_slice(number.format(arg.len()).as_bytes());
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(arg);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// Takes one complete reply off the front of `buf`, in the connection's protocol, as a RESP3
+/// frame (RESP2 replies converted as fred converts them).
+fn decode(buf: &mut BytesMut, proto: Proto) -> Result<Option<Frame>, Error> {
+    let protocol = |e: redis_protocol::error::RedisProtocolError| {
+        Error::new(ErrorKind::Protocol, format!("undecodable reply: {e}"))
+    };
+    match proto {
+        Proto::Resp2 => Ok(redis_protocol::resp2::decode::decode_bytes_mut(buf)
+            .map_err(protocol)?
+            .map(|(frame, _, _)| upgrade(frame))),
+        Proto::Resp3 => Ok(
+            redis_protocol::resp3::decode::complete::decode_bytes_mut(buf)
+                .map_err(protocol)?
+                .map(|(frame, _, _)| frame),
+        ),
+    }
+}
+
+/// A RESP2 reply as the RESP3 frame the rest of holdfast handles.
+fn upgrade(frame: Frame2) -> Frame {
+    match frame {
+        Frame2::SimpleString(data) => Frame::SimpleString {
+            data,
+            attributes: None,
+        },
+        Frame2::Error(data) => Frame::SimpleError {
+            data,
+            attributes: None,
+        },
+        Frame2::Integer(data) => Frame::Number {
+            data,
+            attributes: None,
+        },
+        Frame2::BulkString(data) => Frame::BlobString {
+            data,
+            attributes: None,
+        },
+        Frame2::Array(items) => Frame::Array {
+            data: items.into_iter().map(upgrade).collect(),
+            attributes: None,
+        },
+        Frame2::Null => Frame::Null,
+    }
+}
+
+/// Introduces the connection: AUTH, HELLO 3 for RESP3, SELECT, then INFO for the version, all
+/// in one write. Returns the server's version.
+async fn handshake(stream: &mut TcpStream, target: &Target) -> Result<Option<(u32, u32)>, Error> {
+    let mut out = BytesMut::new();
+    let mut expected = Vec::new();
+    if let Some(password) = &target.password {
+        let mut args = vec![Bytes::from_static(b"AUTH")];
+        args.extend(target.username.iter().map(|u| Bytes::from(u.clone())));
+        args.push(Bytes::from(password.clone()));
+        encode(&mut out, &args);
+        expected.push(ErrorKind::Auth);
+    }
+    if target.proto == Proto::Resp3 {
+        encode(
+            &mut out,
+            &[Bytes::from_static(b"HELLO"), Bytes::from_static(b"3")],
+        );
+        expected.push(ErrorKind::Protocol);
+    }
+    if let Some(db) = target.database.filter(|db| *db != 0) {
+        encode(
+            &mut out,
+            &[Bytes::from_static(b"SELECT"), Bytes::from(db.to_string())],
+        );
+        expected.push(ErrorKind::Protocol);
+    }
+    encode(
+        &mut out,
+        &[Bytes::from_static(b"INFO"), Bytes::from_static(b"server")],
+    );
+    expected.push(ErrorKind::Protocol);
+    stream.write_all(&out).await?;
+    let mut buf = BytesMut::with_capacity(8 * 1024);
+    let mut version = None;
+    for (i, kind) in expected.iter().enumerate() {
+        let frame = loop {
+            // The reply to HELLO 3 is RESP3; the ones before it are RESP2, which the RESP3
+            // decoder reads too except for nulls, which none of these replies are.
+            if let Some(frame) = decode(&mut buf, Proto::Resp3)? {
+                break frame;
+            }
+            if stream.read_buf(&mut buf).await? == 0 {
+                return Err(Error::new(
+                    ErrorKind::IO,
+                    "the backend closed the connection during the handshake",
+                ));
+            }
+        };
+        match &frame {
+            Frame::SimpleError { data, .. } => {
+                return Err(Error::new(kind.clone(), data.to_string()));
+            }
+            Frame::BlobString { data, .. } | Frame::VerbatimString { data, .. }
+                if i + 1 == expected.len() =>
+            {
+                version = redis_version(data);
+            }
+            _ => {}
+        }
+    }
+    Ok(version)
+}
+
+/// `redis_version:7.0.15` in an INFO reply, as (7, 0).
+fn redis_version(info: &[u8]) -> Option<(u32, u32)> {
+    let text = std::str::from_utf8(info).ok()?;
+    let value = text
+        .lines()
+        .find_map(|line| line.strip_prefix("redis_version:"))?;
+    let mut parts = value.trim().split('.');
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
+/// The link's task: writes what senders queued and hands replies to their slots, until the
+/// connection fails or the link is closed.
+async fn run(mut stream: TcpStream, shared: Arc<Shared>, proto: Proto) {
+    let (mut reader, mut writer) = stream.split();
+    let write = async {
+        let mut batch = BytesMut::with_capacity(16 * 1024);
+        loop {
+            shared.wake.notified().await;
+            // Let the other ready clients queue their commands too: one write for all.
+            tokio::task::yield_now().await;
+            {
+                let mut state = shared.state();
+                if state.closed {
+                    return "closed".to_string();
+                }
+                std::mem::swap(&mut state.out, &mut batch);
+            }
+            if batch.is_empty() {
+                continue;
+            }
+            if let Err(e) = writer.write_all(&batch).await {
+                return format!("writing to the backend failed: {e}");
+            }
+            batch.clear();
+        }
+    };
+    let read = async {
+        let mut buf = BytesMut::with_capacity(64 * 1024);
+        let mut replies = Vec::new();
+        loop {
+            match reader.read_buf(&mut buf).await {
+                Ok(0) => return "the backend closed the connection".to_string(),
+                Ok(_) => {}
+                Err(e) => return format!("reading from the backend failed: {e}"),
+            }
+            loop {
+                match decode(&mut buf, proto) {
+                    // Pushes (RESP3 out-of-band messages) answer no command.
+                    Ok(Some(Frame::Push { .. })) => {}
+                    Ok(Some(frame)) => replies.push(frame),
+                    Ok(None) => break,
+                    Err(e) => return e.to_string(),
+                }
+            }
+            let slots: Vec<_> = {
+                let mut state = shared.state();
+                let n = replies.len().min(state.waiting.len());
+                state.waiting.drain(..n).collect()
+            };
+            if slots.len() < replies.len() {
+                return "the backend sent a reply nobody asked for".to_string();
+            }
+            for (slot, reply) in slots.into_iter().zip(replies.drain(..)) {
+                let _ = slot.send(Ok(reply));
+            }
+            if buf.capacity() - buf.len() < 4096 {
+                buf.reserve(64 * 1024);
+            }
+        }
+    };
+    let why = tokio::select! {
+        why = write => why,
+        why = read => why,
+    };
+    shared.close(&why);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_are_encoded_as_multibulk() {
+        let mut out = BytesMut::new();
+        encode(
+            &mut out,
+            &[
+                Bytes::from_static(b"SET"),
+                Bytes::from_static(b"k"),
+                Bytes::new(),
+            ],
+        );
+        assert_eq!(&out[..], b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$0\r\n\r\n");
+    }
+
+    #[test]
+    fn resp2_replies_become_resp3_frames() {
+        let mut buf = BytesMut::from(&b"*3\r\n:1\r\n$-1\r\n-ERR no\r\n+OK"[..]);
+        let frame = decode(&mut buf, Proto::Resp2).ok().flatten();
+        let Some(Frame::Array { data, .. }) = frame else {
+            panic!("expected an array, got {frame:?}");
+        };
+        assert!(matches!(data[0], Frame::Number { data: 1, .. }));
+        assert!(matches!(data[1], Frame::Null));
+        assert!(matches!(&data[2], Frame::SimpleError { data, .. } if &**data == "ERR no"));
+        // The incomplete reply stays in the buffer.
+        assert!(matches!(decode(&mut buf, Proto::Resp2), Ok(None)));
+        assert_eq!(&buf[..], b"+OK");
+    }
+
+    #[test]
+    fn the_version_is_read_from_info() {
+        let info = b"# Server\r\nredis_version:7.2.4\r\nredis_mode:standalone\r\n";
+        assert_eq!(redis_version(info), Some((7, 2)));
+        assert_eq!(redis_version(b"# Server\r\n"), None);
+    }
+}
