@@ -98,12 +98,15 @@ async fn probe(shared: &Shared) -> Vec<(String, bool)> {
 pub const HEALTH_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Keeps `holdfast_backend_up` current: probes every backend each [`HEALTH_INTERVAL`], so the
-/// metric tells a backend's health whether or not an orchestrator polls `/readyz`.
+/// metric tells a backend's health whether or not an orchestrator polls `/readyz`. Also folds
+/// the histograms' recorded samples into their buckets: the exporter keeps every sample until
+/// then, so without it memory would grow with each request until someone scraped `/metrics`.
 pub async fn watch_health(shared: std::sync::Arc<Shared>) {
     let mut every = tokio::time::interval(HEALTH_INTERVAL);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         every.tick().await;
+        crate::metrics::install().run_upkeep();
         probe(&shared).await;
     }
 }
