@@ -171,32 +171,79 @@ impl Link {
             reply
         };
         self.shared.wake.notify_one();
-        let reply = match timeout {
-            Some(limit) => match tokio::time::timeout(limit, reply).await {
-                Ok(reply) => reply,
-                Err(_) => {
-                    return Err(SendError::Sent(Error::new(
-                        ErrorKind::Timeout,
-                        "the backend did not reply in time",
-                    )))
-                }
-            },
-            None => reply.await,
-        };
-        match reply {
-            Ok(Ok(frame)) => Ok(frame),
-            Ok(Err(e)) => Err(SendError::Sent(e)),
-            Err(_) => Err(SendError::Sent(Error::new(
-                ErrorKind::IO,
-                "the connection closed with the request in flight",
-            ))),
+        match timeout {
+            Some(limit) => settle(tokio::time::timeout(limit, reply).await),
+            None => settle(Ok(reply.await)),
         }
+    }
+
+    /// Sends commands back to back (queued under one lock, so nothing comes between them) and
+    /// waits for their replies in order, each within `timeout` of the sending.
+    pub async fn send_all<'a>(
+        &self,
+        commands: impl Iterator<Item = &'a [Bytes]>,
+        timeout: Duration,
+    ) -> Vec<Result<Frame, SendError>> {
+        let receivers: Vec<_> = {
+            let mut state = self.shared.state();
+            if state.closed {
+                drop(state);
+                return commands_not_sent(commands);
+            }
+            commands
+                .map(|args| {
+                    encode(&mut state.out, args);
+                    let (slot, reply) = oneshot::channel();
+                    state.waiting.push_back(slot);
+                    reply
+                })
+                .collect()
+        };
+        self.shared.wake.notify_one();
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut replies = Vec::with_capacity(receivers.len());
+        for reply in receivers {
+            replies.push(settle(tokio::time::timeout_at(deadline, reply).await));
+        }
+        replies
     }
 
     /// Closes the link: commands in flight fail as sent, new ones as not sent.
     pub fn close(&self) {
         self.shared.close("the connection was closed by holdfast");
     }
+}
+
+/// What a reply slot yielded, within its time or not.
+fn settle(
+    reply: Result<Result<Reply, oneshot::error::RecvError>, tokio::time::error::Elapsed>,
+) -> Result<Frame, SendError> {
+    match reply {
+        Ok(Ok(Ok(frame))) => Ok(frame),
+        Ok(Ok(Err(e))) => Err(SendError::Sent(e)),
+        Ok(Err(_)) => Err(SendError::Sent(Error::new(
+            ErrorKind::IO,
+            "the connection closed with the request in flight",
+        ))),
+        Err(_) => Err(SendError::Sent(Error::new(
+            ErrorKind::Timeout,
+            "the backend did not reply in time",
+        ))),
+    }
+}
+
+/// Every command refused as not sent: the link was closed before they were queued.
+fn commands_not_sent<'a>(
+    commands: impl Iterator<Item = &'a [Bytes]>,
+) -> Vec<Result<Frame, SendError>> {
+    commands
+        .map(|_| {
+            Err(SendError::NotSent(Error::new(
+                ErrorKind::IO,
+                "the connection closed before the request was sent",
+            )))
+        })
+        .collect()
 }
 
 /// Appends `args` as a RESP multibulk.

@@ -249,7 +249,9 @@ impl Backend {
     ) -> Result<Frame, BackendError> {
         match self {
             Backend::Redis(r) => r.dispatch(request, acquire_timeout).await,
-            Backend::Sql(s) => s.dispatch(request, acquire_timeout).await,
+            // Boxed: a SQL command's future is several times a Redis one's, and every
+            // request's future would otherwise be that size (and moved as often).
+            Backend::Sql(s) => Box::pin(s.dispatch(request, acquire_timeout)).await,
         }
     }
 

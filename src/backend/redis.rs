@@ -95,6 +95,31 @@ impl Live {
         request: &Request<'_>,
         response_timeout: Duration,
     ) -> Result<Frame, BackendError> {
+        // The hot path: a plain command on a link, whose own close fails what is in flight.
+        // Everything else is boxed so its (much larger) future is not carried by every
+        // request's.
+        if let (Conn::Link(link), None) = (&self.conn, request.token) {
+            let result = on_link(link, request, response_timeout).await;
+            self.after_send(&result);
+            return result;
+        }
+        Box::pin(self.send_through_script_or_fred(request, response_timeout)).await
+    }
+
+    /// A reply that did not come in time retires the connection.
+    fn after_send(&self, result: &Result<Frame, BackendError>) {
+        if let Err(BackendError::Sent { source }) = result {
+            if *source.kind() == fred::error::ErrorKind::Timeout {
+                self.retire();
+            }
+        }
+    }
+
+    async fn send_through_script_or_fred(
+        &self,
+        request: &Request<'_>,
+        response_timeout: Duration,
+    ) -> Result<Frame, BackendError> {
         let mut ended = self.ended.clone();
         if *ended.borrow() {
             // Ended before fred took the command: nothing was sent.
@@ -110,11 +135,7 @@ impl Live {
                 Some(token) => exact(self, request, token, response_timeout).await,
                 None => send(self, request, response_timeout).await,
             };
-            if let Err(BackendError::Sent { source }) = &result {
-                if *source.kind() == fred::error::ErrorKind::Timeout {
-                    self.retire();
-                }
-            }
+            self.after_send(&result);
             result
         };
         tokio::select! {
@@ -502,7 +523,7 @@ impl RedisBackend {
         acquire_timeout: Duration,
     ) -> Result<Frame, BackendError> {
         if matches!(self.flavor, Flavor::Cluster(_)) {
-            if let Some(answer) = self.on_every_primary(request, acquire_timeout).await {
+            if let Some(answer) = Box::pin(self.on_every_primary(request, acquire_timeout)).await {
                 return answer;
             }
         }
@@ -510,7 +531,7 @@ impl RedisBackend {
         let live = ensure_connected(slot, acquire_timeout).await?;
         let mut result = live.send(request, self.response_timeout).await;
         if let (Ok(_), Some((wanted, timeout))) = (&result, request.replicas) {
-            if let Err(e) = wait_replicas(&live, request, wanted, timeout).await {
+            if let Err(e) = Box::pin(wait_replicas(&live, request, wanted, timeout)).await {
                 result = Err(e);
             }
         }
@@ -546,6 +567,22 @@ impl RedisBackend {
         }
         let slot = self.pinned(first.proto, first.pin).await;
         let live = ensure_connected(slot, acquire_timeout).await.ok()?;
+        if let Conn::Link(link) = &live.conn {
+            if requests.iter().all(|r| r.token.is_none() && !r.blocking) {
+                // All queued under one lock, in order, and awaited in order.
+                let replies = link
+                    .send_all(requests.iter().map(|r| r.args), self.response_timeout)
+                    .await;
+                let results: Vec<_> = replies
+                    .into_iter()
+                    .map(|reply| link_reply(first.proto, reply))
+                    .collect();
+                for result in &results {
+                    live.after_send(result);
+                }
+                return Some(results);
+            }
+        }
         // join_all polls each send once, in order, before any is polled again: that first
         // poll hands the command to fred, so they reach the connection in this order.
         let results = futures_util::future::join_all(
@@ -663,9 +700,15 @@ async fn ensure_connected(
     slot: &Arc<Slot>,
     acquire_timeout: Duration,
 ) -> Result<Arc<Live>, BackendError> {
-    if let Some(live) = slot.live() {
-        return Ok(live);
+    match slot.live() {
+        Some(live) => Ok(live),
+        // Boxed: the dial's future is large and rarely needed.
+        None => Box::pin(redial(slot, acquire_timeout)).await,
     }
+}
+
+/// The slow half of [`ensure_connected`]: waits for a dial.
+async fn redial(slot: &Arc<Slot>, acquire_timeout: Duration) -> Result<Arc<Live>, BackendError> {
     let waiting = Waiting::new(&slot.backend);
     let wait = async {
         let mut dialing = slot.dialing.lock().await;
@@ -737,18 +780,7 @@ async fn send(
     };
     let client = match &live.conn {
         Conn::Fred(client) => client,
-        Conn::Link(link) => {
-            // Zero means no timeout: a blocking command waits as long as it asked to.
-            let timeout = (!request.blocking).then_some(response_timeout);
-            return match link.send(request.args, timeout).await {
-                Ok(frame) if request.proto == Proto::Resp3 => {
-                    BackendError::check_reply(restore_map_order(frame))
-                }
-                Ok(frame) => BackendError::check_reply(frame),
-                Err(link::SendError::NotSent(source)) => Err(BackendError::Connect { source }),
-                Err(link::SendError::Sent(source)) => Err(BackendError::Sent { source }),
-            };
-        }
+        Conn::Link(link) => return on_link(link, request, response_timeout).await,
     };
     // Names come from the command table, so they are ASCII.
     let name = String::from_utf8_lossy(name).into_owned();
@@ -781,6 +813,28 @@ async fn send(
         }
         Ok(frame) => BackendError::check_reply(frame),
         Err(source) => Err(BackendError::Sent { source }),
+    }
+}
+
+/// Sends one request on a link.
+async fn on_link(
+    link: &link::Link,
+    request: &Request<'_>,
+    response_timeout: Duration,
+) -> Result<Frame, BackendError> {
+    // A blocking command waits as long as it asked to.
+    let timeout = (!request.blocking).then_some(response_timeout);
+    link_reply(request.proto, link.send(request.args, timeout).await)
+}
+
+/// A link's answer as the backend's result.
+fn link_reply(proto: Proto, reply: Result<Frame, link::SendError>) -> Result<Frame, BackendError> {
+    match reply {
+        // Maps only exist in RESP3.
+        Ok(frame) if proto == Proto::Resp3 => BackendError::check_reply(restore_map_order(frame)),
+        Ok(frame) => BackendError::check_reply(frame),
+        Err(link::SendError::NotSent(source)) => Err(BackendError::Connect { source }),
+        Err(link::SendError::Sent(source)) => Err(BackendError::Sent { source }),
     }
 }
 

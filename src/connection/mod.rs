@@ -682,6 +682,18 @@ impl Conn {
             route: None,
         };
         let mut hooks = RequestHooks::new(&namespace.name, namespace.backend.name(), label);
+        if let Some(Ok(_)) = &first {
+            // Sent ahead and answered: what the loop does with a first dispatch that
+            // succeeds, without building it.
+            if let Some(Ok(value)) = first.take() {
+                shared.budget.deposit();
+                hooks.dispatched_ok();
+                return Ok(Done {
+                    value,
+                    maybe_applied: 0,
+                });
+            }
+        }
         let mut stop = self.give_up.clone();
         let retried = retry::run(
             &namespace.policy,
