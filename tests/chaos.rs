@@ -978,6 +978,14 @@ fn backend_blackholed_for_ten_seconds() {
             .settled("backend blackholed", began, healed, detail)
             .await;
         report.assert_held();
+        // A connection given up on is closed, not left open beside its replacement: the
+        // relay holds one connection per pooled one (2), however many were retired.
+        let open = relay.open_connections();
+        eprintln!("relay connections open after the blackhole: {open}");
+        assert!(
+            open <= 2,
+            "{open} backend connections open, the pool holds 2"
+        );
         let holds = proxy
             .metric("holdfast_hold_duration_seconds_count{namespace=\"bh\"}")
             .await;

@@ -546,3 +546,39 @@ read_only = true
     assert_eq!(redis.cmd(&["EXISTS", "worker:1"]), ":1\r\n");
     proxy.stop().await;
 }
+
+/// holdfast's own connection to a standalone Redis introduces itself as the URL says: its
+/// password, its database, and RESP3 (HELLO 3) for a RESP3 client. A refused password is an
+/// answer, not a hold.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_backend_password_database_and_protocol_are_used() {
+    let redis = RedisServer::start_with(&["--requirepass", "pw-backend"]);
+    let url = format!("redis://:pw-backend@127.0.0.1:{}/3", redis.port());
+    let proxy = Proxy::start(&one_backend(&url, "introduced", "")).await;
+    let mut conn = proxy.connect().await;
+    assert_eq!(conn.command(&["SET", "k", "in-3"]).await, b"+OK\r\n");
+    assert_eq!(conn.command(&["HSET", "h", "f", "v"]).await, b":1\r\n");
+    // In database 3: database 0 does not have it until the two are swapped.
+    assert_eq!(redis.cmd(&["GET", "k"]), "$-1\r\n");
+    assert_eq!(redis.cmd(&["SWAPDB", "0", "3"]), "+OK\r\n");
+    assert_eq!(redis.cmd(&["GET", "k"]), "$4\r\nin-3\r\n");
+    assert_eq!(redis.cmd(&["SWAPDB", "0", "3"]), "+OK\r\n");
+    // A RESP3 client's commands go on RESP3 connections: HGETALL answers a map.
+    let mut resp3 = proxy.connect().await;
+    let hello = text(&resp3.command(&["HELLO", "3"]).await);
+    assert!(hello.starts_with('%'), "{hello}");
+    assert_eq!(
+        resp3.command(&["HGETALL", "h"]).await,
+        b"%1\r\n$1\r\nf\r\n$1\r\nv\r\n"
+    );
+    proxy.stop().await;
+
+    let wrong = format!("redis://:not-it@127.0.0.1:{}/3", redis.port());
+    let proxy = Proxy::start(&one_backend(&wrong, "refused", "acquire_timeout = \"1s\"")).await;
+    let mut conn = proxy.connect().await;
+    let reply = timeout(Duration::from_secs(10), conn.command(&["GET", "k"]))
+        .await
+        .expect("a refused backend password is answered, not held");
+    assert!(text(&reply).starts_with('-'), "{}", text(&reply));
+    proxy.stop().await;
+}
