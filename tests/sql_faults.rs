@@ -443,3 +443,132 @@ namespaces = ["jobs"]
     assert_eq!(admin.command(&["EXISTS", "other"]).await, b":1\r\n");
     refusing.stop().await;
 }
+
+/// Concurrent plain SETs are written by one statement per group, and concurrent GETs read by
+/// one per batch: a SET still replaces what the key held before (a hash's or a list's elements
+/// do not come back with the next HSET or RPUSH), two SETs of one key in a group leave one of
+/// them, and a batched GET still answers WRONGTYPE, nil for a missing key and nil for an
+/// expired one. On SQLite and on PostgreSQL.
+#[tokio::test(flavor = "multi_thread")]
+async fn sets_and_gets_served_together_answer_as_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = format!(
+        "kind = \"sqlite\"\npath = \"{}\"",
+        dir.path().join("together.db").display()
+    );
+    together(&sqlite, "together_sqlite").await;
+    let pg = PgServer::start();
+    let postgres = format!("kind = \"postgres\"\nurl = \"{}\"\npool_size = 4", pg.url());
+    together(&postgres, "together_pg").await;
+}
+
+async fn together(backend: &str, name: &str) {
+    let proxy = Proxy::start(&format!(
+        "[defaults]\nreply_mode = \"fast\"\n[backends.{name}]\n{backend}\n\
+         [[namespaces]]\nname = \"{name}\"\nbackend = \"{name}\"\n"
+    ))
+    .await;
+    const CLIENTS: usize = 32;
+    let mut setup = proxy.connect().await;
+    for i in 0..CLIENTS {
+        let key = format!("k:{i}");
+        let reply = if i % 2 == 0 {
+            setup.command(&["HSET", &key, "old", "v"]).await
+        } else {
+            setup.command(&["RPUSH", &key, "old"]).await
+        };
+        assert_eq!(reply, b":1\r\n", "{key}");
+    }
+    assert_eq!(
+        setup.command(&["HSET", "a-hash", "f", "v"]).await,
+        b":1\r\n"
+    );
+    assert_eq!(
+        setup.command(&["SET", "brief", "v", "PX", "1"]).await,
+        b"+OK\r\n"
+    );
+    sleep(Duration::from_millis(20)).await;
+    let tasks: Vec<_> = (0..CLIENTS)
+        .map(|i| {
+            let addr = proxy.addr.clone();
+            tokio::spawn(async move {
+                let mut conn = RawConn::connect(&addr).await;
+                let mut wrong = Vec::new();
+                let key = format!("k:{i}");
+                let value = format!("s{i}");
+                let mine = format!("${}\r\n{value}\r\n", value.len());
+                let checks: [(Vec<&str>, &str); 6] = [
+                    (vec!["SET", &key, &value], "+OK\r\n"),
+                    (vec!["SET", "shared", &value], "+OK\r\n"),
+                    (vec!["GET", &key], &mine),
+                    (
+                        vec!["GET", "a-hash"],
+                        "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n",
+                    ),
+                    (vec!["GET", "missing"], "$-1\r\n"),
+                    (vec!["GET", "brief"], "$-1\r\n"),
+                ];
+                for _ in 0..20 {
+                    for (args, want) in &checks {
+                        let got = text(&conn.command(args).await);
+                        if got != *want {
+                            wrong.push(format!("{args:?}: {got:?}, wanted {want:?}"));
+                        }
+                    }
+                }
+                wrong
+            })
+        })
+        .collect();
+    let mut wrong = Vec::new();
+    for t in tasks {
+        wrong.extend(t.await.unwrap());
+    }
+    assert!(
+        wrong.is_empty(),
+        "{name}: {} wrong: {:?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(5)]
+    );
+    let shared = text(&setup.command(&["GET", "shared"]).await);
+    assert!(
+        shared.starts_with("$2\r\ns") || shared.starts_with("$3\r\ns"),
+        "{shared}"
+    );
+    for i in 0..CLIENTS {
+        let key = format!("k:{i}");
+        assert_eq!(setup.command(&["TYPE", &key]).await, b"+string\r\n");
+        assert_eq!(setup.command(&["DEL", &key]).await, b":1\r\n");
+        // Whatever the key held before the SET is gone with it.
+        let (again, read, want) = if i % 2 == 0 {
+            (
+                vec!["HSET", &key, "new", "v"],
+                vec!["HGETALL", &key],
+                "*2\r\n$3\r\nnew\r\n$1\r\nv\r\n",
+            )
+        } else {
+            (
+                vec!["RPUSH", &key, "new"],
+                vec!["LRANGE", &key, "0", "-1"],
+                "*1\r\n$3\r\nnew\r\n",
+            )
+        };
+        assert_eq!(setup.command(&again).await, b":1\r\n");
+        assert_eq!(text(&setup.command(&read).await), want, "{name} {key}");
+    }
+    let sum = proxy
+        .metric(&format!(
+            "holdfast_group_commit_requests_sum{{backend=\"{name}\"}}"
+        ))
+        .await;
+    let count = proxy
+        .metric(&format!(
+            "holdfast_group_commit_requests_count{{backend=\"{name}\"}}"
+        ))
+        .await;
+    assert!(
+        sum / count > 1.5,
+        "{name}: {sum} requests in {count} transactions"
+    );
+    proxy.stop().await;
+}

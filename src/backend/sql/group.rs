@@ -9,6 +9,7 @@
 //! savepoint and answers its own error). A request that waited in the queue past its acquire
 //! timeout is withdrawn before the writer takes it, never after, so "not attempted" stays true.
 
+use super::store::Ctx;
 use super::{abandon, Inner, SqlStage, TxConn, Work};
 use crate::backend::{BackendError, Proto};
 use bytes::Bytes;
@@ -185,11 +186,53 @@ impl Job {
     }
 }
 
-/// The group without savepoints; None when it had to be rolled back.
+impl Job {
+    /// The key and value of a plain `SET key value` (no option, no token, not a MULTI).
+    fn plain_set(&self) -> Option<(&[u8], &[u8])> {
+        let [args] = self.commands.as_slice() else {
+            return None;
+        };
+        match args.as_slice() {
+            [name, key, value]
+                if self.token.is_none() && !self.batch && name.eq_ignore_ascii_case(b"SET") =>
+            {
+                Some((key, value))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The group without savepoints; None when it had to be rolled back. A run of plain SETs is
+/// written by one statement.
 async fn optimistic(inner: &Inner, group: &[Job]) -> Option<Vec<Outcome>> {
     let mut conn = open(inner, group).await.ok()?;
     let mut outcomes: Vec<Outcome> = Vec::with_capacity(group.len());
-    for job in group {
+    let mut rest = group;
+    while let Some(job) = rest.first() {
+        let sets: Vec<(&[u8], &[u8])> = rest.iter().map_while(Job::plain_set).collect();
+        if sets.len() >= 2 {
+            let written = Ctx::new(
+                &mut conn,
+                super::now_ms(),
+                Proto::Resp2,
+                inner.dialect,
+                true,
+            )
+            .put_strings(&sets)
+            .await;
+            if let Err(f) = written {
+                // Undone whole; the careful pass runs each on its own and answers its error.
+                if let super::store::Fail::Sql(e) = f {
+                    let _ = abandon(&mut conn, e);
+                }
+                super::rollback(&mut conn).await;
+                return None;
+            }
+            outcomes.extend(sets.iter().map(|_| Ok(vec![super::store::ok()])));
+            rest = &rest[sets.len()..];
+            continue;
+        }
         let mut dirty = false;
         let outcome = job.apply(inner, &mut conn, &mut dirty).await;
         if dirty {
@@ -197,6 +240,7 @@ async fn optimistic(inner: &Inner, group: &[Job]) -> Option<Vec<Outcome>> {
             return None;
         }
         outcomes.push(outcome);
+        rest = &rest[1..];
     }
     Some(commit_outcomes(inner, &mut conn, outcomes).await)
 }
@@ -212,7 +256,7 @@ async fn lock_all(inner: &Inner, conn: &mut TxConn, group: &[Job]) -> Result<(),
                 .filter_map(|c| c.get(1).map(|k| k.as_ref()))
         })
         .collect();
-    let mut ctx = super::store::Ctx::new(&mut *conn, 0, Proto::Resp2, inner.dialect, true);
+    let mut ctx = Ctx::new(&mut *conn, 0, Proto::Resp2, inner.dialect, true);
     ctx.lock(&keys)
         .await
         .map_err(|f| super::failure(conn, f, true, &mut false))

@@ -18,6 +18,7 @@ mod group;
 mod hashes;
 mod keys;
 mod lists;
+mod reads;
 mod schema;
 mod sets;
 mod store;
@@ -174,6 +175,8 @@ struct Inner {
     migrated: OnceCell<()>,
     /// Writes go through group commit.
     group: Option<group::GroupWriter>,
+    /// Plain GETs, read together (None: one statement each).
+    reads: Option<reads::GetBatcher>,
 }
 
 fn now_ms() -> i64 {
@@ -307,6 +310,7 @@ impl SqlBackend {
         failover: Option<Failover>,
         allow_flush: bool,
     ) -> SqlBackend {
+        let readers = reader.options().get_max_connections() as usize;
         let inner = Arc::new_cyclic(|weak| Inner {
             name: name.to_string(),
             dialect,
@@ -315,6 +319,7 @@ impl SqlBackend {
             allow_flush,
             migrated: OnceCell::new(),
             group: Some(group::GroupWriter::start(weak.clone(), writers)),
+            reads: Some(reads::GetBatcher::start(weak.clone(), readers)),
         });
         // Migrate at start, and reap expired keys, for as long as the backend is in use.
         let weak = Arc::downgrade(&inner);
@@ -753,6 +758,13 @@ impl Inner {
                 return writer
                     .submit(commands, proto, batch, token, acquire_timeout)
                     .await;
+            }
+        }
+        if let (false, false, None, Some(reads), [[name, key]]) =
+            (write, batch, token, &self.reads, commands)
+        {
+            if name.eq_ignore_ascii_case(b"GET") {
+                return reads.get(key, acquire_timeout).await.map(|f| vec![f]);
             }
         }
         // A read of one statement is atomic without a transaction around it.

@@ -262,6 +262,49 @@ impl<'c> Ctx<'c> {
         Ok(())
     }
 
+    /// Plain `SET key value` for many keys at once, the later of two for one key winning:
+    /// one statement finds the keys that held another kind (their elements are purged), one
+    /// writes every string. Group commit's lever: two statements for a run of SETs instead of
+    /// two each.
+    pub async fn put_strings(&mut self, pairs: &[(&[u8], &[u8])]) -> Result<(), Fail> {
+        let mut latest: Vec<(&[u8], &[u8])> = Vec::with_capacity(pairs.len());
+        for (key, value) in pairs.iter().rev() {
+            if !latest.iter().any(|(k, _)| k == key) {
+                latest.push((key, value));
+            }
+        }
+        latest.reverse();
+        let list = placeholders(1, latest.len(), 1);
+        let sql = format!("SELECT key, kind FROM hf_keys WHERE kind <> 0 AND key IN ({list})");
+        let mut others = sqlx::query(&sql);
+        for (key, _) in &latest {
+            others = others.bind(*key);
+        }
+        for row in others.fetch_all(&mut *self.conn).await? {
+            let key: Vec<u8> = row.try_get(0)?;
+            let code: i64 = row.try_get(1)?;
+            let Some(kind) = Kind::from_code(code) else {
+                return fail(format!("ERR holdfast: unknown stored kind {code}"));
+            };
+            self.purge(&key, kind).await?;
+        }
+        let rows = (0..latest.len())
+            .map(|i| format!("(${}, 0, NULL, ${})", 2 * i + 1, 2 * i + 2))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sql = format!(
+            "INSERT INTO hf_keys (key, kind, expires_at, value) VALUES {rows} \
+             ON CONFLICT (key) DO UPDATE SET kind = 0, expires_at = excluded.expires_at, \
+             value = excluded.value"
+        );
+        let mut write = sqlx::query(&sql);
+        for (key, value) in &latest {
+            write = write.bind(*key).bind(*value);
+        }
+        self.exec(write).await?;
+        Ok(())
+    }
+
     /// Creates the key row of a collection unless it exists.
     pub async fn create(
         &mut self,
@@ -363,14 +406,30 @@ impl<'c> Ctx<'c> {
         let mut ids: Vec<i64> = keys.iter().map(|k| lock_id(k)).collect();
         ids.sort_unstable();
         ids.dedup();
-        for id in ids {
-            sqlx::query("SELECT pg_advisory_xact_lock($1)")
-                .bind(id)
-                .execute(&mut *self.conn)
-                .await?;
+        // One statement per thousand locks rather than one per lock: PostgreSQL evaluates a
+        // select list left to right, so they are still taken in ascending order.
+        for chunk in ids.chunks(1000) {
+            let calls = (1..=chunk.len())
+                .map(|i| format!("pg_advisory_xact_lock(${i})"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let sql = format!("SELECT {calls}");
+            let mut lock = sqlx::query(&sql);
+            for id in chunk {
+                lock = lock.bind(*id);
+            }
+            lock.execute(&mut *self.conn).await?;
         }
         Ok(())
     }
+}
+
+/// `$first, $(first+step), ...`: `count` numbered parameters.
+fn placeholders(first: usize, count: usize, step: usize) -> String {
+    (0..count)
+        .map(|i| format!("${}", first + i * step))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// A stable 64-bit id for a key's advisory lock (FNV-1a): collisions only serialise two

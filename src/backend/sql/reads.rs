@@ -1,0 +1,184 @@
+//! Read batching: plain `GET`s from every client connection are answered by one `SELECT` for
+//! all the keys queued meanwhile, as group commit does for writes. A read changes nothing, so
+//! answering several from one statement changes nothing a client can see but the number of
+//! statements: one per batch instead of one per request. Each reader connection runs one
+//! batch at a time.
+
+use super::store::{Kind, WRONGTYPE};
+use super::Inner;
+use crate::backend::BackendError;
+use bytes::Bytes;
+use redis_protocol::resp3::types::BytesFrame as Frame;
+use sqlx::Row;
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+/// Most keys in one statement (well under either database's parameter limit).
+const MAX_BATCH: usize = 256;
+/// GETs waiting for a reader; a full queue makes callers wait (within their timeout).
+const QUEUE: usize = 4096;
+
+type Answer = Result<Frame, BackendError>;
+
+struct Get {
+    key: Bytes,
+    /// Past this, the request is answered not attempted instead of being read.
+    deadline: Instant,
+    reply: oneshot::Sender<Answer>,
+}
+
+/// The handle GETs are submitted through.
+pub struct GetBatcher {
+    queue: mpsc::Sender<Get>,
+}
+
+impl GetBatcher {
+    /// Starts one batching task per reader connection; they end with the backend.
+    pub fn start(inner: Weak<Inner>, readers: usize) -> GetBatcher {
+        let (queue, gets) = mpsc::channel(QUEUE);
+        let gets = Arc::new(tokio::sync::Mutex::new(gets));
+        for _ in 0..readers.max(1) {
+            tokio::spawn(run(inner.clone(), gets.clone()));
+        }
+        GetBatcher { queue }
+    }
+
+    /// `GET key`, read in the next batch; waits at most `acquire_timeout` for it to start.
+    pub async fn get(&self, key: &Bytes, acquire_timeout: Duration) -> Answer {
+        let deadline = Instant::now() + acquire_timeout;
+        let (reply, answer) = oneshot::channel();
+        let get = Get {
+            key: key.clone(),
+            deadline,
+            reply,
+        };
+        let not_attempted = BackendError::AcquireTimeout {
+            waited: acquire_timeout,
+        };
+        match tokio::time::timeout_at(deadline, self.queue.send(get)).await {
+            Ok(Ok(())) => {}
+            _ => return Err(not_attempted),
+        }
+        // The batch answers every request it takes (a late one: not attempted).
+        answer.await.unwrap_or_else(|_| {
+            Err(BackendError::Sql {
+                stage: super::SqlStage::Work,
+                source: sqlx::Error::WorkerCrashed,
+            })
+        })
+    }
+}
+
+async fn run(inner: Weak<Inner>, gets: Arc<tokio::sync::Mutex<mpsc::Receiver<Get>>>) {
+    loop {
+        let batch = {
+            let mut gets = gets.lock().await;
+            let Some(first) = gets.recv().await else {
+                return;
+            };
+            let mut batch = vec![first];
+            while batch.len() < MAX_BATCH {
+                match gets.try_recv() {
+                    Ok(get) => batch.push(get),
+                    Err(_) => break,
+                }
+            }
+            batch
+        };
+        let Some(inner) = inner.upgrade() else { return };
+        read_batch(&inner, batch).await;
+    }
+}
+
+/// Reads every key of `batch` in one statement and answers each request.
+async fn read_batch(inner: &Inner, batch: Vec<Get>) {
+    let now = Instant::now();
+    let (live, late): (Vec<Get>, Vec<Get>) = batch.into_iter().partition(|g| g.deadline > now);
+    for get in late {
+        let _ = get.reply.send(Err(BackendError::AcquireTimeout {
+            waited: Duration::ZERO,
+        }));
+    }
+    let Some(latest) = live.iter().map(|g| g.deadline).max() else {
+        return;
+    };
+    let rows = async {
+        let mut conn = inner.acquire(false, None, latest - now).await?;
+        let list = (1..=live.len())
+            .map(|i| format!("${i}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sql = format!("SELECT key, kind, expires_at, value FROM hf_keys WHERE key IN ({list})");
+        let mut query = sqlx::query(&sql);
+        for get in &live {
+            query = query.bind(get.key.as_ref());
+        }
+        query.fetch_all(&mut **conn).await.map_err(|e| {
+            conn.close_on_drop();
+            BackendError::Sql {
+                stage: super::SqlStage::Work,
+                source: e,
+            }
+        })
+    };
+    let rows = match rows.await {
+        Ok(rows) => rows,
+        Err(e) => {
+            let shared = Arc::new(e);
+            for get in live {
+                let _ = get.reply.send(Err(BackendError::Shared(shared.clone())));
+            }
+            return;
+        }
+    };
+    let now_ms = super::now_ms();
+    let decoded: Result<Vec<_>, sqlx::Error> = rows
+        .iter()
+        .map(|row| {
+            let key: Vec<u8> = row.try_get(0)?;
+            let kind: i64 = row.try_get(1)?;
+            let expires: Option<i64> = row.try_get(2)?;
+            let value: Option<Vec<u8>> = row.try_get(3)?;
+            Ok((key, kind, expires, value))
+        })
+        .collect();
+    let decoded = match decoded {
+        Ok(decoded) => decoded,
+        Err(e) => {
+            let shared = Arc::new(BackendError::Sql {
+                stage: super::SqlStage::Work,
+                source: e,
+            });
+            for get in live {
+                let _ = get.reply.send(Err(BackendError::Shared(shared.clone())));
+            }
+            return;
+        }
+    };
+    let mut found: HashMap<Vec<u8>, Answer> = HashMap::with_capacity(decoded.len());
+    for (key, kind, expires, value) in decoded {
+        let answer = if expires.is_some_and(|at| at <= now_ms) {
+            Ok(Frame::Null)
+        } else if kind != Kind::String as i64 {
+            Err(BackendError::reply(Bytes::from_static(
+                WRONGTYPE.as_bytes(),
+            )))
+        } else {
+            Ok(value.map_or(Frame::Null, super::store::bulk))
+        };
+        found.insert(key, answer);
+    }
+    for get in live {
+        let answer = match found.get(get.key.as_ref()) {
+            None => Ok(Frame::Null),
+            Some(Ok(frame)) => Ok(frame.clone()),
+            Some(Err(_)) => Err(BackendError::reply(Bytes::from_static(
+                WRONGTYPE.as_bytes(),
+            ))),
+        };
+        let _ = get.reply.send(answer);
+    }
+}
