@@ -1,15 +1,16 @@
 //! The request path without I/O: decoding a pipeline of requests, looking each up in the
-//! command table, routing its keys, and the retry policy's decision. Run with
-//! `cargo bench --bench hot_path`. The load benchmark against direct Redis and twemproxy is
-//! separate work (see the performance issue).
+//! command table, routing its keys to a namespace, classifying a backend failure, the retry
+//! policy's decision, and encoding a reply. Run with `cargo bench --bench hot_path`; the load
+//! benchmark against direct Redis and twemproxy is `benches/load.py`.
 
 use bytes::{Bytes, BytesMut};
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
-use holdfast::backend::{DoubleStyle, Proto};
+use holdfast::backend::{BackendError, Backends, DoubleStyle, Proto};
 use holdfast::command::table::Idempotence;
 use holdfast::command::Command;
-use holdfast::config::RetryConfig;
-use holdfast::error::ErrorClass;
+use holdfast::config::{Config, RetryConfig};
+use holdfast::error::{self, ErrorClass};
+use holdfast::namespace::Router;
 use holdfast::resp::{decode_request, encode_reply, Limits, Nils};
 use holdfast::retry::backoff::Backoff;
 use holdfast::retry::policy::Policy;
@@ -87,5 +88,54 @@ fn policy(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, decode_and_parse, encode, policy);
+fn route(c: &mut Criterion) {
+    // Backends dial in the background as they are built: a runtime must exist (the dials to
+    // a closed port fail quietly; nothing is sent).
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let _inside = runtime.enter();
+    let config = Config::from_toml(
+        r#"
+[backends.cache]
+kind = "redis"
+url = "redis://127.0.0.1:1"
+[[namespaces]]
+name = "workers"
+prefixes = ["worker:", "job:"]
+backend = "cache"
+[[namespaces]]
+name = "sessions"
+prefixes = ["session:"]
+backend = "cache"
+[[namespaces]]
+name = "default"
+backend = "cache"
+"#,
+    )
+    .expect("valid configuration");
+    let backends = Backends::build(&config, None).expect("backends");
+    let router = Router::build(&config, &backends).expect("router");
+    let keys: [&[u8]; 3] = [b"worker:17", b"worker:18", b"worker:19"];
+    c.bench_function("route 3 keys, 3 namespaces", |b| {
+        b.iter(|| black_box(router.route(black_box(keys)).map(|ns| ns.name.len())))
+    });
+}
+
+fn classify(c: &mut Criterion) {
+    let readonly = BackendError::reply(Bytes::from_static(
+        b"READONLY You can't write against a read only replica.",
+    ));
+    let reset = BackendError::Sent {
+        source: fred::error::Error::new(fred::error::ErrorKind::IO, "reset"),
+    };
+    c.bench_function("classify an error reply and a lost connection", |b| {
+        b.iter(|| {
+            (
+                black_box(error::classify(black_box(&readonly))),
+                black_box(error::classify(black_box(&reset))),
+            )
+        })
+    });
+}
+
+criterion_group!(benches, decode_and_parse, route, classify, encode, policy);
 criterion_main!(benches);

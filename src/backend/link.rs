@@ -436,8 +436,10 @@ async fn run(mut stream: TcpStream, shared: Arc<Shared>, proto: Proto) {
             for (slot, reply) in slots.into_iter().zip(replies.drain(..)) {
                 let _ = slot.send(Ok(reply));
             }
-            if buf.capacity() - buf.len() < 4096 {
-                buf.reserve(64 * 1024);
+            // Room for the rest: at least as much again as a partial reply already holds, so a
+            // large reply (an MGET of big values) is moved a few times, not once per read.
+            if buf.capacity() - buf.len() < 4096.max(buf.len()) {
+                buf.reserve((64 * 1024).max(buf.len()));
             }
         }
     };
