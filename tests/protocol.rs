@@ -582,3 +582,28 @@ async fn the_backend_password_database_and_protocol_are_used() {
     assert!(text(&reply).starts_with('-'), "{}", text(&reply));
     proxy.stop().await;
 }
+
+/// A RESP2 reply shaped like a Pub/Sub message (`["message", x, y]`) is an ordinary reply on
+/// a standalone Redis: holdfast's own connection pairs replies with commands by order alone.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reply_shaped_like_a_pubsub_message_is_answered() {
+    let redis = RedisServer::start();
+    let proxy = Proxy::start(&one_backend(&redis.url(), "shaped", "")).await;
+    let mut conn = proxy.connect().await;
+    assert_eq!(
+        conn.command(&["RPUSH", "l", "message", "chan", "hello"])
+            .await,
+        b":3\r\n"
+    );
+    let reply = timeout(
+        Duration::from_secs(10),
+        conn.command(&["LRANGE", "l", "0", "-1"]),
+    )
+    .await
+    .expect("answered");
+    assert_eq!(
+        text(&reply),
+        "*3\r\n$7\r\nmessage\r\n$4\r\nchan\r\n$5\r\nhello\r\n"
+    );
+    proxy.stop().await;
+}
