@@ -388,8 +388,6 @@ pub struct RequestHooks<'a> {
     command: &'static str,
     /// When the request started being held, while it is.
     held_since: Option<Instant>,
-    /// When the request reached the retry loop, for the logs.
-    started: Instant,
 }
 
 impl<'a> RequestHooks<'a> {
@@ -400,7 +398,6 @@ impl<'a> RequestHooks<'a> {
             backend,
             command,
             held_since: None,
-            started: Instant::now(),
         }
     }
 
@@ -435,13 +432,13 @@ impl Hooks for RequestHooks<'_> {
         self.dispatch(class.as_str());
     }
 
-    fn retrying(&mut self, class: ErrorClass, attempt: u32, delay: Duration) {
+    fn retrying(&mut self, class: ErrorClass, attempt: u32, delay: Duration, elapsed: Duration) {
         tracing::debug!(
             namespace = self.namespace,
             command = self.command,
             class = class.as_str(),
             attempt,
-            elapsed_ms = self.started.elapsed().as_millis() as u64,
+            elapsed_ms = elapsed.as_millis() as u64,
             delay_ms = delay.as_millis() as u64,
             "retrying"
         );

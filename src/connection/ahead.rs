@@ -125,11 +125,12 @@ impl Conn {
 
     /// Sends ahead the first dispatches of the leading run of `items` that may go together
     /// (at least two, on one backend, all reads or all writes), and returns what each of them
-    /// left, in order; empty when nothing was sent ahead.
+    /// left, with the namespace it was routed to, in order; empty when nothing was sent
+    /// ahead.
     pub(super) async fn send_ahead<'c>(
         &self,
         items: impl Iterator<Item = &'c Result<Command, CommandError>>,
-    ) -> Vec<Option<Ahead<Frame, BackendError>>> {
+    ) -> Vec<Option<(Arc<Namespace>, Ahead<Frame, BackendError>)>> {
         let mut run: Vec<(&Command, Arc<Namespace>)> = Vec::new();
         for item in items {
             let Ok(command) = item else { break };
@@ -168,11 +169,15 @@ impl Conn {
             .map(|(command, _)| command.class == Idempotence::Read)
             .collect();
         let classes: Vec<Idempotence> = run.iter().map(|(command, _)| command.class).collect();
-        order(results, &reads, |e, i| {
+        let ordered = order(results, &reads, |e, i| {
             classes
                 .get(i)
                 .is_some_and(|class| Policy::retryable(classify(e), *class).is_ok())
-        })
+        });
+        run.into_iter()
+            .zip(ordered)
+            .map(|((_, namespace), ahead)| ahead.map(|ahead| (namespace, ahead)))
+            .collect()
     }
 }
 

@@ -90,8 +90,9 @@ struct Conn {
     watching: bool,
     /// Requests sent in exact mode so far: the last part of their tokens.
     sequence: u64,
-    /// The command being handled had its first dispatch sent ahead: what it left.
-    ahead: Option<Ahead<Frame, BackendError>>,
+    /// The command being handled had its first dispatch sent ahead: the namespace it was
+    /// routed to then (it is not routed again), and what it left.
+    ahead: Option<(Arc<Namespace>, Ahead<Frame, BackendError>)>,
 }
 
 /// How a retried dispatch ended when it did not succeed.
@@ -397,6 +398,11 @@ impl Conn {
 
     /// Sends a command to its namespace's backend through the retry loop.
     async fn forward(&mut self, command: &Command, started: Instant) -> (Frame, DoubleStyle) {
+        if let Some((namespace, _)) = &self.ahead {
+            // Sent ahead: checked and routed already.
+            let namespace = namespace.clone();
+            return self.forward_to(namespace, command, started).await;
+        }
         let keys: Vec<&[u8]> = command.keys().map(|k| k.as_ref()).collect();
         let max_keys = self.state.config.server.max_keys_per_command;
         if keys.len() > max_keys {
@@ -483,7 +489,7 @@ impl Conn {
         }
         let result = match self.plan(&namespace, command) {
             Plan::Fast => {
-                let result = match self.ahead.take() {
+                let result = match self.ahead.take().map(|(_, ahead)| ahead) {
                     Some(Ahead::Overtaken(e)) => Err(Ended::Failed(overtaken(e))),
                     Some(Ahead::First(first)) => {
                         self.retried_from(

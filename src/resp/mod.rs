@@ -185,6 +185,9 @@ pub fn decode_request(
                 other => return Ok(other),
             }
         }
+        if let Some(args) = multibulk(buf, limits) {
+            return Ok(Some(args));
+        }
         check_headers(buf, limits)?;
         let decoded = redis_protocol::resp2::decode::decode_bytes_mut(buf)
             .map_err(|e| ProtocolError::Malformed(e.details().to_string()))?;
@@ -223,6 +226,67 @@ pub fn decode_request(
             }
         }
     }
+}
+
+/// The common case, without building frames: a complete multibulk of one or more bulk
+/// strings, each length within the limits and each followed by CRLF, taken off `buf` and
+/// sliced into its arguments (no copy). Anything else (incomplete, over a limit, malformed, a
+/// nil or an empty multibulk) is None and left to the general path, which words the errors
+/// (and, like Redis, does not check the CRLF after a bulk string). A proptest holds the two
+/// paths to the same arguments.
+fn multibulk(buf: &mut BytesMut, limits: &Limits) -> Option<Vec<Bytes>> {
+    /// A decimal header's value and the position after its CRLF.
+    fn header(buf: &[u8], pos: usize) -> Option<(usize, usize)> {
+        let mut n: usize = 0;
+        let mut at = pos;
+        loop {
+            match *buf.get(at)? {
+                b'\r' if at > pos => break,
+                digit @ b'0'..=b'9' => {
+                    n = n.checked_mul(10)?.checked_add(usize::from(digit - b'0'))?;
+                    at += 1;
+                }
+                _ => return None,
+            }
+        }
+        (buf.get(at + 1) == Some(&b'\n')).then_some((n, at + 2))
+    }
+    let bytes = &buf[..];
+    if bytes.first() != Some(&b'*') {
+        return None;
+    }
+    let (count, mut pos) = header(bytes, 1)?;
+    if count == 0 || count > limits.multibulk_len {
+        return None;
+    }
+    // Each argument's start and end; the request is at most `max_arguments` long, and its
+    // whole length is known before anything is allocated.
+    let mut spans = Vec::with_capacity(count.min(64));
+    for _ in 0..count {
+        if bytes.get(pos) != Some(&b'$') {
+            return None;
+        }
+        let (len, start) = header(bytes, pos + 1)?;
+        if len > limits.bulk_bytes {
+            return None;
+        }
+        let end = start.checked_add(len)?;
+        if bytes.get(end..end.checked_add(2)?)? != b"\r\n" {
+            return None;
+        }
+        spans.push((start, end));
+        pos = end + 2;
+    }
+    if pos > limits.request_bytes {
+        return None;
+    }
+    let request = buf.split_to(pos).freeze();
+    Some(
+        spans
+            .into_iter()
+            .map(|(start, end)| request.slice(start..end))
+            .collect(),
+    )
 }
 
 fn kind_char(frame: &Frame2) -> char {

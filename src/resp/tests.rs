@@ -353,3 +353,72 @@ fn the_decoder_gives_the_same_requests_without_reparsing_a_large_one() {
     let parses = decoder.parses();
     assert!(parses < 100, "{parses} parses");
 }
+
+/// What redis-protocol makes of the request at the front of `input` (the general path), as
+/// arguments and the bytes consumed.
+fn general(input: &[u8]) -> Option<(Vec<Bytes>, usize)> {
+    let mut buf = BytesMut::from(input);
+    let before = buf.len();
+    match redis_protocol::resp2::decode::decode_bytes_mut(&mut buf) {
+        Ok(Some((Frame2::Array(items), _, _))) => {
+            let args = items
+                .into_iter()
+                .map(|item| match item {
+                    Frame2::BulkString(b) => Some(b),
+                    _ => None,
+                })
+                .collect::<Option<Vec<_>>>()?;
+            Some((args, before - buf.len()))
+        }
+        _ => None,
+    }
+}
+
+/// Multibulk-shaped input with its headers and terminators sometimes wrong.
+fn near_multibulk() -> impl Strategy<Value = Vec<u8>> {
+    let arg = proptest::collection::vec(any::<u8>(), 0..12);
+    // Mostly well formed, so a damaged part is often the only one.
+    let skew = prop_oneof![6 => Just(0i64), 1 => -1i64..3];
+    let damage = prop_oneof![4 => Just(0u8), 1 => 1u8..6];
+    (
+        proptest::collection::vec((arg, skew, damage), 0..5),
+        prop_oneof![4 => Just(0i64), 1 => -1i64..2],
+        prop_oneof![3 => Just(0usize), 1 => 1usize..3],
+    )
+        .prop_map(|(args, count_skew, cut)| {
+            let count = args.len() as i64 + count_skew;
+            let mut wire = format!("*{count}\r\n").into_bytes();
+            for (arg, skew, damage) in &args {
+                let len = arg.len() as i64 + skew;
+                match damage {
+                    0 => wire.extend_from_slice(format!("${len}\r\n").as_bytes()),
+                    1 => wire.extend_from_slice(format!("+{len}\r\n").as_bytes()),
+                    2 => wire.extend_from_slice(format!("${len}\n").as_bytes()),
+                    _ => wire.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes()),
+                }
+                wire.extend_from_slice(arg);
+                wire.extend_from_slice(if *damage == 4 { b"\rx" } else { b"\r\n" });
+            }
+            wire.truncate(wire.len().saturating_sub(cut));
+            wire
+        })
+}
+
+proptest! {
+    /// The fast path takes a request only when redis-protocol would take the same one, with
+    /// the same arguments and the same length; otherwise it leaves the input untouched.
+    #[test]
+    fn the_fast_path_agrees_with_the_general_one(input in near_multibulk()) {
+        let mut buf = BytesMut::from(&input[..]);
+        match multibulk(&mut buf, &Limits::request(1 << 20)) {
+            Some(args) => {
+                let general = general(&input);
+                prop_assert!(general.is_some(), "{:?}", String::from_utf8_lossy(&input));
+                let (want, used) = general.unwrap_or_default();
+                prop_assert_eq!(args, want);
+                prop_assert_eq!(input.len() - buf.len(), used);
+            }
+            None => prop_assert_eq!(&buf[..], &input[..]),
+        }
+    }
+}

@@ -73,8 +73,16 @@ pub enum Why {
 pub trait Hooks {
     /// A dispatch failed with `class`.
     fn failed(&mut self, _class: ErrorClass) {}
-    /// Attempt `attempt` failed with `class`; the next comes after `delay`.
-    fn retrying(&mut self, _class: ErrorClass, _attempt: u32, _delay: Duration) {}
+    /// Attempt `attempt` failed with `class`, `elapsed` after the first began; the next comes
+    /// after `delay`.
+    fn retrying(
+        &mut self,
+        _class: ErrorClass,
+        _attempt: u32,
+        _delay: Duration,
+        _elapsed: Duration,
+    ) {
+    }
     /// The process-wide budget was empty: this attempt is skipped.
     fn budget_denied(&mut self) {}
     /// The request starts (true) or stops (false) being held.
@@ -147,7 +155,7 @@ where
                     holding = true;
                     hooks.held(true);
                 }
-                hooks.retrying(class, attempts, delay);
+                hooks.retrying(class, attempts, delay, start.elapsed());
                 let stopped = tokio::select! {
                     _ = tokio::time::sleep(delay) => false,
                     // A closed channel never stops the loop.

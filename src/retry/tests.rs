@@ -64,7 +64,7 @@ impl Hooks for Recorder {
     fn failed(&mut self, class: ErrorClass) {
         self.failed.push(class);
     }
-    fn retrying(&mut self, _: ErrorClass, _: u32, _: Duration) {
+    fn retrying(&mut self, _: ErrorClass, _: u32, _: Duration, _: Duration) {
         self.retries += 1;
     }
     fn budget_denied(&mut self) {
