@@ -288,14 +288,22 @@ pub fn client_refused() {
 
 /// A finished request.
 pub fn request(namespace: &str, command: &'static str, outcome: &'static str, took: Duration) {
-    let (requests, seconds) = cached(&REQUEST_HANDLES, (command, outcome), namespace, "", || {
+    let make = || {
         (
             counter!(REQUESTS.name, "namespace" => namespace.to_string(), "command" => command, "outcome" => outcome),
             histogram!(REQUEST_SECONDS.name, "namespace" => namespace.to_string(), "command" => command),
         )
-    });
-    requests.increment(1);
-    seconds.record(took.as_secs_f64());
+    };
+    cached(
+        &REQUEST_HANDLES,
+        (command, outcome),
+        (namespace, ""),
+        make,
+        |(requests, seconds)| {
+            requests.increment(1);
+            seconds.record(took.as_secs_f64());
+        },
+    );
 }
 
 /// Handles of the per-request series, kept per thread: looking a series up in the registry
@@ -342,16 +350,17 @@ thread_local! {
     static DISPATCH_HANDLES: HandleCache<metrics::Counter> = RefCell::new(HashMap::default());
 }
 
-/// The cached handles of `key`, `namespace` and `backend`, made by `make` the first time (and
-/// every time until holdfast's recorder is installed, so no handle of a no-op recorder is
-/// kept).
-fn cached<H: Clone>(
+/// Runs `record` on the cached handles of `key` and the (namespace, backend) `labels`, made by
+/// `make` the first time (and every time until holdfast's recorder is installed, so no
+/// handle of a no-op recorder is kept). The handles are used in place, not cloned: each clone
+/// and drop is an atomic count.
+fn cached<H>(
     cache: &'static std::thread::LocalKey<HandleCache<H>>,
     key: (&'static str, &'static str),
-    namespace: &str,
-    backend: &str,
+    (namespace, backend): (&str, &str),
     make: impl FnOnce() -> H,
-) -> H {
+    record: impl FnOnce(&H),
+) {
     cache.with(|cache| {
         let mut cache = cache.borrow_mut();
         let address = (key.0.as_ptr() as usize, key.1.as_ptr() as usize);
@@ -360,13 +369,13 @@ fn cached<H: Clone>(
             .iter()
             .find(|(ns, be, _)| **ns == *namespace && **be == *backend)
         {
-            return handles.clone();
+            return record(handles);
         }
         let handles = make();
+        record(&handles);
         if INSTALLED.get().is_some() {
-            entries.push((namespace.into(), backend.into(), handles.clone()));
+            entries.push((namespace.into(), backend.into(), handles));
         }
-        handles
     })
 }
 
@@ -407,15 +416,21 @@ impl<'a> RequestHooks<'a> {
     }
 
     fn dispatch(&self, class: &'static str) {
-        let key = (self.command, class);
-        cached(&DISPATCH_HANDLES, key, self.namespace, self.backend, || {
+        let make = || {
             counter!(DISPATCHES.name,
                 "namespace" => self.namespace.to_string(),
                 "backend" => self.backend.to_string(),
                 "command" => self.command,
                 "class" => class)
-        })
-        .increment(1);
+        };
+        let labels = (self.namespace, self.backend);
+        cached(
+            &DISPATCH_HANDLES,
+            (self.command, class),
+            labels,
+            make,
+            |dispatches| dispatches.increment(1),
+        );
     }
 
     fn release(&mut self) {
