@@ -311,7 +311,9 @@ def start_postgres(log):
 
 
 def redis_backend(port):
-    return f'kind = "redis"\nurl = "redis://127.0.0.1:{port}"\npool_size = 8'
+    # Two shared connections: every client's commands are batched onto them, and fewer
+    # connections make bigger batches (8, the default, measured about 10% slower here).
+    return f'kind = "redis"\nurl = "redis://127.0.0.1:{port}"\npool_size = 2'
 
 
 def holdfast_on(binary, tmp, name, backend, log, mode="fast", server=""):

@@ -14,9 +14,11 @@
 //! - [`retry`]: the retry loop, its policy (no I/O), backoff and the process-wide budget,
 //!   and the reply modes' arithmetic (`retry::settle`, no I/O either).
 //! - [`error`]: the three failure classes and `classify`, the only place that assigns one.
-//! - [`backend`]: Redis (standalone or through Sentinel) through fred; PostgreSQL and SQLite
-//!   through sqlx (the Redis data model on tables, group commit, exact-mode tokens); a
-//!   scripted fake for unit tests.
+//! - [`backend`]: Redis: a standalone server's shared connections are holdfast's own
+//!   (`backend::link`: many clients' commands in one write), Sentinel, Cluster, TLS and a
+//!   client's own connection go through fred; PostgreSQL and SQLite through sqlx (the Redis
+//!   data model on tables, group commit, batched GETs, exact-mode tokens); a scripted fake for
+//!   unit tests.
 //! - [`metrics`] and [`http`]: every metric declared in one place; `/metrics`, `/healthz`,
 //!   `/readyz`.
 //! - [`config`]: figment layers and validation.

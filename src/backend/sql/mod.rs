@@ -11,6 +11,10 @@
 //! connection means no `database is locked` between holdfast's own writers) beside a pool
 //! of readers, in WAL mode with a busy timeout. PostgreSQL serialises writers of the same
 //! key with transaction-scoped advisory locks.
+//!
+//! Statements are the cost (each is a round trip to the database's thread or server), so
+//! writes from every client are committed in groups (`group`, a run of plain SETs as one
+//! statement) and plain GETs are read in batches (`reads`).
 
 mod args;
 mod commands;
