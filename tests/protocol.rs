@@ -607,3 +607,52 @@ async fn a_reply_shaped_like_a_pubsub_message_is_answered() {
     );
     proxy.stop().await;
 }
+
+/// Large values travel by reference (neither copied into the backend connection's buffer nor
+/// into the client's): pipelined SETs and GETs of values around and far above that size,
+/// next to small ones, come back byte for byte, in RESP2 and in RESP3, and an MGET of them.
+#[tokio::test(flavor = "multi_thread")]
+async fn large_values_come_back_byte_for_byte() {
+    let redis = RedisServer::start();
+    let proxy = Proxy::start(&one_backend(&redis.url(), "large", "")).await;
+    let values: Vec<Vec<u8>> = [0usize, 1, 2047, 2048, 2049, 70_000, 1 << 20]
+        .iter()
+        .enumerate()
+        .map(|(i, len)| (0..*len).map(|j| b'a' + ((i + j) % 26) as u8).collect())
+        .collect();
+    for hello in [None, Some("3")] {
+        let mut conn = proxy.connect().await;
+        if let Some(version) = hello {
+            let reply = text(&conn.command(&["HELLO", version]).await);
+            assert!(reply.starts_with('%'), "{reply}");
+        }
+        for (i, value) in values.iter().enumerate() {
+            // Three at a time: the writes go ahead together, and neither side's buffers fill
+            // while the other is not reading.
+            let key = format!("big:{i}");
+            let mut pipeline = encode(&[b"SET", key.as_bytes(), value]);
+            pipeline.extend(encode(&[b"SET", format!("small:{i}").as_bytes(), b"s"]));
+            pipeline.extend(encode(&[b"GET", key.as_bytes()]));
+            conn.send(&pipeline).await;
+            let replies = conn.read_replies(3).await;
+            assert_eq!(replies[0], b"+OK\r\n");
+            assert_eq!(replies[1], b"+OK\r\n");
+            let mut want = format!("${}\r\n", value.len()).into_bytes();
+            want.extend_from_slice(value);
+            want.extend_from_slice(b"\r\n");
+            assert!(replies[2] == want, "GET big:{i} of {} bytes", value.len());
+        }
+        let keys: Vec<String> = (0..values.len()).map(|i| format!("big:{i}")).collect();
+        let mut mget = vec!["MGET"];
+        mget.extend(keys.iter().map(String::as_str));
+        let reply = conn.command(&mget).await;
+        let mut want = format!("*{}\r\n", values.len()).into_bytes();
+        for value in &values {
+            want.extend_from_slice(format!("${}\r\n", value.len()).as_bytes());
+            want.extend_from_slice(value);
+            want.extend_from_slice(b"\r\n");
+        }
+        assert!(reply == want, "MGET of every size");
+    }
+    proxy.stop().await;
+}

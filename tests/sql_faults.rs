@@ -123,33 +123,39 @@ async fn sqlite_under_many_writers_never_answers_locked() {
     let stop = Arc::new(AtomicBool::new(false));
     let url = format!("sqlite://{}", path.display());
     let intruder_stop = stop.clone();
+    let taken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let intruder_taken = taken.clone();
     let intruder = tokio::spawn(async move {
         let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
         conn.execute("PRAGMA busy_timeout = 5000").await.unwrap();
-        let mut held = 0;
         while !intruder_stop.load(Ordering::Relaxed) {
             conn.execute("BEGIN IMMEDIATE").await.unwrap();
             sleep(Duration::from_millis(30)).await;
             conn.execute("COMMIT").await.unwrap();
-            held += 1;
+            intruder_taken.fetch_add(1, Ordering::Relaxed);
             sleep(Duration::from_millis(5)).await;
         }
-        held
+        intruder_taken.load(Ordering::Relaxed)
     });
 
     const CLIENTS: usize = 24;
-    // Writers go on for this long, so the other writer takes the lock many times meanwhile
-    // however fast group commit makes them.
+    // Writers go on for this long, and on until the other writer has taken the lock a few
+    // times (a busy machine running other tests beside this one gives it fewer chances), so
+    // the two really contend however fast group commit makes holdfast's writer.
     const FOR: Duration = Duration::from_millis(1500);
+    const AT_MOST: Duration = Duration::from_secs(15);
     let tasks: Vec<_> = (0..CLIENTS)
         .map(|i| {
             let addr = proxy.addr.clone();
+            let taken = taken.clone();
             tokio::spawn(async move {
                 let mut conn = RawConn::connect(&addr).await;
                 let mut errors = Vec::new();
                 let started = Instant::now();
                 let mut n = 0;
-                while started.elapsed() < FOR {
+                while started.elapsed() < FOR
+                    || (taken.load(Ordering::Relaxed) <= 5 && started.elapsed() < AT_MOST)
+                {
                     n += 1;
                     let reply = text(&conn.command(&["INCR", &format!("own:{i}")]).await);
                     if reply != format!(":{n}\r\n") {

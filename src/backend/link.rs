@@ -11,6 +11,7 @@
 //! TLS, Sentinel, Cluster and dedicated connections stay on fred.
 
 use super::Proto;
+use crate::resp::{Output, Sink};
 use bytes::{Bytes, BytesMut};
 use fred::error::{Error, ErrorKind};
 use redis_protocol::resp2::types::BytesFrame as Frame2;
@@ -18,7 +19,7 @@ use redis_protocol::resp3::types::BytesFrame as Frame;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, Notify};
 
@@ -71,7 +72,7 @@ struct Shared {
 
 struct State {
     /// Encoded commands not yet written.
-    out: BytesMut,
+    out: Output,
     /// One slot per written or queued command, oldest first.
     waiting: VecDeque<oneshot::Sender<Reply>>,
     /// No command is taken any more; every slot has been answered with an error.
@@ -138,7 +139,7 @@ impl Link {
             .map_err(|_| Error::new(ErrorKind::Timeout, "connecting to the backend timed out"))??;
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
-                out: BytesMut::with_capacity(16 * 1024),
+                out: Output::default(),
                 waiting: VecDeque::new(),
                 closed: false,
             }),
@@ -246,8 +247,8 @@ fn commands_not_sent<'a>(
         .collect()
 }
 
-/// Appends `args` as a RESP multibulk.
-fn encode(out: &mut BytesMut, args: &[Bytes]) {
+/// Appends `args` as a RESP multibulk; large arguments by reference.
+fn encode(out: &mut Output, args: &[Bytes]) {
     let mut number = itoa::Buffer::new();
     out.extend_from_slice(b"*");
     out.extend_from_slice(number.format(args.len()).as_bytes());
@@ -256,7 +257,7 @@ fn encode(out: &mut BytesMut, args: &[Bytes]) {
         out.extend_from_slice(b"$");
         out.extend_from_slice(number.format(arg.len()).as_bytes());
         out.extend_from_slice(b"\r\n");
-        out.extend_from_slice(arg);
+        out.put_bytes(arg);
         out.extend_from_slice(b"\r\n");
     }
 }
@@ -309,7 +310,7 @@ fn upgrade(frame: Frame2) -> Frame {
 /// Introduces the connection: AUTH, HELLO 3 for RESP3, SELECT, then INFO for the version, all
 /// in one write. Returns the server's version.
 async fn handshake(stream: &mut TcpStream, target: &Target) -> Result<Option<(u32, u32)>, Error> {
-    let mut out = BytesMut::new();
+    let mut out = Output::default();
     let mut expected = Vec::new();
     if let Some(password) = &target.password {
         let mut args = vec![Bytes::from_static(b"AUTH")];
@@ -337,7 +338,7 @@ async fn handshake(stream: &mut TcpStream, target: &Target) -> Result<Option<(u3
         &[Bytes::from_static(b"INFO"), Bytes::from_static(b"server")],
     );
     expected.push(ErrorKind::Protocol);
-    stream.write_all(&out).await?;
+    out.write_to(stream).await?;
     let mut buf = BytesMut::with_capacity(8 * 1024);
     let mut version = None;
     for (i, kind) in expected.iter().enumerate() {
@@ -386,7 +387,7 @@ fn redis_version(info: &[u8]) -> Option<(u32, u32)> {
 async fn run(mut stream: TcpStream, shared: Arc<Shared>, proto: Proto) {
     let (mut reader, mut writer) = stream.split();
     let write = async {
-        let mut batch = BytesMut::with_capacity(16 * 1024);
+        let mut batch = Output::default();
         loop {
             shared.wake.notified().await;
             // Let the other ready clients queue their commands too: one write for all.
@@ -401,7 +402,7 @@ async fn run(mut stream: TcpStream, shared: Arc<Shared>, proto: Proto) {
             if batch.is_empty() {
                 continue;
             }
-            if let Err(e) = writer.write_all(&batch).await {
+            if let Err(e) = batch.write_to(&mut writer).await {
                 return format!("writing to the backend failed: {e}");
             }
             batch.clear();
@@ -453,19 +454,89 @@ async fn run(mut stream: TcpStream, shared: Arc<Shared>, proto: Proto) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::resp::BY_REFERENCE;
+    use tokio::io::AsyncWrite;
+
+    /// Takes at most 7 bytes per write, from the first non-empty slice only.
+    struct Trickle(Vec<u8>);
+
+    impl AsyncWrite for Trickle {
+        fn poll_write(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &[u8],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            let n = buf.len().min(7);
+            self.0.extend_from_slice(&buf[..n]);
+            std::task::Poll::Ready(Ok(n))
+        }
+        fn poll_flush(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    fn written(commands: &[Vec<Bytes>]) -> Vec<u8> {
+        let mut out = Output::default();
+        for args in commands {
+            encode(&mut out, args);
+        }
+        let mut sink = Trickle(Vec::new());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        runtime.block_on(out.write_to(&mut sink)).expect("written");
+        sink.0
+    }
 
     #[test]
     fn commands_are_encoded_as_multibulk() {
-        let mut out = BytesMut::new();
-        encode(
-            &mut out,
-            &[
+        let set = vec![
+            Bytes::from_static(b"SET"),
+            Bytes::from_static(b"k"),
+            Bytes::new(),
+        ];
+        assert_eq!(written(&[set]), b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$0\r\n\r\n");
+    }
+
+    #[test]
+    fn large_arguments_are_written_by_reference_in_order() {
+        let big = Bytes::from(vec![b'x'; BY_REFERENCE]);
+        let bigger = Bytes::from(vec![b'y'; 3 * BY_REFERENCE + 1]);
+        let commands = vec![
+            vec![
                 Bytes::from_static(b"SET"),
-                Bytes::from_static(b"k"),
-                Bytes::new(),
+                Bytes::from_static(b"a"),
+                big.clone(),
             ],
+            vec![Bytes::from_static(b"GET"), Bytes::from_static(b"a")],
+            vec![big.clone(), bigger.clone(), Bytes::from_static(b"z")],
+        ];
+        let mut want = Vec::new();
+        for args in &commands {
+            want.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+            for arg in args {
+                want.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+                want.extend_from_slice(arg);
+                want.extend_from_slice(b"\r\n");
+            }
+        }
+        assert_eq!(written(&commands), want);
+        let mut out = Output::default();
+        encode(&mut out, &commands[2]);
+        assert_eq!(
+            out.pieces(),
+            4,
+            "two arguments by reference, and the bytes before each"
         );
-        assert_eq!(&out[..], b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$0\r\n\r\n");
     }
 
     #[test]

@@ -25,7 +25,7 @@ use crate::config::ReplyMode;
 use crate::error::{classify, ErrorClass};
 use crate::metrics::{self as m, RequestHooks};
 use crate::namespace::Namespace;
-use crate::resp::{encode_reply, Limits, Nils, ProtocolError};
+use crate::resp::{encode_reply, Limits, Nils, Output, ProtocolError, Sink};
 use crate::retry::settle::{self, Plan, Settle};
 use crate::retry::{self, Done, Failure, GaveUp, Why};
 use crate::server::{Shared, State};
@@ -185,7 +185,7 @@ where
     let idle = server.idle_timeout;
     let mut input = BytesMut::new();
     let mut decoder = crate::resp::Decoder::default();
-    let mut output = BytesMut::new();
+    let mut output = Output::default();
     let max_pipeline = server.max_pipeline;
     let mut batch: VecDeque<Result<Command, CommandError>> = VecDeque::new();
     'serve: loop {
@@ -223,14 +223,11 @@ where
                     let flow = conn.handle(parsed, &mut output).await;
                     conn.ahead = None;
                     if flow == Flow::Close {
-                        let _ = writer.write_all(&output).await;
+                        let _ = output.write_to(&mut writer).await;
                         break 'serve;
                     }
-                    if output.len() >= FLUSH_AT {
-                        if writer.write_all(&output).await.is_err() {
-                            break 'serve;
-                        }
-                        output.clear();
+                    if output.len() >= FLUSH_AT && output.write_to(&mut writer).await.is_err() {
+                        break 'serve;
                     }
                 }
             }
@@ -238,16 +235,13 @@ where
                 m::limit(e.limit());
                 // Framing is lost: answer why and close this connection only.
                 let _ = writeln!(ErrSink(&mut output), "-ERR {e}\r");
-                let _ = writer.write_all(&output).await;
+                let _ = output.write_to(&mut writer).await;
                 tracing::debug!(client = conn.id, error = %e, "closing on a protocol error");
                 break 'serve;
             }
         }
-        if !output.is_empty() {
-            if writer.write_all(&output).await.is_err() {
-                break;
-            }
-            output.clear();
+        if !output.is_empty() && output.write_to(&mut writer).await.is_err() {
+            break;
         }
         if *shutdown.borrow() {
             break;
@@ -282,8 +276,8 @@ where
     }
 }
 
-/// Lets `writeln!` append to a `BytesMut`.
-struct ErrSink<'a>(&'a mut BytesMut);
+/// Lets `writeln!` append to the output.
+struct ErrSink<'a>(&'a mut Output);
 impl std::fmt::Write for ErrSink<'_> {
     fn write_str(&mut self, s: &str) -> std::fmt::Result {
         self.0.extend_from_slice(s.as_bytes());
@@ -299,7 +293,7 @@ impl From<ProtocolError> for Frame {
 
 impl Conn {
     /// Writes a reply holdfast made itself.
-    fn reply(&self, out: &mut BytesMut, frame: &Frame) {
+    fn reply(&self, out: &mut Output, frame: &Frame) {
         encode_reply(
             out,
             frame,
@@ -311,7 +305,7 @@ impl Conn {
 
     /// Writes a backend's reply to `command`: its nils as the command's row says, its doubles
     /// as the backend spells them.
-    fn reply_to(&self, out: &mut BytesMut, frame: &Frame, command: &Command, doubles: DoubleStyle) {
+    fn reply_to(&self, out: &mut Output, frame: &Frame, command: &Command, doubles: DoubleStyle) {
         let nils = Nils {
             top: command.spec.nil_is_array(command.args.len()),
             nested: command.spec.nested_nil_array,
@@ -324,7 +318,7 @@ impl Conn {
         encode_reply(out, frame, self.proto, nils, doubles);
     }
 
-    async fn handle(&mut self, parsed: Result<Command, CommandError>, out: &mut BytesMut) -> Flow {
+    async fn handle(&mut self, parsed: Result<Command, CommandError>, out: &mut Output) -> Flow {
         let started = Instant::now();
         self.state = self.shared.current();
         let command = match parsed {
@@ -817,7 +811,7 @@ impl Conn {
         result
     }
 
-    async fn local(&mut self, local: Local, command: Command, out: &mut BytesMut) -> Flow {
+    async fn local(&mut self, local: Local, command: Command, out: &mut Output) -> Flow {
         let args = &command.args;
         let frame = match local {
             Local::Ping => match args.get(1) {

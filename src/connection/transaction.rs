@@ -41,7 +41,7 @@ impl Conn {
     }
 
     /// Runs the queued commands as one MULTI/EXEC on the client's own backend connection.
-    pub(super) async fn exec(&mut self, out: &mut BytesMut) -> Flow {
+    pub(super) async fn exec(&mut self, out: &mut Output) -> Flow {
         let started = Instant::now();
         let Some(multi) = self.multi.take() else {
             self.reply(out, &error("ERR EXEC without MULTI"));

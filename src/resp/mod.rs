@@ -414,13 +414,131 @@ pub struct Nils {
     pub nested: Option<NilPath>,
 }
 
+/// Where replies are encoded: a plain buffer, or an [`Output`] that keeps large values by
+/// reference instead of copying them.
+pub trait Sink {
+    /// Appends a copy of `bytes`.
+    fn extend_from_slice(&mut self, bytes: &[u8]);
+    /// Appends `bytes`, by reference where the sink can.
+    fn put_bytes(&mut self, bytes: &Bytes) {
+        self.extend_from_slice(bytes);
+    }
+}
+
+impl Sink for BytesMut {
+    fn extend_from_slice(&mut self, bytes: &[u8]) {
+        BytesMut::extend_from_slice(self, bytes);
+    }
+}
+
+/// A value at least this long is written from the buffer it arrived in (a reference, not a
+/// copy); shorter ones are copied, which costs less than one more piece to write.
+pub const BY_REFERENCE: usize = 2048;
+
+/// Bytes waiting to be written: pieces kept by reference (large values, as they arrived),
+/// then what was copied after them. Used for the replies to a client and for the commands
+/// queued on a backend link.
+#[derive(Debug, Default)]
+pub struct Output {
+    pieces: Vec<Bytes>,
+    tail: BytesMut,
+    /// Bytes in `pieces`.
+    held: usize,
+}
+
+impl Sink for Output {
+    fn extend_from_slice(&mut self, bytes: &[u8]) {
+        self.tail.extend_from_slice(bytes);
+    }
+
+    fn put_bytes(&mut self, bytes: &Bytes) {
+        if bytes.len() < BY_REFERENCE {
+            return self.tail.extend_from_slice(bytes);
+        }
+        if !self.tail.is_empty() {
+            let copied = self.tail.split().freeze();
+            self.held += copied.len();
+            self.pieces.push(copied);
+        }
+        self.held += bytes.len();
+        self.pieces.push(bytes.clone());
+    }
+}
+
+impl Output {
+    /// Bytes waiting.
+    pub fn len(&self) -> usize {
+        self.held + self.tail.len()
+    }
+
+    /// Nothing waiting.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Drops everything waiting (the copy buffer is kept).
+    pub fn clear(&mut self) {
+        self.pieces.clear();
+        self.held = 0;
+        self.tail.clear();
+    }
+
+    /// How many pieces are kept by reference.
+    pub fn pieces(&self) -> usize {
+        self.pieces.len()
+    }
+
+    /// Writes everything, in order, with as few system calls as the pieces allow, and
+    /// empties the output.
+    ///
+    /// # Errors
+    /// The writer's.
+    pub async fn write_to<W: tokio::io::AsyncWrite + Unpin>(
+        &mut self,
+        writer: &mut W,
+    ) -> std::io::Result<()> {
+        use bytes::Buf;
+        use tokio::io::AsyncWriteExt;
+        if self.pieces.is_empty() {
+            writer.write_all(&self.tail).await?;
+            self.clear();
+            return Ok(());
+        }
+        if !self.tail.is_empty() {
+            self.pieces.push(self.tail.split().freeze());
+        }
+        let mut first = 0;
+        while first < self.pieces.len() {
+            let slices: Vec<std::io::IoSlice<'_>> = self.pieces[first..]
+                .iter()
+                .take(512)
+                .map(|piece| std::io::IoSlice::new(piece))
+                .collect();
+            let mut written = writer.write_vectored(&slices).await?;
+            if written == 0 {
+                return Err(std::io::ErrorKind::WriteZero.into());
+            }
+            while let Some(piece) = self.pieces.get_mut(first) {
+                if written < piece.len() {
+                    piece.advance(written);
+                    break;
+                }
+                written -= piece.len();
+                first += 1;
+            }
+        }
+        self.clear();
+        Ok(())
+    }
+}
+
 /// Appends `frame` to `out` in the client's protocol.
 ///
 /// Written here rather than with redis-protocol's encoder because that encoder can express
 /// neither a RESP2 null array nor the backend's spelling of a double. Error texts never carry
 /// CR or LF (they are written as spaces, as Redis does), so no reply can break the framing.
 pub fn encode_reply(
-    out: &mut BytesMut,
+    out: &mut impl Sink,
     frame: &Frame,
     proto: Proto,
     nils: Nils,
@@ -432,39 +550,54 @@ pub fn encode_reply(
     }
 }
 
-fn header(out: &mut BytesMut, kind: u8, len: usize) {
+fn header(out: &mut impl Sink, kind: u8, len: usize) {
     out.extend_from_slice(&[kind]);
     out.extend_from_slice(itoa::Buffer::new().format(len).as_bytes());
     out.extend_from_slice(b"\r\n");
 }
 
-fn line(out: &mut BytesMut, kind: u8, text: &[u8]) {
+fn line(out: &mut impl Sink, kind: u8, text: &[u8]) {
     out.extend_from_slice(&[kind]);
     out.extend_from_slice(text);
     out.extend_from_slice(b"\r\n");
 }
 
-fn blob(out: &mut BytesMut, kind: u8, data: &[u8]) {
+fn blob(out: &mut impl Sink, kind: u8, data: &[u8]) {
     header(out, kind, data.len());
     out.extend_from_slice(data);
     out.extend_from_slice(b"\r\n");
 }
 
-fn error_line(out: &mut BytesMut, text: &[u8]) {
-    out.extend_from_slice(b"-");
-    out.extend(text.iter().map(|b| match b {
-        b'\r' | b'\n' => b' ',
-        other => *other,
-    }));
+/// [`blob`] of a value the sink may keep by reference.
+fn blob_bytes(out: &mut impl Sink, kind: u8, data: &Bytes) {
+    header(out, kind, data.len());
+    out.put_bytes(data);
     out.extend_from_slice(b"\r\n");
 }
 
-fn number(out: &mut BytesMut, n: i64) {
+fn error_line(out: &mut impl Sink, text: &[u8]) {
+    out.extend_from_slice(b"-");
+    if text.iter().any(|b| matches!(b, b'\r' | b'\n')) {
+        let flat: Vec<u8> = text
+            .iter()
+            .map(|b| match b {
+                b'\r' | b'\n' => b' ',
+                other => *other,
+            })
+            .collect();
+        out.extend_from_slice(&flat);
+    } else {
+        out.extend_from_slice(text);
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+fn number(out: &mut impl Sink, n: i64) {
     line(out, b':', itoa::Buffer::new().format(n).as_bytes());
 }
 
 fn encode2(
-    out: &mut BytesMut,
+    out: &mut impl Sink,
     frame: &Frame,
     path: &mut Vec<usize>,
     nils: Nils,
@@ -474,7 +607,7 @@ fn encode2(
         Frame::BlobString { data, .. }
         | Frame::BigNumber { data, .. }
         | Frame::VerbatimString { data, .. }
-        | Frame::ChunkedString(data) => blob(out, b'$', data),
+        | Frame::ChunkedString(data) => blob_bytes(out, b'$', data),
         Frame::SimpleString { data, .. } => line(out, b'+', data),
         Frame::SimpleError { data, .. } => error_line(out, data.as_bytes()),
         Frame::BlobError { data, .. } => error_line(out, data),
@@ -505,7 +638,7 @@ fn encode2(
 
 /// An aggregate of `len` items, each at its index in `path`.
 fn encode2_items<'a>(
-    out: &mut BytesMut,
+    out: &mut impl Sink,
     len: usize,
     items: impl Iterator<Item = &'a Frame>,
     path: &mut Vec<usize>,
@@ -520,9 +653,9 @@ fn encode2_items<'a>(
     }
 }
 
-fn encode3(out: &mut BytesMut, frame: &Frame, doubles: DoubleStyle) {
+fn encode3(out: &mut impl Sink, frame: &Frame, doubles: DoubleStyle) {
     match frame {
-        Frame::BlobString { data, .. } | Frame::ChunkedString(data) => blob(out, b'$', data),
+        Frame::BlobString { data, .. } | Frame::ChunkedString(data) => blob_bytes(out, b'$', data),
         Frame::BlobError { data, .. } => blob(out, b'!', data),
         Frame::SimpleString { data, .. } => line(out, b'+', data),
         Frame::SimpleError { data, .. } => error_line(out, data.as_bytes()),
