@@ -44,9 +44,9 @@ async fn metrics_follow_a_held_request() {
     let mut conn = proxy.connect().await;
     assert_eq!(conn.command(&["SET", "k", "v"]).await, b"+OK\r\n");
     redis.kill();
-    // Let holdfast see its backend connections close: a command handed to fred in the
-    // instant a connection dies waits out response_timeout instead of being held (a known
-    // limit, in the README), and this test is about the metrics of a held request.
+    // Let holdfast see its backend connections close: a command written in the instant a
+    // connection dies fails as sent (it may have been applied) instead of being held, and
+    // this test is about the metrics of a held request.
     sleep(Duration::from_millis(300)).await;
     conn.send(&encode_str(&["GET", "k"])).await;
     sleep(Duration::from_millis(1500)).await;
@@ -268,8 +268,7 @@ async fn sigterm_lets_held_requests_finish_then_exits_0() {
     assert_eq!(conn.command(&["SET", "k", "v"]).await, b"+OK\r\n");
     redis.kill();
     // Let holdfast see its backend connections close first: a command sent in the instant a
-    // connection dies may have been written (INDOUBT) or be swallowed by fred until
-    // response_timeout (a known limit, in the README); this test is about shutdown.
+    // connection dies may have been written (INDOUBT); this test is about shutdown.
     sleep(Duration::from_millis(300)).await;
     conn.send(&encode_str(&["SET", "k", "w"])).await;
     sleep(Duration::from_millis(300)).await;
@@ -303,8 +302,7 @@ async fn after_the_grace_period_held_requests_get_a_clear_error() {
     assert_eq!(conn.command(&["PING"]).await, b"+PONG\r\n");
     redis.kill();
     // Let holdfast see its backend connections close first: a command sent in the instant a
-    // connection dies may have been written (INDOUBT) or be swallowed by fred until
-    // response_timeout (a known limit, in the README); this test is about shutdown.
+    // connection dies may have been written (INDOUBT); this test is about shutdown.
     sleep(Duration::from_millis(300)).await;
     // One write, so both arrive in one read: holdfast closes a connection between reads once
     // it is shutting down, and a GET in a later read would never be taken.

@@ -338,7 +338,7 @@ async fn shutdown_waits_for_held_requests() {
     assert_eq!(conn.command(&["SET", "k", "v"]).await, b"+OK\r\n");
     redis.kill();
     // Let holdfast see its backend connections close first (a command sent in the instant a
-    // connection dies can wait out response_timeout: a known limit, in the README).
+    // connection dies may have been written, and is answered INDOUBT rather than held).
     sleep(Duration::from_millis(300)).await;
     conn.send(&encode_str(&["SET", "k", "w"])).await;
     sleep(Duration::from_millis(500)).await;
