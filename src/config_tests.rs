@@ -169,6 +169,7 @@ fn bad_configurations_name_the_key() {
             "backends.ha.sentinels",
         ),
         ("[server]\nmax_pipeline = 0\n".to_string() + MINIMAL, "server.max_pipeline"),
+        ("[server]\nthreads = 2000\n".to_string() + MINIMAL, "server.threads"),
     ];
     for (text, key) in cases {
         let message = err(&text);
