@@ -17,6 +17,28 @@ fn text(reply: &[u8]) -> String {
     String::from_utf8_lossy(reply).into_owned()
 }
 
+/// Sends `args` and notes the reply in `wrong` unless it is `want`.
+async fn expect(conn: &mut RawConn, args: &[&str], want: &str, wrong: &mut Vec<String>) {
+    let got = text(&conn.command(args).await);
+    if got != want {
+        wrong.push(format!("{args:?}: {got:?}, wanted {want:?}"));
+    }
+}
+
+/// Waits for every client task; none may have noted a wrong reply (the first few are shown).
+async fn none_wrong(what: &str, tasks: Vec<tokio::task::JoinHandle<Vec<String>>>) {
+    let mut wrong = Vec::new();
+    for t in tasks {
+        wrong.extend(t.await.unwrap());
+    }
+    assert!(
+        wrong.is_empty(),
+        "{what}: {} wrong replies: {:?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(5)]
+    );
+}
+
 /// Each client writes its own keys in sequence and remembers what was acknowledged; every
 /// reply that is not the expected one is a client-visible error.
 async fn writer(
@@ -324,26 +346,14 @@ backend = "grouped"
                         (vec!["INCR", &count_key], format!(":{n}\r\n")),
                     ];
                     for (args, want) in checks {
-                        let got = text(&conn.command(&args).await);
-                        if got != want {
-                            wrong.push(format!("{args:?}: {got:?}, wanted {want:?}"));
-                        }
+                        expect(&mut conn, &args, &want, &mut wrong).await;
                     }
                 }
                 wrong
             })
         })
         .collect();
-    let mut wrong = Vec::new();
-    for t in tasks {
-        wrong.extend(t.await.unwrap());
-    }
-    assert!(
-        wrong.is_empty(),
-        "{} wrong replies: {:?}",
-        wrong.len(),
-        &wrong[..wrong.len().min(5)]
-    );
+    none_wrong("group commit", tasks).await;
     let sum = proxy
         .metric(r#"holdfast_group_commit_requests_sum{backend="grouped"}"#)
         .await;
@@ -516,26 +526,14 @@ async fn together(backend: &str, name: &str) {
                 ];
                 for _ in 0..20 {
                     for (args, want) in &checks {
-                        let got = text(&conn.command(args).await);
-                        if got != *want {
-                            wrong.push(format!("{args:?}: {got:?}, wanted {want:?}"));
-                        }
+                        expect(&mut conn, args, want, &mut wrong).await;
                     }
                 }
                 wrong
             })
         })
         .collect();
-    let mut wrong = Vec::new();
-    for t in tasks {
-        wrong.extend(t.await.unwrap());
-    }
-    assert!(
-        wrong.is_empty(),
-        "{name}: {} wrong: {:?}",
-        wrong.len(),
-        &wrong[..wrong.len().min(5)]
-    );
+    none_wrong(name, tasks).await;
     let shared = text(&setup.command(&["GET", "shared"]).await);
     assert!(
         shared.starts_with("$2\r\ns") || shared.starts_with("$3\r\ns"),

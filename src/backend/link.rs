@@ -410,7 +410,9 @@ async fn run(mut stream: TcpStream, shared: Arc<Shared>, proto: Proto) {
     };
     let read = async {
         let mut buf = BytesMut::with_capacity(64 * 1024);
+        // Both kept between reads, so a batch of replies allocates nothing.
         let mut replies = Vec::new();
+        let mut slots = Vec::new();
         loop {
             match reader.read_buf(&mut buf).await {
                 Ok(0) => return "the backend closed the connection".to_string(),
@@ -426,15 +428,15 @@ async fn run(mut stream: TcpStream, shared: Arc<Shared>, proto: Proto) {
                     Err(e) => return e.to_string(),
                 }
             }
-            let slots: Vec<_> = {
+            {
                 let mut state = shared.state();
                 let n = replies.len().min(state.waiting.len());
-                state.waiting.drain(..n).collect()
-            };
+                slots.extend(state.waiting.drain(..n));
+            }
             if slots.len() < replies.len() {
                 return "the backend sent a reply nobody asked for".to_string();
             }
-            for (slot, reply) in slots.into_iter().zip(replies.drain(..)) {
+            for (slot, reply) in slots.drain(..).zip(replies.drain(..)) {
                 let _ = slot.send(Ok(reply));
             }
             // Room for the rest: at least as much again as a partial reply already holds, so a

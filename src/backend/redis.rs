@@ -153,9 +153,9 @@ impl Live {
 
 /// One pooled connection and the dial that (re)opens it.
 struct Slot {
-    /// Makes the client each dial uses. A fresh client per dial means a command fred still
-    /// holds for a dead connection dies with that client, and is never written to the next
-    /// connection, long after the request gave up on it.
+    /// Makes the connection each dial uses: a fresh fred client or a fresh link. Fresh per
+    /// dial, so a command still held for a dead connection dies with it, and is never
+    /// written to the next connection, long after the request gave up on it.
     dialer: Dialer,
     /// The connection of the last successful dial.
     live: ArcSwapOption<Live>,

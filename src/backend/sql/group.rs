@@ -9,6 +9,7 @@
 //! savepoint and answers its own error). A request that waited in the queue past its acquire
 //! timeout is withdrawn before the writer takes it, never after, so "not attempted" stays true.
 
+use super::queue::Queue;
 use super::store::Ctx;
 use super::{abandon, Inner, SqlStage, TxConn, Work};
 use crate::backend::{BackendError, Proto};
@@ -48,8 +49,7 @@ pub struct GroupWriter {
 impl GroupWriter {
     /// Starts the writer task for `inner`; it ends when the backend is dropped.
     pub fn start(inner: Weak<Inner>, writers: usize) -> GroupWriter {
-        let (queue, jobs) = mpsc::channel(QUEUE);
-        let jobs = Arc::new(tokio::sync::Mutex::new(jobs));
+        let (queue, jobs) = Queue::new(QUEUE);
         for _ in 0..writers.max(1) {
             tokio::spawn(run(inner.clone(), jobs.clone()));
         }
@@ -110,22 +110,8 @@ fn lost() -> BackendError {
     }
 }
 
-async fn run(inner: Weak<Inner>, jobs: Arc<tokio::sync::Mutex<mpsc::Receiver<Job>>>) {
-    loop {
-        let mut group = {
-            let mut jobs = jobs.lock().await;
-            let Some(first) = jobs.recv().await else {
-                return;
-            };
-            let mut group = vec![first];
-            while group.len() < MAX_BATCH {
-                match jobs.try_recv() {
-                    Ok(job) => group.push(job),
-                    Err(_) => break,
-                }
-            }
-            group
-        };
+async fn run(inner: Weak<Inner>, jobs: Arc<Queue<Job>>) {
+    while let Some(mut group) = jobs.next_batch(MAX_BATCH).await {
         group.retain(|job| {
             job.state
                 .compare_exchange(QUEUED, TAKEN, Ordering::AcqRel, Ordering::Acquire)

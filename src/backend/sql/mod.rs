@@ -22,6 +22,7 @@ mod group;
 mod hashes;
 mod keys;
 mod lists;
+mod queue;
 mod reads;
 mod schema;
 mod sets;

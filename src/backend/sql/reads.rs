@@ -4,7 +4,8 @@
 //! statements: one per batch instead of one per request. Each reader connection runs one
 //! batch at a time.
 
-use super::store::{Kind, WRONGTYPE};
+use super::queue::Queue;
+use super::store::{placeholders, Kind, WRONGTYPE};
 use super::Inner;
 use crate::backend::BackendError;
 use bytes::Bytes;
@@ -38,8 +39,7 @@ pub struct GetBatcher {
 impl GetBatcher {
     /// Starts one batching task per reader connection; they end with the backend.
     pub fn start(inner: Weak<Inner>, readers: usize) -> GetBatcher {
-        let (queue, gets) = mpsc::channel(QUEUE);
-        let gets = Arc::new(tokio::sync::Mutex::new(gets));
+        let (queue, gets) = Queue::new(QUEUE);
         for _ in 0..readers.max(1) {
             tokio::spawn(run(inner.clone(), gets.clone()));
         }
@@ -72,22 +72,8 @@ impl GetBatcher {
     }
 }
 
-async fn run(inner: Weak<Inner>, gets: Arc<tokio::sync::Mutex<mpsc::Receiver<Get>>>) {
-    loop {
-        let batch = {
-            let mut gets = gets.lock().await;
-            let Some(first) = gets.recv().await else {
-                return;
-            };
-            let mut batch = vec![first];
-            while batch.len() < MAX_BATCH {
-                match gets.try_recv() {
-                    Ok(get) => batch.push(get),
-                    Err(_) => break,
-                }
-            }
-            batch
-        };
+async fn run(inner: Weak<Inner>, gets: Arc<Queue<Get>>) {
+    while let Some(batch) = gets.next_batch(MAX_BATCH).await {
         let Some(inner) = inner.upgrade() else { return };
         read_batch(&inner, batch).await;
     }
@@ -107,10 +93,7 @@ async fn read_batch(inner: &Inner, batch: Vec<Get>) {
     };
     let rows = async {
         let mut conn = inner.acquire(false, None, latest - now).await?;
-        let list = (1..=live.len())
-            .map(|i| format!("${i}"))
-            .collect::<Vec<_>>()
-            .join(", ");
+        let list = placeholders(1, live.len(), 1);
         let sql = format!("SELECT key, kind, expires_at, value FROM hf_keys WHERE key IN ({list})");
         let mut query = sqlx::query(&sql);
         for get in &live {
@@ -158,26 +141,20 @@ async fn read_batch(inner: &Inner, batch: Vec<Get>) {
             return;
         }
     };
-    let mut found: HashMap<Vec<u8>, Answer> = HashMap::with_capacity(decoded.len());
-    for (key, kind, expires, value) in decoded {
-        let answer = if expires.is_some_and(|at| at <= now_ms) {
-            Ok(Frame::Null)
-        } else if kind != Kind::String as i64 {
-            Err(BackendError::reply(Bytes::from_static(
-                WRONGTYPE.as_bytes(),
-            )))
-        } else {
-            Ok(value.map_or(Frame::Null, super::store::bulk))
-        };
-        found.insert(key, answer);
-    }
+    // Each live key's row: its value, or None when it holds another kind. Expired keys and
+    // missing ones answer nil alike.
+    let found: HashMap<Vec<u8>, Option<Option<Vec<u8>>>> = decoded
+        .into_iter()
+        .filter(|(_, _, expires, _)| !expires.is_some_and(|at| at <= now_ms))
+        .map(|(key, kind, _, value)| (key, (kind == Kind::String as i64).then_some(value)))
+        .collect();
     for get in live {
         let answer = match found.get(get.key.as_ref()) {
-            None => Ok(Frame::Null),
-            Some(Ok(frame)) => Ok(frame.clone()),
-            Some(Err(_)) => Err(BackendError::reply(Bytes::from_static(
+            Some(None) => Err(BackendError::reply(Bytes::from_static(
                 WRONGTYPE.as_bytes(),
             ))),
+            Some(Some(Some(value))) => Ok(super::store::bulk(value.clone())),
+            Some(Some(None)) | None => Ok(Frame::Null),
         };
         let _ = get.reply.send(answer);
     }

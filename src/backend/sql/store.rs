@@ -267,12 +267,13 @@ impl<'c> Ctx<'c> {
     /// writes every string. Group commit's lever: two statements for a run of SETs instead of
     /// two each.
     pub async fn put_strings(&mut self, pairs: &[(&[u8], &[u8])]) -> Result<(), Fail> {
-        let mut latest: Vec<(&[u8], &[u8])> = Vec::with_capacity(pairs.len());
-        for (key, value) in pairs.iter().rev() {
-            if !latest.iter().any(|(k, _)| k == key) {
-                latest.push((key, value));
-            }
-        }
+        let mut seen = std::collections::HashSet::with_capacity(pairs.len());
+        let mut latest: Vec<(&[u8], &[u8])> = pairs
+            .iter()
+            .rev()
+            .filter(|(key, _)| seen.insert(*key))
+            .copied()
+            .collect();
         latest.reverse();
         let list = placeholders(1, latest.len(), 1);
         let sql = format!("SELECT key, kind FROM hf_keys WHERE kind <> 0 AND key IN ({list})");
@@ -425,7 +426,7 @@ impl<'c> Ctx<'c> {
 }
 
 /// `$first, $(first+step), ...`: `count` numbered parameters.
-fn placeholders(first: usize, count: usize, step: usize) -> String {
+pub fn placeholders(first: usize, count: usize, step: usize) -> String {
     (0..count)
         .map(|i| format!("${}", first + i * step))
         .collect::<Vec<_>>()

@@ -1,0 +1,32 @@
+//! The queue that group commit and batched reads share: requests from every client
+//! connection wait in it, and a few tasks each take everything waiting (up to a bound) as one
+//! batch, so one statement or one transaction serves them all.
+
+use std::sync::Arc;
+use tokio::sync::{mpsc, Mutex};
+
+/// The receiving side, shared by the tasks that take batches.
+pub struct Queue<T>(Mutex<mpsc::Receiver<T>>);
+
+impl<T> Queue<T> {
+    /// A queue holding at most `capacity` requests (a full one makes submitters wait).
+    pub fn new(capacity: usize) -> (mpsc::Sender<T>, Arc<Queue<T>>) {
+        let (sender, receiver) = mpsc::channel(capacity);
+        (sender, Arc::new(Queue(Mutex::new(receiver))))
+    }
+
+    /// Waits for one request, then takes up to `max` in all without waiting more. None once
+    /// every sender is gone (the backend was dropped).
+    pub async fn next_batch(&self, max: usize) -> Option<Vec<T>> {
+        let mut receiver = self.0.lock().await;
+        let first = receiver.recv().await?;
+        let mut batch = vec![first];
+        while batch.len() < max {
+            match receiver.try_recv() {
+                Ok(item) => batch.push(item),
+                Err(_) => break,
+            }
+        }
+        Some(batch)
+    }
+}
