@@ -7,10 +7,14 @@
 //! each to the oldest slot. That is where the cost of a proxy goes without pipelining: fred
 //! writes and flushes each command on its own, a syscall per command.
 //!
+//! Replies are handed over as the bytes Redis wrote ([`Reply::Raw`]): the link only finds
+//! where each ends. Error replies and pushes are decoded: the first are classified, the
+//! second answer no command.
+//!
 //! Errors are fred's typed errors (`ErrorKind`), so `classify` reads them as it reads fred's.
 //! TLS, Sentinel, Cluster and dedicated connections stay on fred.
 
-use super::Proto;
+use super::{Proto, Reply};
 use crate::resp::{Output, Sink};
 use bytes::{Bytes, BytesMut};
 use fred::error::{Error, ErrorKind};
@@ -24,7 +28,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{oneshot, Notify};
 
 /// A reply, or why none will come.
-type Reply = Result<Frame, Error>;
+type Answer = Result<Reply, Error>;
 
 /// Where a link connects and how it introduces itself.
 #[derive(Clone, Debug)]
@@ -74,7 +78,7 @@ struct State {
     /// Encoded commands not yet written.
     out: Output,
     /// One slot per written or queued command, oldest first.
-    waiting: VecDeque<oneshot::Sender<Reply>>,
+    waiting: VecDeque<oneshot::Sender<Answer>>,
     /// No command is taken any more; every slot has been answered with an error.
     closed: bool,
 }
@@ -157,7 +161,7 @@ impl Link {
         &self,
         args: &[Bytes],
         timeout: Option<Duration>,
-    ) -> Result<Frame, SendError> {
+    ) -> Result<Reply, SendError> {
         let reply = {
             let mut state = self.shared.state();
             if state.closed {
@@ -184,7 +188,7 @@ impl Link {
         &self,
         commands: impl Iterator<Item = &'a [Bytes]>,
         timeout: Duration,
-    ) -> Vec<Result<Frame, SendError>> {
+    ) -> Vec<Result<Reply, SendError>> {
         let receivers: Vec<_> = {
             let mut state = self.shared.state();
             if state.closed {
@@ -217,10 +221,10 @@ impl Link {
 
 /// What a reply slot yielded, within its time or not.
 fn settle(
-    reply: Result<Result<Reply, oneshot::error::RecvError>, tokio::time::error::Elapsed>,
-) -> Result<Frame, SendError> {
+    reply: Result<Result<Answer, oneshot::error::RecvError>, tokio::time::error::Elapsed>,
+) -> Result<Reply, SendError> {
     match reply {
-        Ok(Ok(Ok(frame))) => Ok(frame),
+        Ok(Ok(Ok(reply))) => Ok(reply),
         Ok(Ok(Err(e))) => Err(SendError::Sent(e)),
         Ok(Err(_)) => Err(SendError::Sent(Error::new(
             ErrorKind::IO,
@@ -236,7 +240,7 @@ fn settle(
 /// Every command refused as not sent: the link was closed before they were queued.
 fn commands_not_sent<'a>(
     commands: impl Iterator<Item = &'a [Bytes]>,
-) -> Vec<Result<Frame, SendError>> {
+) -> Vec<Result<Reply, SendError>> {
     commands
         .map(|_| {
             Err(SendError::NotSent(Error::new(
@@ -259,6 +263,138 @@ fn encode(out: &mut Output, args: &[Bytes]) {
         out.extend_from_slice(b"\r\n");
         out.put_bytes(arg);
         out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// Takes one complete reply off the front of `buf`: as the bytes Redis wrote, or decoded when
+/// holdfast must look inside (an error reply, to classify it; a push, dropped: `Some(None)`;
+/// an attribute or a streamed string, which the scan does not follow). None while the reply
+/// is incomplete.
+fn next_reply(buf: &mut BytesMut, proto: Proto) -> Result<Option<Option<Reply>>, Error> {
+    if !matches!(buf.first(), Some(b'-' | b'!' | b'>')) {
+        match scan(buf) {
+            Ok(Some(len)) => {
+                let bytes = buf.split_to(len).freeze();
+                return Ok(Some(Some(Reply::Raw { bytes, proto })));
+            }
+            Ok(None) => return Ok(None),
+            Err(Unscannable) => {}
+        }
+    }
+    Ok(decode(buf, proto)?.map(|frame| match frame {
+        Frame::Push { .. } => None,
+        frame => Some(Reply::from(frame)),
+    }))
+}
+
+/// A reply the scan does not follow; the decoder takes it (and refuses it if malformed).
+#[derive(Debug, PartialEq)]
+struct Unscannable;
+
+/// The length of the complete reply at the front of `buf`, found without decoding it: blob
+/// payloads are skipped by their length. None while incomplete.
+fn scan(buf: &[u8]) -> Result<Option<usize>, Unscannable> {
+    let mut at = 0;
+    // Replies still to be passed over: the one asked for, then the items of aggregates.
+    let mut pending: usize = 1;
+    while pending > 0 {
+        let Some(&kind) = buf.get(at) else {
+            return Ok(None);
+        };
+        let Some(rest) = buf.get(at + 1..) else {
+            return Ok(None);
+        };
+        let Some(cr) = memchr::memchr(b'\r', rest) else {
+            return Ok(None);
+        };
+        let line = &rest[..cr];
+        match rest.get(cr + 1) {
+            None => return Ok(None),
+            Some(b'\n') => {}
+            Some(_) => return Err(Unscannable),
+        }
+        at += 1 + cr + 2;
+        pending -= 1;
+        match kind {
+            b'+' | b'-' | b':' | b'_' | b',' | b'#' | b'(' => {}
+            b'$' | b'!' | b'=' => {
+                if let Some(len) = length(line)? {
+                    let end = at.checked_add(len).ok_or(Unscannable)?;
+                    match buf.get(end..end + 2) {
+                        None => return Ok(None),
+                        Some(b"\r\n") => at = end + 2,
+                        Some(_) => return Err(Unscannable),
+                    }
+                }
+            }
+            b'*' | b'~' | b'>' => {
+                if let Some(n) = length(line)? {
+                    pending = pending.checked_add(n).ok_or(Unscannable)?;
+                }
+            }
+            b'%' => {
+                if let Some(n) = length(line)? {
+                    let items = n.checked_mul(2).ok_or(Unscannable)?;
+                    pending = pending.checked_add(items).ok_or(Unscannable)?;
+                }
+            }
+            _ => return Err(Unscannable),
+        }
+    }
+    Ok(Some(at))
+}
+
+/// A blob's length or an aggregate's count; None for RESP2's `-1` (a nil).
+fn length(line: &[u8]) -> Result<Option<usize>, Unscannable> {
+    if line == b"-1" {
+        return Ok(None);
+    }
+    // 19 digits cannot overflow a usize; `?` (a streamed length) is not a number.
+    if line.is_empty() || line.len() > 19 || !line.iter().all(u8::is_ascii_digit) {
+        return Err(Unscannable);
+    }
+    Ok(Some(
+        line.iter().fold(0, |n, d| n * 10 + usize::from(d - b'0')),
+    ))
+}
+
+/// A raw reply decoded, for the few that look inside one.
+pub fn decode_raw(bytes: Bytes, proto: Proto) -> Frame {
+    let mut buf = BytesMut::from(bytes);
+    match decode(&mut buf, proto) {
+        // Maps only exist in RESP3.
+        Ok(Some(frame)) if proto == Proto::Resp3 => restore_map_order(frame),
+        Ok(Some(frame)) => frame,
+        // The scan found a complete reply the decoder refuses: never seen, but the client
+        // gets an error, not a panic.
+        Ok(None) | Err(_) => Frame::SimpleError {
+            data: "ERR holdfast: the backend's reply could not be decoded".into(),
+            attributes: None,
+        },
+    }
+}
+
+/// redis-protocol 6 builds a decoded map by popping pairs off the end, so its entries come out
+/// last first; this puts them back in the order Redis sent (HGETALL, CONFIG GET, XINFO).
+pub fn restore_map_order(frame: Frame) -> Frame {
+    match frame {
+        Frame::Map { data, attributes } => Frame::Map {
+            data: data
+                .into_iter()
+                .rev()
+                .map(|(k, v)| (restore_map_order(k), restore_map_order(v)))
+                .collect(),
+            attributes,
+        },
+        Frame::Array { data, attributes } => Frame::Array {
+            data: data.into_iter().map(restore_map_order).collect(),
+            attributes,
+        },
+        Frame::Push { data, attributes } => Frame::Push {
+            data: data.into_iter().map(restore_map_order).collect(),
+            attributes,
+        },
+        other => other,
     }
 }
 
@@ -420,10 +556,10 @@ async fn run(mut stream: TcpStream, shared: Arc<Shared>, proto: Proto) {
                 Err(e) => return format!("reading from the backend failed: {e}"),
             }
             loop {
-                match decode(&mut buf, proto) {
-                    // Pushes (RESP3 out-of-band messages) answer no command.
-                    Ok(Some(Frame::Push { .. })) => {}
-                    Ok(Some(frame)) => replies.push(frame),
+                match next_reply(&mut buf, proto) {
+                    Ok(Some(Some(reply))) => replies.push(reply),
+                    // A push (a RESP3 out-of-band message) answers no command.
+                    Ok(Some(None)) => {}
                     Ok(None) => break,
                     Err(e) => return e.to_string(),
                 }
@@ -457,6 +593,8 @@ async fn run(mut stream: TcpStream, shared: Arc<Shared>, proto: Proto) {
 mod tests {
     use super::*;
     use crate::resp::BY_REFERENCE;
+    use proptest::prelude::*;
+    use proptest::test_runner::TestCaseError;
     use tokio::io::AsyncWrite;
 
     /// Takes at most 7 bytes per write, from the first non-empty slice only.
@@ -554,6 +692,151 @@ mod tests {
         // The incomplete reply stays in the buffer.
         assert!(matches!(decode(&mut buf, Proto::Resp2), Ok(None)));
         assert_eq!(&buf[..], b"+OK");
+    }
+
+    fn blob(kind: char, data: &[u8]) -> Vec<u8> {
+        let mut out = format!("{kind}{}\r\n", data.len()).into_bytes();
+        out.extend_from_slice(data);
+        out.extend_from_slice(b"\r\n");
+        out
+    }
+
+    fn aggregate(kind: char, count: usize, items: Vec<Vec<u8>>) -> Vec<u8> {
+        let mut out = format!("{kind}{count}\r\n").into_bytes();
+        out.extend(items.into_iter().flatten());
+        out
+    }
+
+    /// Encoded RESP2 replies, nested.
+    fn reply2() -> impl Strategy<Value = Vec<u8>> {
+        let leaf = prop_oneof![
+            "[a-zA-Z0-9 ]{0,8}".prop_map(|t| format!("+{t}\r\n").into_bytes()),
+            "[a-zA-Z0-9 ]{0,8}".prop_map(|t| format!("-ERR {t}\r\n").into_bytes()),
+            any::<i64>().prop_map(|n| format!(":{n}\r\n").into_bytes()),
+            proptest::collection::vec(any::<u8>(), 0..40).prop_map(|d| blob('$', &d)),
+            Just(b"$-1\r\n".to_vec()),
+            Just(b"*-1\r\n".to_vec()),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            proptest::collection::vec(inner, 0..4)
+                .prop_map(|items| aggregate('*', items.len(), items))
+        })
+    }
+
+    /// Encoded RESP3 replies, nested.
+    fn reply3() -> impl Strategy<Value = Vec<u8>> {
+        let leaf = prop_oneof![
+            "[a-zA-Z0-9 ]{0,8}".prop_map(|t| format!("+{t}\r\n").into_bytes()),
+            "[a-zA-Z0-9 ]{0,8}".prop_map(|t| format!("-ERR {t}\r\n").into_bytes()),
+            any::<i64>().prop_map(|n| format!(":{n}\r\n").into_bytes()),
+            proptest::collection::vec(any::<u8>(), 0..40).prop_map(|d| blob('$', &d)),
+            proptest::collection::vec(any::<u8>(), 0..40).prop_map(|d| blob('!', &d)),
+            "[a-z]{0,8}".prop_map(|t| blob('=', format!("txt:{t}").as_bytes())),
+            Just(b"_\r\n".to_vec()),
+            Just(b"#t\r\n".to_vec()),
+            Just(b",1.5\r\n".to_vec()),
+            Just(b"(12345678901234567890\r\n".to_vec()),
+        ];
+        // Set members and map keys are plain values, as from Redis (the decoder cannot hash
+        // an aggregate).
+        leaf.clone().prop_recursive(3, 24, 4, move |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(|items| aggregate(
+                    '*',
+                    items.len(),
+                    items
+                )),
+                proptest::collection::vec(leaf.clone(), 0..4).prop_map(|items| aggregate(
+                    '~',
+                    items.len(),
+                    items
+                )),
+                proptest::collection::vec((leaf.clone(), inner), 0..3).prop_map(|pairs| {
+                    let count = pairs.len();
+                    let items = pairs.into_iter().flat_map(|(k, v)| [k, v]).collect();
+                    aggregate('%', count, items)
+                }),
+            ]
+        })
+    }
+
+    /// The scan ends a reply where the decoder does, and finds no end in any part of one.
+    fn scans_like_the_decoder(reply: &[u8], proto: Proto) -> Result<(), TestCaseError> {
+        let mut input = reply.to_vec();
+        input.extend_from_slice(b"+NEXT\r\n");
+        prop_assert_eq!(scan(&input), Ok(Some(reply.len())));
+        let mut buf = BytesMut::from(&input[..]);
+        prop_assert!(matches!(decode(&mut buf, proto), Ok(Some(_))));
+        prop_assert_eq!(&buf[..], b"+NEXT\r\n");
+        for end in 0..reply.len() {
+            prop_assert_eq!(
+                scan(&reply[..end]),
+                Ok(None),
+                "{} of {} bytes",
+                end,
+                reply.len()
+            );
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #[test]
+        fn resp2_replies_are_scanned_to_their_end(reply in reply2()) {
+            scans_like_the_decoder(&reply, Proto::Resp2)?;
+        }
+
+        #[test]
+        fn resp3_replies_are_scanned_to_their_end(reply in reply3()) {
+            scans_like_the_decoder(&reply, Proto::Resp3)?;
+        }
+    }
+
+    #[test]
+    fn plain_replies_pass_raw_and_errors_and_pushes_are_decoded() {
+        let mut buf = BytesMut::from(
+            &b"*2\r\n$1\r\na\r\n$-1\r\n-READONLY no\r\n>2\r\n+p\r\n+q\r\n:7\r\n"[..],
+        );
+        let next = |buf: &mut BytesMut| next_reply(buf, Proto::Resp2).ok().flatten();
+        assert_eq!(
+            next(&mut buf),
+            Some(Some(Reply::Raw {
+                bytes: Bytes::from_static(b"*2\r\n$1\r\na\r\n$-1\r\n"),
+                proto: Proto::Resp2
+            }))
+        );
+        let error = next(&mut buf).flatten();
+        assert!(
+            matches!(&error, Some(Reply::Frame(f)) if matches!(**f, Frame::SimpleError { .. })),
+            "{error:?}"
+        );
+        let mut push = BytesMut::from(&b">2\r\n+p\r\n+q\r\n:7\r\n"[..]);
+        assert_eq!(
+            next_reply(&mut push, Proto::Resp3).ok().flatten(),
+            Some(None)
+        );
+        assert_eq!(&push[..], b":7\r\n");
+    }
+
+    #[test]
+    fn shapes_the_scan_does_not_follow_go_to_the_decoder() {
+        assert_eq!(scan(b"|1\r\n+a\r\n+b\r\n+OK\r\n"), Err(Unscannable));
+        assert_eq!(scan(b"$?\r\n;1\r\na\r\n;0\r\n"), Err(Unscannable));
+        assert_eq!(scan(b"*1\r\n$3\r\nabcd\r\n"), Err(Unscannable));
+        assert_eq!(scan(b"+OK\rX"), Err(Unscannable));
+        assert_eq!(scan(b"*99999999999999999999\r\n"), Err(Unscannable));
+    }
+
+    #[test]
+    fn a_raw_reply_decodes_as_the_decoder_reads_it() {
+        let map = Bytes::from_static(b"%2\r\n+a\r\n:1\r\n+b\r\n:2\r\n");
+        let Frame::Map { data, .. } = decode_raw(map, Proto::Resp3) else {
+            panic!("a map");
+        };
+        let keys: Vec<String> = data.keys().map(|k| format!("{k:?}")).collect();
+        assert!(keys[0].contains('a') && keys[1].contains('b'), "{keys:?}");
+        let nil = decode_raw(Bytes::from_static(b"$-1\r\n"), Proto::Resp2);
+        assert_eq!(nil, Frame::Null);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Backends: where a namespace's commands are executed.
 //!
-//! A backend takes one request and returns the reply frame or a [`BackendError`] that says,
+//! A backend takes one request and returns the [`Reply`] or a [`BackendError`] that says,
 //! by its variant, whether the request had been handed to a connection. It never retries on
 //! its own (fred's replay is switched off); every dispatch is the retry loop's to count.
 
@@ -36,6 +36,53 @@ pub enum DoubleStyle {
     /// Fixed, 17 decimals, trailing zeros dropped: Redis's "human" long double, used for
     /// geo coordinates (`13.36138933897018433`).
     Human,
+}
+
+/// A backend's reply.
+///
+/// From holdfast's own Redis connections a reply is the bytes Redis wrote, already in the
+/// client's protocol (each pool speaks one), and goes to the client unchanged: nothing is
+/// decoded and encoded again, and nothing a decoded frame forgets is lost (a RESP2 `*-1`, a
+/// double's digits, a map's order). Error replies, pushes and everything from fred or SQL
+/// come decoded, boxed: a frame is 152 bytes, and a reply is moved through every layer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// One complete reply as Redis encoded it in `proto`; never an error reply (those are
+    /// decoded, for `classify`).
+    Raw {
+        /// The encoded reply.
+        bytes: Bytes,
+        /// The protocol it is encoded in.
+        proto: Proto,
+    },
+    /// A decoded reply.
+    Frame(Box<Frame>),
+}
+
+impl Reply {
+    /// The reply decoded, for those that look inside one (settled mode, `WAIT`'s count).
+    pub fn into_frame(self) -> Frame {
+        match self {
+            Reply::Frame(frame) => *frame,
+            Reply::Raw { bytes, proto } => link::decode_raw(bytes, proto),
+        }
+    }
+
+    /// Whether this is an error reply.
+    pub fn is_error(&self) -> bool {
+        match self {
+            Reply::Frame(frame) => {
+                matches!(**frame, Frame::SimpleError { .. } | Frame::BlobError { .. })
+            }
+            Reply::Raw { .. } => false,
+        }
+    }
+}
+
+impl From<Frame> for Reply {
+    fn from(frame: Frame) -> Reply {
+        Reply::Frame(Box::new(frame))
+    }
 }
 
 /// One command as the backend sees it.
@@ -246,12 +293,14 @@ impl Backend {
         &self,
         request: &Request<'_>,
         acquire_timeout: Duration,
-    ) -> Result<Frame, BackendError> {
+    ) -> Result<Reply, BackendError> {
         match self {
             Backend::Redis(r) => r.dispatch(request, acquire_timeout).await,
             // Boxed: a SQL command's future is several times a Redis one's, and every
             // request's future would otherwise be that size (and moved as often).
-            Backend::Sql(s) => Box::pin(s.dispatch(request, acquire_timeout)).await,
+            Backend::Sql(s) => Box::pin(s.dispatch(request, acquire_timeout))
+                .await
+                .map(Reply::from),
         }
     }
 
@@ -262,7 +311,7 @@ impl Backend {
         &self,
         requests: &[Request<'_>],
         acquire_timeout: Duration,
-    ) -> Option<Vec<Result<Frame, BackendError>>> {
+    ) -> Option<Vec<Result<Reply, BackendError>>> {
         match self {
             Backend::Redis(r) => r.dispatch_batch(requests, acquire_timeout).await,
             Backend::Sql(_) => None,
@@ -316,7 +365,7 @@ impl Dedicated {
     /// [`BackendError`].
     pub async fn send(&self, request: &Request<'_>) -> Result<Frame, BackendError> {
         match self {
-            Dedicated::Redis(r) => r.send(request).await,
+            Dedicated::Redis(r) => r.send(request).await.map(Reply::into_frame),
             Dedicated::Sql(s) => s.send(request).await,
         }
     }

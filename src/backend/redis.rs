@@ -13,7 +13,7 @@
 //! (there is no reconnect policy), and the next dial reads the slot map afresh, which is how a
 //! promoted replica is found.
 
-use super::{link, BackendError, DoubleStyle, Proto, Request};
+use super::{link, BackendError, DoubleStyle, Proto, Reply, Request};
 use crate::config::{ClusterConfig, RedisConfig, SentinelConfig};
 use arc_swap::ArcSwapOption;
 use bytes::Bytes;
@@ -94,7 +94,7 @@ impl Live {
         &self,
         request: &Request<'_>,
         response_timeout: Duration,
-    ) -> Result<Frame, BackendError> {
+    ) -> Result<Reply, BackendError> {
         // The hot path: a plain command on a link, whose own close fails what is in flight.
         // Everything else is boxed so its (much larger) future is not carried by every
         // request's.
@@ -107,7 +107,7 @@ impl Live {
     }
 
     /// A reply that did not come in time retires the connection.
-    fn after_send(&self, result: &Result<Frame, BackendError>) {
+    fn after_send(&self, result: &Result<Reply, BackendError>) {
         if let Err(BackendError::Sent { source }) = result {
             if *source.kind() == fred::error::ErrorKind::Timeout {
                 self.retire();
@@ -119,7 +119,7 @@ impl Live {
         &self,
         request: &Request<'_>,
         response_timeout: Duration,
-    ) -> Result<Frame, BackendError> {
+    ) -> Result<Reply, BackendError> {
         let mut ended = self.ended.clone();
         if *ended.borrow() {
             // Ended before fred took the command: nothing was sent.
@@ -521,7 +521,7 @@ impl RedisBackend {
         &self,
         request: &Request<'_>,
         acquire_timeout: Duration,
-    ) -> Result<Frame, BackendError> {
+    ) -> Result<Reply, BackendError> {
         if matches!(self.flavor, Flavor::Cluster(_)) {
             if let Some(answer) = Box::pin(self.on_every_primary(request, acquire_timeout)).await {
                 return answer;
@@ -542,7 +542,7 @@ impl RedisBackend {
     /// Looks at a result for what it says about its connection: under Sentinel or on a
     /// Cluster a `READONLY` is a demoted primary (nothing ran; NotAttempted), so the
     /// connection is retired and the next attempt dials again and finds the new primary.
-    fn after(&self, live: &Live, result: &Result<Frame, BackendError>) {
+    fn after(&self, live: &Live, result: &Result<Reply, BackendError>) {
         if self.flavor != Flavor::Standalone {
             if let Err(BackendError::Reply { prefix, .. }) = result {
                 if prefix == "READONLY" {
@@ -560,7 +560,7 @@ impl RedisBackend {
         &self,
         requests: &[Request<'_>],
         acquire_timeout: Duration,
-    ) -> Option<Vec<Result<Frame, BackendError>>> {
+    ) -> Option<Vec<Result<Reply, BackendError>>> {
         let first = requests.first()?;
         if matches!(self.flavor, Flavor::Cluster(_)) && requests.iter().any(whole_keyspace) {
             return None;
@@ -605,7 +605,7 @@ impl RedisBackend {
         &self,
         request: &Request<'_>,
         acquire_timeout: Duration,
-    ) -> Option<Result<Frame, BackendError>> {
+    ) -> Option<Result<Reply, BackendError>> {
         let name = request.args.first()?;
         if !whole_keyspace(request) {
             return None;
@@ -624,10 +624,10 @@ impl RedisBackend {
                     .flushall_cluster()
                     .await
                     .map_err(|source| BackendError::Sent { source })?;
-                Ok(Frame::SimpleString {
+                Ok(Reply::from(Frame::SimpleString {
                     data: Bytes::from_static(b"OK"),
                     attributes: None,
-                })
+                }))
             };
             return Some(flush.await);
         }
@@ -772,7 +772,7 @@ async fn send(
     live: &Live,
     request: &Request<'_>,
     response_timeout: Duration,
-) -> Result<Frame, BackendError> {
+) -> Result<Reply, BackendError> {
     let Some((name, rest)) = request.args.split_first() else {
         return Err(BackendError::Unsupported {
             what: "empty command".to_string(),
@@ -809,9 +809,9 @@ async fn send(
     {
         // Maps only exist in RESP3.
         Ok(frame) if request.proto == Proto::Resp3 => {
-            BackendError::check_reply(restore_map_order(frame))
+            BackendError::check_reply(link::restore_map_order(frame)).map(Reply::from)
         }
-        Ok(frame) => BackendError::check_reply(frame),
+        Ok(frame) => BackendError::check_reply(frame).map(Reply::from),
         Err(source) => Err(BackendError::Sent { source }),
     }
 }
@@ -821,44 +821,23 @@ async fn on_link(
     link: &link::Link,
     request: &Request<'_>,
     response_timeout: Duration,
-) -> Result<Frame, BackendError> {
+) -> Result<Reply, BackendError> {
     // A blocking command waits as long as it asked to.
     let timeout = (!request.blocking).then_some(response_timeout);
     link_reply(request.proto, link.send(request.args, timeout).await)
 }
 
-/// A link's answer as the backend's result.
-fn link_reply(proto: Proto, reply: Result<Frame, link::SendError>) -> Result<Frame, BackendError> {
+/// A link's answer as the backend's result: raw replies pass, decoded ones are checked for
+/// an error reply.
+fn link_reply(proto: Proto, reply: Result<Reply, link::SendError>) -> Result<Reply, BackendError> {
     match reply {
-        // Maps only exist in RESP3.
-        Ok(frame) if proto == Proto::Resp3 => BackendError::check_reply(restore_map_order(frame)),
-        Ok(frame) => BackendError::check_reply(frame),
+        Ok(Reply::Frame(frame)) if proto == Proto::Resp3 => {
+            BackendError::check_reply(link::restore_map_order(*frame)).map(Reply::from)
+        }
+        Ok(Reply::Frame(frame)) => BackendError::check_reply(*frame).map(Reply::from),
+        Ok(raw) => Ok(raw),
         Err(link::SendError::NotSent(source)) => Err(BackendError::Connect { source }),
         Err(link::SendError::Sent(source)) => Err(BackendError::Sent { source }),
-    }
-}
-
-/// redis-protocol 6 builds a decoded map by popping pairs off the end, so its entries come out
-/// last first; this puts them back in the order Redis sent (HGETALL, CONFIG GET, XINFO).
-fn restore_map_order(frame: Frame) -> Frame {
-    match frame {
-        Frame::Map { data, attributes } => Frame::Map {
-            data: data
-                .into_iter()
-                .rev()
-                .map(|(k, v)| (restore_map_order(k), restore_map_order(v)))
-                .collect(),
-            attributes,
-        },
-        Frame::Array { data, attributes } => Frame::Array {
-            data: data.into_iter().map(restore_map_order).collect(),
-            attributes,
-        },
-        Frame::Push { data, attributes } => Frame::Push {
-            data: data.into_iter().map(restore_map_order).collect(),
-            attributes,
-        },
-        other => other,
     }
 }
 
@@ -875,7 +854,7 @@ impl DedicatedRedis {
     ///
     /// # Errors
     /// [`BackendError`].
-    pub async fn send(&self, request: &Request<'_>) -> Result<Frame, BackendError> {
+    pub async fn send(&self, request: &Request<'_>) -> Result<Reply, BackendError> {
         if !self.live.is_up() {
             return Err(BackendError::Connect {
                 source: fred::error::Error::new(
@@ -945,7 +924,7 @@ async fn exact(
     request: &Request<'_>,
     token: &[u8],
     response_timeout: Duration,
-) -> Result<Frame, BackendError> {
+) -> Result<Reply, BackendError> {
     let key = request.args.get(1).cloned().unwrap_or_default();
     let ttl = crate::backend::TOKEN_TTL.as_millis().to_string();
     let proto = if request.proto == Proto::Resp3 {
@@ -1011,7 +990,11 @@ async fn wait_replicas(
         route: request.route.or(request.args.get(1).map(|k| k.as_ref())),
         ..*request
     };
-    match live.send(&wait, timeout + Duration::from_secs(1)).await {
+    match live
+        .send(&wait, timeout + Duration::from_secs(1))
+        .await
+        .map(Reply::into_frame)
+    {
         Ok(Frame::Number { data, .. }) if data >= i64::from(wanted) => Ok(()),
         Ok(Frame::Number { data, .. }) => Err(BackendError::NotReplicated { wanted, got: data }),
         // WAIT itself failed: the write's fate on the replicas is unknown.

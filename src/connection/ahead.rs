@@ -26,14 +26,13 @@
 //! whole pipeline is held and retried in order, exactly as when requests are sent one by one.
 
 use super::Conn;
-use crate::backend::{BackendError, Request};
+use crate::backend::{BackendError, Reply, Request};
 use crate::command::table::Idempotence;
 use crate::command::{Command, CommandError};
 use crate::error::classify;
 use crate::namespace::Namespace;
 use crate::retry::policy::Policy;
 use crate::retry::settle::Plan;
-use redis_protocol::resp3::types::BytesFrame as Frame;
 use std::sync::Arc;
 
 /// What a request's first dispatch, sent ahead with its neighbours, left for it.
@@ -130,7 +129,7 @@ impl Conn {
     pub(super) async fn send_ahead<'c>(
         &self,
         items: impl Iterator<Item = &'c Result<Command, CommandError>>,
-    ) -> Vec<Option<(Arc<Namespace>, Ahead<Frame, BackendError>)>> {
+    ) -> Vec<Option<(Arc<Namespace>, Ahead<Reply, BackendError>)>> {
         let mut run: Vec<(&Command, Arc<Namespace>)> = Vec::new();
         for item in items {
             let Ok(command) = item else { break };

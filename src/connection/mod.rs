@@ -18,7 +18,7 @@ use auth::open_to_all;
 use info::command_reply;
 
 use crate::backend::DoubleStyle;
-use crate::backend::{Backend, BackendError, Dedicated, Proto, Request};
+use crate::backend::{Backend, BackendError, Dedicated, Proto, Reply, Request};
 use crate::command::table::{self, Idempotence, Local};
 use crate::command::{Command, CommandError};
 use crate::config::ReplyMode;
@@ -92,7 +92,7 @@ struct Conn {
     sequence: u64,
     /// The command being handled had its first dispatch sent ahead: the namespace it was
     /// routed to then (it is not routed again), and what it left.
-    ahead: Option<(Arc<Namespace>, Ahead<Frame, BackendError>)>,
+    ahead: Option<(Arc<Namespace>, Ahead<Reply, BackendError>)>,
 }
 
 /// How a retried dispatch ended when it did not succeed.
@@ -303,9 +303,21 @@ impl Conn {
         );
     }
 
-    /// Writes a backend's reply to `command`: its nils as the command's row says, its doubles
+    /// Writes a backend's reply to `command`: as Redis encoded it when it came raw, else its
+    /// nils as the command's row says and its doubles as the backend spells them.
+    fn reply_to(&self, out: &mut Output, reply: Reply, command: &Command, doubles: DoubleStyle) {
+        let frame = match reply {
+            Reply::Raw { bytes, proto } if proto == self.proto => return out.put_bytes(&bytes),
+            // Never seen: the pool a request goes to speaks the client's protocol.
+            raw @ Reply::Raw { .. } => raw.into_frame(),
+            Reply::Frame(frame) => *frame,
+        };
+        self.encode_for(out, &frame, command, doubles);
+    }
+
+    /// Writes a decoded reply to `command`: its nils as the command's row says, its doubles
     /// as the backend spells them.
-    fn reply_to(&self, out: &mut Output, frame: &Frame, command: &Command, doubles: DoubleStyle) {
+    fn encode_for(&self, out: &mut Output, frame: &Frame, command: &Command, doubles: DoubleStyle) {
         let nils = Nils {
             top: command.spec.nil_is_array(command.args.len()),
             nested: command.spec.nested_nil_array,
@@ -383,15 +395,15 @@ impl Conn {
         match local {
             Some(local) => self.local(local, command, out).await,
             None => {
-                let (frame, doubles) = self.forward(&command, started).await;
-                self.reply_to(out, &frame, &command, doubles);
+                let (reply, doubles) = self.forward(&command, started).await;
+                self.reply_to(out, reply, &command, doubles);
                 Flow::Continue
             }
         }
     }
 
     /// Sends a command to its namespace's backend through the retry loop.
-    async fn forward(&mut self, command: &Command, started: Instant) -> (Frame, DoubleStyle) {
+    async fn forward(&mut self, command: &Command, started: Instant) -> (Reply, DoubleStyle) {
         if let Some((namespace, _)) = &self.ahead {
             // Sent ahead: checked and routed already.
             let namespace = namespace.clone();
@@ -406,7 +418,7 @@ impl Conn {
                 "ERR holdfast: {} keys in one command; the limit is {max_keys} (server.max_keys_per_command)",
                 keys.len()
             );
-            return (error(text), DoubleStyle::default());
+            return (error(text).into(), DoubleStyle::default());
         }
         if command.spec.every_backend {
             return self.every_backend(command, started).await;
@@ -415,7 +427,7 @@ impl Conn {
             Ok(ns) => ns.clone(),
             Err(e) => {
                 m::request("", command.label(), "refused", started.elapsed());
-                return (error(e.to_string()), DoubleStyle::default());
+                return (error(e.to_string()).into(), DoubleStyle::default());
             }
         };
         self.forward_to(namespace, command, started).await
@@ -424,7 +436,7 @@ impl Conn {
     /// FLUSHDB and FLUSHALL: sent once to the backend of each namespace this client may
     /// reach. A backend that also holds a namespace the client may not reach is not its to
     /// empty: NOPERM, and nothing is sent anywhere.
-    async fn every_backend(&mut self, command: &Command, started: Instant) -> (Frame, DoubleStyle) {
+    async fn every_backend(&mut self, command: &Command, started: Instant) -> (Reply, DoubleStyle) {
         let reachable = self.reachable();
         let reach = |ns: &Namespace| {
             reachable
@@ -443,7 +455,7 @@ impl Conn {
                     "NOPERM this user has no permissions to run the '{}' command",
                     command.spec.name.to_ascii_lowercase()
                 );
-                return (error(text), DoubleStyle::default());
+                return (error(text).into(), DoubleStyle::default());
             }
             if !targets.iter().any(|t| Arc::ptr_eq(&t.backend, &ns.backend)) {
                 targets.push(ns.clone());
@@ -451,13 +463,13 @@ impl Conn {
         }
         let mut first = None;
         for ns in targets {
-            let (frame, doubles) = self.forward_to(ns, command, started).await;
-            if matches!(frame, Frame::SimpleError { .. } | Frame::BlobError { .. }) {
-                return (frame, doubles);
+            let (reply, doubles) = self.forward_to(ns, command, started).await;
+            if reply.is_error() {
+                return (reply, doubles);
             }
-            first.get_or_insert((frame, doubles));
+            first.get_or_insert((reply, doubles));
         }
-        first.unwrap_or_else(|| (simple("OK"), DoubleStyle::default()))
+        first.unwrap_or_else(|| (simple("OK").into(), DoubleStyle::default()))
     }
 
     /// Sends a command to `namespace`'s backend under the namespace's reply mode
@@ -467,17 +479,20 @@ impl Conn {
         namespace: Arc<Namespace>,
         command: &Command,
         started: Instant,
-    ) -> (Frame, DoubleStyle) {
+    ) -> (Reply, DoubleStyle) {
         let doubles = namespace.backend.double_style();
         if command.class == Idempotence::ConnectionBound {
-            return (self.bound(&namespace, command, started).await, doubles);
+            return (
+                self.bound(&namespace, command, started).await.into(),
+                doubles,
+            );
         }
         let label = command.label();
         // Once shutdown's grace period is over, nothing new is sent.
         if *self.give_up.borrow() {
             m::request(&namespace.name, label, "unavailable", started.elapsed());
             return (
-                shutting_down("UNAVAILABLE not applied", &namespace),
+                shutting_down("UNAVAILABLE not applied", &namespace).into(),
                 doubles,
             );
         }
@@ -529,15 +544,24 @@ impl Conn {
                 }
                 result
             }
-            Plan::Settled(settle) => self.settled(&namespace, command, &settle, started).await,
+            Plan::Settled(settle) => self
+                .settled(&namespace, command, &settle, started)
+                .await
+                .map(|done| Done {
+                    value: Reply::from(done.value),
+                    maybe_applied: done.maybe_applied,
+                }),
         };
-        let (frame, outcome) = match result {
+        let (reply, outcome) = match result {
             Ok(done) => (done.value, "ok"),
-            Err(Ended::Failed(failure)) => failure_reply(Err(failure), &namespace),
-            Err(Ended::Abandoned(frame, outcome)) => (frame, outcome),
+            Err(Ended::Failed(failure)) => {
+                let (frame, outcome) = failure_reply(Err(failure), &namespace);
+                (frame.into(), outcome)
+            }
+            Err(Ended::Abandoned(frame, outcome)) => (frame.into(), outcome),
         };
         m::request(&namespace.name, label, outcome, started.elapsed());
-        (frame, doubles)
+        (reply, doubles)
     }
 
     /// How a command is answered in its namespace's reply mode.
@@ -590,8 +614,13 @@ impl Conn {
             )
             .await
         {
-            Ok(done) if done.maybe_applied == 0 => return Ok(done),
-            Ok(done) => (done.value, done.maybe_applied),
+            Ok(done) if done.maybe_applied == 0 => {
+                return Ok(Done {
+                    value: done.value.into_frame(),
+                    maybe_applied: 0,
+                })
+            }
+            Ok(done) => (done.value.into_frame(), done.maybe_applied),
             Err(Ended::Failed(Failure::Answer(BackendError::Reply { frame, .. }, n))) if n > 0 => {
                 (*frame, n)
             }
@@ -635,7 +664,7 @@ impl Conn {
             .retried(namespace, args, Idempotence::Read, label, None)
             .await
         {
-            Ok(done) => Ok(Some(done.value)),
+            Ok(done) => Ok(Some(done.value.into_frame())),
             Err(Ended::Failed(Failure::Answer(..))) => Ok(None),
             Err(other) => Err(other),
         }
@@ -649,7 +678,7 @@ impl Conn {
         class: Idempotence,
         label: &'static str,
         token: Option<&[u8]>,
-    ) -> Result<Done<Frame>, Ended> {
+    ) -> Result<Done<Reply>, Ended> {
         self.retried_from(namespace, args, class, label, token, None)
             .await
     }
@@ -663,8 +692,8 @@ impl Conn {
         class: Idempotence,
         label: &'static str,
         token: Option<&[u8]>,
-        mut first: Option<Result<Frame, BackendError>>,
-    ) -> Result<Done<Frame>, Ended> {
+        mut first: Option<Result<Reply, BackendError>>,
+    ) -> Result<Done<Reply>, Ended> {
         let shared = self.shared.clone();
         let request = Request {
             args,

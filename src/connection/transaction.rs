@@ -114,7 +114,7 @@ impl Conn {
             Frame::Array { data, .. } if data.len() == multi.queue.len() => {
                 let _ = write!(ErrSink(out), "*{}\r\n", data.len());
                 for (item, command) in data.iter().zip(&multi.queue) {
-                    self.reply_to(out, item, command, doubles);
+                    self.encode_for(out, item, command, doubles);
                 }
             }
             // A nil EXEC (a WATCHed key changed) is a null array.
