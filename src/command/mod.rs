@@ -123,9 +123,7 @@ impl Command {
 
     /// The key arguments.
     pub fn keys(&self) -> impl Iterator<Item = &Bytes> {
-        table::key_indices(self.spec.keys, &self.args)
-            .into_iter()
-            .filter_map(|i| self.args.get(i))
+        table::key_indices(self.spec.keys, &self.args).filter_map(|i| self.args.get(i))
     }
 
     /// Whether holdfast answers it itself.

@@ -313,10 +313,14 @@ fn upper_ascii<'b>(name: &[u8], buf: &'b mut [u8; NAME_MAX]) -> Option<&'b str> 
 ///
 /// Malformed key counts (a NUMKEYS larger than the arguments) yield the keys that exist; the
 /// backend then answers the syntax error itself.
-pub fn key_indices(keys: Keys, args: &[Bytes]) -> Vec<usize> {
+pub fn key_indices(keys: Keys, args: &[Bytes]) -> KeyIndices {
     let argc = args.len();
+    let none = KeyIndices {
+        dest: None,
+        rest: (0..0).step_by(1),
+    };
     match keys {
-        Keys::None => Vec::new(),
+        Keys::None => none,
         Keys::Range { first, last, step } => {
             let last = if last < 0 {
                 argc as isize + last
@@ -324,22 +328,24 @@ pub fn key_indices(keys: Keys, args: &[Bytes]) -> Vec<usize> {
                 last.min(argc as isize - 1)
             };
             if last < first as isize || step == 0 {
-                return Vec::new();
+                return none;
             }
-            (first..=last as usize).step_by(step).collect()
+            KeyIndices {
+                dest: None,
+                rest: (first..last as usize + 1).step_by(step),
+            }
         }
         Keys::Numkeys { at, dest } => {
-            let mut out = Vec::new();
-            if dest && argc > 1 {
-                out.push(1);
-            }
             let count = args
                 .get(at)
                 .and_then(|a| std::str::from_utf8(a).ok())
                 .and_then(|s| s.parse::<usize>().ok())
                 .unwrap_or(0);
-            out.extend((at + 1..argc).take(count));
-            out
+            let end = argc.max(at + 1).min((at + 1).saturating_add(count));
+            KeyIndices {
+                dest: (dest && argc > 1).then_some(1),
+                rest: (at + 1..end).step_by(1),
+            }
         }
         Keys::Streams => {
             // XREADGROUP GROUP group consumer: a group or consumer may be named STREAMS.
@@ -357,11 +363,30 @@ pub fn key_indices(keys: Keys, args: &[Bytes]) -> Vec<usize> {
                 .position(|a| a.eq_ignore_ascii_case(b"STREAMS"))
                 .map(|p| p + from)
             else {
-                return Vec::new();
+                return none;
             };
             let rest = argc - pos - 1;
-            (pos + 1..pos + 1 + rest / 2).collect()
+            KeyIndices {
+                dest: None,
+                rest: (pos + 1..pos + 1 + rest / 2).step_by(1),
+            }
         }
+    }
+}
+
+/// The positions [`key_indices`] finds, in order, without allocating: every request asks.
+#[derive(Clone, Debug)]
+pub struct KeyIndices {
+    /// A destination key before the counted ones (`ZUNIONSTORE dest numkeys ...`).
+    dest: Option<usize>,
+    /// The rest, evenly spaced.
+    rest: std::iter::StepBy<std::ops::Range<usize>>,
+}
+
+impl Iterator for KeyIndices {
+    type Item = usize;
+    fn next(&mut self) -> Option<usize> {
+        self.dest.take().or_else(|| self.rest.next())
     }
 }
 

@@ -32,7 +32,7 @@ fn class(words: &[&str]) -> Idempotence {
 }
 
 fn keys_of(words: &[&str]) -> Vec<usize> {
-    key_indices(row_of(words).keys, &args(words))
+    key_indices(row_of(words).keys, &args(words)).collect()
 }
 
 #[test]

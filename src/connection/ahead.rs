@@ -108,10 +108,11 @@ impl Conn {
             return None;
         }
         self.permit(command).ok()?;
-        let keys: Vec<&[u8]> = command.keys().map(|k| k.as_ref()).collect();
-        if keys.len() > self.state.config.server.max_keys_per_command {
+        // Walked twice rather than collected: no allocation per request.
+        if command.keys().count() > self.state.config.server.max_keys_per_command {
             return None;
         }
+        let keys = command.keys().map(|k| k.as_ref());
         let namespace = self.state.router.route(keys).ok()?;
         if !namespace.backend.pipelines()
             || (namespace.replicas.is_some() && command.class != Idempotence::Read)
