@@ -160,6 +160,7 @@ impl Link {
     pub async fn send(
         &self,
         args: &[Bytes],
+        raw: Option<&Bytes>,
         timeout: Option<Duration>,
     ) -> Result<Reply, SendError> {
         let reply = {
@@ -170,7 +171,7 @@ impl Link {
                     "the connection closed before the request was sent",
                 )));
             }
-            encode(&mut state.out, args);
+            put_command(&mut state.out, args, raw);
             let (slot, reply) = oneshot::channel();
             state.waiting.push_back(slot);
             reply
@@ -186,7 +187,7 @@ impl Link {
     /// waits for their replies in order, each within `timeout` of the sending.
     pub async fn send_all<'a>(
         &self,
-        commands: impl Iterator<Item = &'a [Bytes]>,
+        commands: impl Iterator<Item = (&'a [Bytes], Option<&'a Bytes>)>,
         timeout: Duration,
     ) -> Vec<Result<Reply, SendError>> {
         let receivers: Vec<_> = {
@@ -196,8 +197,8 @@ impl Link {
                 return commands_not_sent(commands);
             }
             commands
-                .map(|args| {
-                    encode(&mut state.out, args);
+                .map(|(args, raw)| {
+                    put_command(&mut state.out, args, raw);
                     let (slot, reply) = oneshot::channel();
                     state.waiting.push_back(slot);
                     reply
@@ -239,7 +240,7 @@ fn settle(
 
 /// Every command refused as not sent: the link was closed before they were queued.
 fn commands_not_sent<'a>(
-    commands: impl Iterator<Item = &'a [Bytes]>,
+    commands: impl Iterator<Item = (&'a [Bytes], Option<&'a Bytes>)>,
 ) -> Vec<Result<Reply, SendError>> {
     commands
         .map(|_| {
@@ -249,6 +250,14 @@ fn commands_not_sent<'a>(
             )))
         })
         .collect()
+}
+
+/// Appends a command: as the client encoded it when that is known, else encoded here.
+fn put_command(out: &mut Output, args: &[Bytes], raw: Option<&Bytes>) {
+    match raw {
+        Some(raw) => out.put_bytes(raw),
+        None => encode(out, args),
+    }
 }
 
 /// Appends `args` as a RESP multibulk; large arguments by reference.
@@ -645,6 +654,21 @@ mod tests {
             Bytes::new(),
         ];
         assert_eq!(written(&[set]), b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$0\r\n\r\n");
+    }
+
+    #[test]
+    fn a_command_goes_as_the_client_encoded_it_when_known() {
+        let args = [Bytes::from_static(b"set"), Bytes::from_static(b"k")];
+        let raw = Bytes::from_static(b"*2\r\n$3\r\nset\r\n$1\r\nk\r\n");
+        let mut out = Output::default();
+        put_command(&mut out, &args, Some(&raw));
+        put_command(&mut out, &args[..1], None);
+        let mut sink = Trickle(Vec::new());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        runtime.block_on(out.write_to(&mut sink)).expect("written");
+        assert_eq!(sink.0, b"*2\r\n$3\r\nset\r\n$1\r\nk\r\n*1\r\n$3\r\nset\r\n");
     }
 
     #[test]

@@ -108,6 +108,9 @@ pub struct Request<'a> {
     /// and a `MOVED` reply when that was not a key). Connection-bound commands carry their
     /// transaction's first key, so `MULTI` and `EXEC` reach the node that holds it.
     pub route: Option<&'a [u8]>,
+    /// `args` as the client encoded them (a multibulk), written as they are where a
+    /// connection can. A request built with other arguments must leave it `None`.
+    pub raw: Option<&'a Bytes>,
 }
 
 impl<'a> Request<'a> {
@@ -122,6 +125,7 @@ impl<'a> Request<'a> {
             token: None,
             replicas: None,
             route: None,
+            raw: None,
         }
     }
 }

@@ -571,7 +571,10 @@ impl RedisBackend {
             if requests.iter().all(|r| r.token.is_none() && !r.blocking) {
                 // All queued under one lock, in order, and awaited in order.
                 let replies = link
-                    .send_all(requests.iter().map(|r| r.args), self.response_timeout)
+                    .send_all(
+                        requests.iter().map(|r| (r.args, r.raw)),
+                        self.response_timeout,
+                    )
                     .await;
                 let results: Vec<_> = replies
                     .into_iter()
@@ -824,7 +827,10 @@ async fn on_link(
 ) -> Result<Reply, BackendError> {
     // A blocking command waits as long as it asked to.
     let timeout = (!request.blocking).then_some(response_timeout);
-    link_reply(request.proto, link.send(request.args, timeout).await)
+    link_reply(
+        request.proto,
+        link.send(request.args, request.raw, timeout).await,
+    )
 }
 
 /// A link's answer as the backend's result: raw replies pass, decoded ones are checked for
@@ -946,6 +952,7 @@ async fn exact(
     let by_sha = Request {
         args: &args,
         route: Some(&tok),
+        raw: None,
         ..*request
     };
     match send(live, &by_sha, response_timeout).await {
@@ -961,6 +968,7 @@ async fn exact(
             let by_text = Request {
                 args: &args,
                 route: Some(&tok),
+                raw: None,
                 ..*request
             };
             send(live, &by_text, response_timeout).await
@@ -988,6 +996,7 @@ async fn wait_replicas(
         token: None,
         replicas: None,
         route: request.route.or(request.args.get(1).map(|k| k.as_ref())),
+        raw: None,
         ..*request
     };
     match live

@@ -17,6 +17,9 @@ pub struct Command {
     pub args: Vec<Bytes>,
     /// The class of this invocation.
     pub class: Idempotence,
+    /// The bytes the client sent it in, when they are a plain multibulk of `args`: a backend
+    /// connection may write them instead of encoding `args` again.
+    pub raw: Option<Bytes>,
 }
 
 /// A request the table refuses; the connection answers with [`CommandError::reply`].
@@ -118,7 +121,20 @@ impl Command {
             return Err(CommandError::Arity { name: spec.name });
         }
         let class = spec.class_of(&args);
-        Ok(Command { spec, args, class })
+        Ok(Command {
+            spec,
+            args,
+            class,
+            raw: None,
+        })
+    }
+
+    /// [`Command::parse`] of a request that came in as `raw`.
+    ///
+    /// # Errors
+    /// As [`Command::parse`].
+    pub fn parse_raw(args: Vec<Bytes>, raw: Option<Bytes>) -> Result<Command, CommandError> {
+        Command::parse(args).map(|command| Command { raw, ..command })
     }
 
     /// The key arguments.

@@ -267,8 +267,12 @@ pub const KEYS_1_2: Keys = Keys::Range {
 /// No key.
 pub const NO_KEYS: Keys = Keys::None;
 
-fn index() -> &'static HashMap<&'static str, &'static Spec> {
-    static INDEX: OnceLock<HashMap<&'static str, &'static Spec>> = OnceLock::new();
+/// Hashed with foldhash, not SipHash: the keys are the table's own names and never grow, so
+/// no input can crowd them, and SipHash cost more than the rest of a lookup.
+type Index = HashMap<&'static str, &'static Spec, foldhash::fast::FixedState>;
+
+fn index() -> &'static Index {
+    static INDEX: OnceLock<Index> = OnceLock::new();
     INDEX.get_or_init(|| {
         super::rows::ROWS
             .iter()

@@ -155,7 +155,10 @@ impl Conn {
         }
         let requests: Vec<Request<'_>> = run
             .iter()
-            .map(|(command, _)| Request::new(&command.args, self.proto, self.id))
+            .map(|(command, _)| Request {
+                raw: command.raw.as_ref(),
+                ..Request::new(&command.args, self.proto, self.id)
+            })
             .collect();
         let Some(results) = namespace
             .backend

@@ -195,8 +195,10 @@ where
             // Every complete request in the buffer (up to max_pipeline), then each in order.
             let mut framing = None;
             while batch.len() < max_pipeline {
-                match decoder.next(&mut input, &limits) {
-                    Ok(Some(args)) => batch.push_back(Command::parse(args)),
+                match decoder.next_request(&mut input, &limits) {
+                    Ok(Some(request)) => {
+                        batch.push_back(Command::parse_raw(request.args, request.raw));
+                    }
                     Ok(None) => break,
                     Err(e) => {
                         framing = Some(e);
@@ -505,7 +507,7 @@ impl Conn {
                     Some(Ahead::First(first)) => {
                         self.retried_from(
                             &namespace,
-                            &command.args,
+                            (&command.args, command.raw.as_ref()),
                             command.class,
                             label,
                             None,
@@ -514,8 +516,15 @@ impl Conn {
                         .await
                     }
                     None => {
-                        self.retried(&namespace, &command.args, command.class, label, None)
-                            .await
+                        self.retried_from(
+                            &namespace,
+                            (&command.args, command.raw.as_ref()),
+                            command.class,
+                            label,
+                            None,
+                            None,
+                        )
+                        .await
                     }
                 };
                 if let Ok(done) = &result {
@@ -681,16 +690,16 @@ impl Conn {
         label: &'static str,
         token: Option<&[u8]>,
     ) -> Result<Done<Reply>, Ended> {
-        self.retried_from(namespace, args, class, label, token, None)
+        self.retried_from(namespace, (args, None), class, label, token, None)
             .await
     }
 
     /// [`Conn::retried`], going on from `first`, the first dispatch's result when it was
-    /// sent ahead with the client's pipeline.
+    /// sent ahead with the client's pipeline; `raw` is `args` as the client encoded them.
     async fn retried_from(
         &mut self,
         namespace: &Arc<Namespace>,
-        args: &[Bytes],
+        (args, raw): (&[Bytes], Option<&Bytes>),
         class: Idempotence,
         label: &'static str,
         token: Option<&[u8]>,
@@ -711,6 +720,7 @@ impl Conn {
             },
             // fred hashes the first argument, and follows a MOVED where it was not a key.
             route: None,
+            raw,
         };
         let mut hooks = RequestHooks::new(&namespace.name, namespace.backend.name(), label);
         if let Some(Ok(_)) = &first {

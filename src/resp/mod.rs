@@ -147,6 +147,18 @@ impl Decoder {
         buf: &mut BytesMut,
         limits: &Limits,
     ) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+        Ok(self.next_request(buf, limits)?.map(|decoded| decoded.args))
+    }
+
+    /// [`Decoder::next`], with the bytes the request came in.
+    ///
+    /// # Errors
+    /// [`ProtocolError`] when framing is lost or the request is over a limit.
+    pub fn next_request(
+        &mut self,
+        buf: &mut BytesMut,
+        limits: &Limits,
+    ) -> Result<Option<Decoded>, ProtocolError> {
         if buf.len() < self.need {
             if buf.len() > limits.request_bytes {
                 return Err(ProtocolError::TooLarge(limits.request_bytes));
@@ -154,7 +166,7 @@ impl Decoder {
             return Ok(None);
         }
         self.parses += 1;
-        let decoded = decode_request(buf, limits)?;
+        let decoded = take_request(buf, limits)?;
         self.need = match decoded {
             Some(_) => 0,
             None if buf.first() == Some(&b'*') => check_headers(buf, limits)?,
@@ -162,6 +174,16 @@ impl Decoder {
         };
         Ok(decoded)
     }
+}
+
+/// A request taken off the input.
+#[derive(Debug)]
+pub struct Decoded {
+    /// Its arguments, the name first.
+    pub args: Vec<Bytes>,
+    /// The bytes it came in, when it was a plain multibulk of bulk strings: a backend
+    /// connection writes them as they are instead of encoding the arguments again.
+    pub raw: Option<Bytes>,
 }
 
 /// Takes one request from the front of `buf`: `Ok(None)` means "read more".
@@ -174,6 +196,12 @@ pub fn decode_request(
     buf: &mut BytesMut,
     limits: &Limits,
 ) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+    Ok(take_request(buf, limits)?.map(|decoded| decoded.args))
+}
+
+/// [`decode_request`], with the bytes of a plain multibulk.
+fn take_request(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Decoded>, ProtocolError> {
+    let plain = |args| Some(Decoded { args, raw: None });
     let max_bytes = limits.request_bytes;
     loop {
         let Some(&first) = buf.first() else {
@@ -182,11 +210,15 @@ pub fn decode_request(
         if first != b'*' {
             match decode_inline(buf)? {
                 Some(args) if args.is_empty() => continue,
-                other => return Ok(other),
+                Some(args) => return Ok(plain(args)),
+                None => return Ok(None),
             }
         }
-        if let Some(args) = multibulk(buf, limits) {
-            return Ok(Some(args));
+        if let Some((args, raw)) = multibulk(buf, limits) {
+            return Ok(Some(Decoded {
+                args,
+                raw: Some(raw),
+            }));
         }
         check_headers(buf, limits)?;
         let decoded = redis_protocol::resp2::decode::decode_bytes_mut(buf)
@@ -215,7 +247,7 @@ pub fn decode_request(
                         }
                     }
                 }
-                return Ok(Some(args));
+                return Ok(plain(args));
             }
             Frame2::Null => continue,
             other => {
@@ -230,11 +262,11 @@ pub fn decode_request(
 
 /// The common case, without building frames: a complete multibulk of one or more bulk
 /// strings, each length within the limits and each followed by CRLF, taken off `buf` and
-/// sliced into its arguments (no copy). Anything else (incomplete, over a limit, malformed, a
+/// sliced into its arguments (no copy), returned with the whole request. Anything else (incomplete, over a limit, malformed, a
 /// nil or an empty multibulk) is None and left to the general path, which words the errors
 /// (and, like Redis, does not check the CRLF after a bulk string). A proptest holds the two
 /// paths to the same arguments.
-fn multibulk(buf: &mut BytesMut, limits: &Limits) -> Option<Vec<Bytes>> {
+fn multibulk(buf: &mut BytesMut, limits: &Limits) -> Option<(Vec<Bytes>, Bytes)> {
     /// A decimal header's value and the position after its CRLF.
     fn header(buf: &[u8], pos: usize) -> Option<(usize, usize)> {
         let mut n: usize = 0;
@@ -259,9 +291,9 @@ fn multibulk(buf: &mut BytesMut, limits: &Limits) -> Option<Vec<Bytes>> {
     if count == 0 || count > limits.multibulk_len {
         return None;
     }
-    // Each argument's start and end; the request is at most `max_arguments` long, and its
-    // whole length is known before anything is allocated.
-    let mut spans = Vec::with_capacity(count.min(64));
+    // Checked whole first, its length found, before anything is allocated; then sliced in a
+    // second walk (cheaper than keeping the spans in a vector of their own).
+    let first = pos;
     for _ in 0..count {
         if bytes.get(pos) != Some(&b'$') {
             return None;
@@ -274,19 +306,20 @@ fn multibulk(buf: &mut BytesMut, limits: &Limits) -> Option<Vec<Bytes>> {
         if bytes.get(end..end.checked_add(2)?)? != b"\r\n" {
             return None;
         }
-        spans.push((start, end));
         pos = end + 2;
     }
     if pos > limits.request_bytes {
         return None;
     }
     let request = buf.split_to(pos).freeze();
-    Some(
-        spans
-            .into_iter()
-            .map(|(start, end)| request.slice(start..end))
-            .collect(),
-    )
+    let mut args = Vec::with_capacity(count);
+    let mut at = first;
+    for _ in 0..count {
+        let (len, start) = header(&request, at + 1)?;
+        args.push(request.slice(start..start + len));
+        at = start + len + 2;
+    }
+    Some((args, request))
 }
 
 fn kind_char(frame: &Frame2) -> char {

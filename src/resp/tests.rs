@@ -411,12 +411,14 @@ proptest! {
     fn the_fast_path_agrees_with_the_general_one(input in near_multibulk()) {
         let mut buf = BytesMut::from(&input[..]);
         match multibulk(&mut buf, &Limits::request(1 << 20)) {
-            Some(args) => {
+            Some((args, raw)) => {
+                prop_assert_eq!(&raw[..], &input[..raw.len()]);
                 let general = general(&input);
                 prop_assert!(general.is_some(), "{:?}", String::from_utf8_lossy(&input));
                 let (want, used) = general.unwrap_or_default();
                 prop_assert_eq!(args, want);
                 prop_assert_eq!(input.len() - buf.len(), used);
+                prop_assert_eq!(raw.len(), used);
             }
             None => prop_assert_eq!(&buf[..], &input[..]),
         }
