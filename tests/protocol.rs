@@ -656,3 +656,34 @@ async fn large_values_come_back_byte_for_byte() {
     }
     proxy.stop().await;
 }
+
+/// A write that waits for a replica (`min_replicas_ack`) is applied once: holdfast's own
+/// connection writes the request as the client sent it, and the `WAIT` after it as `WAIT`,
+/// never the client's bytes a second time.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_write_waited_for_by_a_replica_is_applied_once() {
+    let master = RedisServer::start();
+    let port = master.port().to_string();
+    let _replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    let proxy = Proxy::start(&one_backend(&master.url(), "acked", "min_replicas_ack = 1")).await;
+    let mut conn = proxy.connect().await;
+    // Until the replica has synced, a write is not confirmed.
+    let start = Instant::now();
+    loop {
+        let reply = conn.command(&["SET", "probe", "1"]).await;
+        if reply == b"+OK\r\n" {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the replica never confirmed: {}",
+            text(&reply)
+        );
+        sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(text(&conn.command(&["INCR", "counter"]).await), ":1\r\n");
+    assert_eq!(
+        text(&conn.command(&["GET", "counter"]).await),
+        "$1\r\n1\r\n"
+    );
+}

@@ -459,8 +459,13 @@ backend = "s"
         let dispatch = |args: Vec<Bytes>, token: Option<&'static [u8]>| {
             let backend = &backend;
             async move {
+                // With the client's bytes, as holdfast passes a plain request: a token must
+                // still send the script, not these.
+                let parts: Vec<&[u8]> = args.iter().map(|a| a.as_ref()).collect();
+                let raw = Bytes::from(encode(&parts));
                 let request = Request {
                     token,
+                    raw: Some(&raw),
                     ..Request::new(&args, Proto::Resp2, 1)
                 };
                 // Decoded, so a raw reply (a Redis link's) and a decoded one compare alike.
