@@ -49,6 +49,10 @@ const READ_CHUNK: usize = 16 * 1024;
 /// Room for the next read when no partial request is buffered: small, so an idle client
 /// holds a few KiB, not a whole chunk (10,000 idle clients took 23 KiB each with 16 KiB here).
 const IDLE_CHUNK: usize = 2 * 1024;
+/// Most room for one read. A client whose reads keep filling the room it was given (a deep
+/// pipeline of large values) gets twice as much each time up to this, so its requests reach
+/// the backend together instead of one or two per read and round trip.
+const READ_MAX: usize = 256 * 1024;
 
 /// Whether to keep serving after a command.
 #[derive(Debug, PartialEq, Eq)]
@@ -190,6 +194,8 @@ where
     let mut output = Output::default();
     let max_pipeline = server.max_pipeline;
     let mut batch: VecDeque<Result<Command, CommandError>> = VecDeque::new();
+    // The room the next read gets while a partial request is buffered (see READ_MAX).
+    let mut read_size = READ_CHUNK;
     'serve: loop {
         loop {
             // Every complete request in the buffer (up to max_pipeline), then each in order.
@@ -250,11 +256,12 @@ where
         if *shutdown.borrow() {
             break;
         }
-        input.reserve(if input.is_empty() {
+        input.reserve(if input.is_empty() && read_size == READ_CHUNK {
             IDLE_CHUNK
         } else {
-            READ_CHUNK
+            read_size
         });
+        let room = input.capacity() - input.len();
         let idle_for = async {
             if idle.is_zero() {
                 std::future::pending::<()>().await;
@@ -264,7 +271,8 @@ where
         tokio::select! {
             read = reader.read_buf(&mut input) => match read {
                 Ok(0) | Err(_) => break,
-                Ok(_) => {}
+                Ok(n) if n == room => read_size = (read_size * 2).min(READ_MAX),
+                Ok(_) => read_size = READ_CHUNK,
             },
             // Between commands is a safe point to stop.
             _ = shutdown.changed() => break,
