@@ -510,27 +510,22 @@ impl Conn {
         }
         let result = match self.plan(&namespace, command) {
             Plan::Fast => {
-                let result = match self.ahead.take().map(|(_, ahead)| ahead) {
-                    Some(Ahead::Overtaken(e)) => Err(Ended::Failed(overtaken(e))),
-                    Some(Ahead::First(first)) => {
+                // What a first dispatch sent ahead left, if it was.
+                let first = match self.ahead.take().map(|(_, ahead)| ahead) {
+                    Some(Ahead::Overtaken(e)) => Err(e),
+                    Some(Ahead::First(first)) => Ok(Some(first)),
+                    None => Ok(None),
+                };
+                let result = match first {
+                    Err(e) => Err(Ended::Failed(overtaken(e))),
+                    Ok(first) => {
                         self.retried_from(
                             &namespace,
                             (&command.args, command.raw.as_ref()),
                             command.class,
                             label,
                             None,
-                            Some(first),
-                        )
-                        .await
-                    }
-                    None => {
-                        self.retried_from(
-                            &namespace,
-                            (&command.args, command.raw.as_ref()),
-                            command.class,
-                            label,
-                            None,
-                            None,
+                            first,
                         )
                         .await
                     }
