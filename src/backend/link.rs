@@ -301,7 +301,9 @@ fn next_reply(buf: &mut BytesMut, proto: Proto) -> Result<Option<Option<Reply>>,
 struct Unscannable;
 
 /// The length of the complete reply at the front of `buf`, found without decoding it: blob
-/// payloads are skipped by their length. None while incomplete.
+/// payloads are skipped by their length. None while incomplete. Not redis-protocol's
+/// `decode_range`: that builds a frame of ranges, a vector per array and a hash map per RESP3
+/// map, where only the length is wanted; a proptest holds this scan to its decoder.
 fn scan(buf: &[u8]) -> Result<Option<usize>, Unscannable> {
     let mut at = 0;
     // Replies still to be passed over: the one asked for, then the items of aggregates.

@@ -109,7 +109,8 @@ pub struct Request<'a> {
     /// transaction's first key, so `MULTI` and `EXEC` reach the node that holds it.
     pub route: Option<&'a [u8]>,
     /// `args` as the client encoded them (a multibulk), written as they are where a
-    /// connection can. A request built with other arguments must leave it `None`.
+    /// connection can. A request built with other arguments leaves it `None`
+    /// ([`Request::with_args`]).
     pub raw: Option<&'a Bytes>,
 }
 
@@ -126,6 +127,19 @@ impl<'a> Request<'a> {
             replicas: None,
             route: None,
             raw: None,
+        }
+    }
+
+    /// This request with other arguments (a script around it, a `WAIT` after it): the client's
+    /// bytes no longer describe them, so they are dropped.
+    pub fn with_args<'b>(&self, args: &'b [Bytes]) -> Request<'b>
+    where
+        'a: 'b,
+    {
+        Request {
+            args,
+            raw: None,
+            ..*self
         }
     }
 }

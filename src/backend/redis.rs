@@ -950,10 +950,8 @@ async fn exact(
     args.extend(request.args.iter().cloned());
     // The token key shares the command key's slot; the script runs on its node.
     let by_sha = Request {
-        args: &args,
         route: Some(&tok),
-        raw: None,
-        ..*request
+        ..request.with_args(&args)
     };
     match send(live, &by_sha, response_timeout).await {
         // Not in this server's script cache (a restart, a failover): nothing ran. EVAL runs
@@ -966,10 +964,8 @@ async fn exact(
                 *second = Bytes::from_static(EXACT_SCRIPT.as_bytes());
             }
             let by_text = Request {
-                args: &args,
                 route: Some(&tok),
-                raw: None,
-                ..*request
+                ..request.with_args(&args)
             };
             send(live, &by_text, response_timeout).await
         }
@@ -992,12 +988,10 @@ async fn wait_replicas(
     ];
     // On a Cluster, WAIT must reach the node that took the write: its key's node.
     let wait = Request {
-        args: &args,
         token: None,
         replicas: None,
         route: request.route.or(request.args.get(1).map(|k| k.as_ref())),
-        raw: None,
-        ..*request
+        ..request.with_args(&args)
     };
     match live
         .send(&wait, timeout + Duration::from_secs(1))

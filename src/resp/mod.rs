@@ -262,10 +262,10 @@ fn take_request(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Decoded>, 
 
 /// The common case, without building frames: a complete multibulk of one or more bulk
 /// strings, each length within the limits and each followed by CRLF, taken off `buf` and
-/// sliced into its arguments (no copy), returned with the whole request. Anything else (incomplete, over a limit, malformed, a
-/// nil or an empty multibulk) is None and left to the general path, which words the errors
-/// (and, like Redis, does not check the CRLF after a bulk string). A proptest holds the two
-/// paths to the same arguments.
+/// sliced into its arguments (no copy), returned with the whole request. Anything else
+/// (incomplete, over a limit, malformed, a nil or an empty multibulk) is None and left to the
+/// general path, which words the errors (and, like Redis, does not check the CRLF after a
+/// bulk string). A proptest holds the two paths to the same arguments.
 fn multibulk(buf: &mut BytesMut, limits: &Limits) -> Option<(Vec<Bytes>, Bytes)> {
     /// A decimal header's value and the position after its CRLF.
     fn header(buf: &[u8], pos: usize) -> Option<(usize, usize)> {
