@@ -576,3 +576,45 @@ async fn together(backend: &str, name: &str) {
     );
     proxy.stop().await;
 }
+
+/// Batched GETs keep their reader connection from one batch to the next (handing it back to
+/// sqlx's pool costs a round trip each time), but not for ever: under a flood of GETs that
+/// never lets up, a read of another kind still gets the one reader connection in its turn.
+#[tokio::test(flavor = "multi_thread")]
+async fn other_reads_get_a_turn_under_a_flood_of_gets() {
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = Proxy::start(&sql_namespace(&format!(
+        "kind = \"sqlite\"\npath = \"{}\"\nreaders = 1",
+        dir.path().join("flood.db").display()
+    )))
+    .await;
+    let mut other = proxy.connect().await;
+    assert_eq!(other.command(&["HSET", "h", "f", "v"]).await, b":1\r\n");
+    assert_eq!(other.command(&["SET", "k", "v"]).await, b"+OK\r\n");
+    // The flood ends by itself, so a starved read is seen waiting, not hung.
+    const FLOOD: Duration = Duration::from_secs(6);
+    let floods: Vec<_> = (0..16)
+        .map(|_| {
+            let addr = proxy.addr.clone();
+            tokio::spawn(async move {
+                let mut conn = RawConn::connect(&addr).await;
+                let started = Instant::now();
+                let mut wrong = Vec::new();
+                while started.elapsed() < FLOOD {
+                    expect(&mut conn, &["GET", "k"], "$1\r\nv\r\n", &mut wrong).await;
+                }
+                wrong
+            })
+        })
+        .collect();
+    sleep(Duration::from_millis(500)).await;
+    for _ in 0..3 {
+        let asked = Instant::now();
+        let reply = other.command(&["HGETALL", "h"]).await;
+        let waited = asked.elapsed();
+        assert_eq!(text(&reply), "*2\r\n$1\r\nf\r\n$1\r\nv\r\n");
+        assert!(waited < Duration::from_secs(2), "HGETALL waited {waited:?}");
+    }
+    none_wrong("flood", floods).await;
+    proxy.stop().await;
+}

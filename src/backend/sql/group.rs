@@ -11,7 +11,7 @@
 
 use super::queue::Queue;
 use super::store::Ctx;
-use super::{abandon, Inner, SqlStage, TxConn, Work};
+use super::{abandon, Held, Inner, SqlStage, TxConn, Work};
 use crate::backend::{BackendError, Proto};
 use bytes::Bytes;
 use redis_protocol::resp3::types::BytesFrame as Frame;
@@ -111,7 +111,8 @@ fn lost() -> BackendError {
 }
 
 async fn run(inner: Weak<Inner>, jobs: Arc<Queue<Job>>) {
-    while let Some(mut group) = jobs.next_batch(MAX_BATCH).await {
+    let mut held = Held::default();
+    while let Some(mut group) = jobs.next_batch_holding(MAX_BATCH, &mut held).await {
         group.retain(|job| {
             job.state
                 .compare_exchange(QUEUED, TAKEN, Ordering::AcqRel, Ordering::Acquire)
@@ -122,7 +123,7 @@ async fn run(inner: Weak<Inner>, jobs: Arc<Queue<Job>>) {
         }
         let Some(inner) = inner.upgrade() else { return };
         crate::metrics::group_commit(&inner.name, group.len());
-        let outcomes = commit_group(&inner, &group).await;
+        let outcomes = commit_group(&inner, &group, &mut held).await;
         for (job, outcome) in group.into_iter().zip(outcomes) {
             let _ = job.reply.send(outcome);
         }
@@ -135,20 +136,20 @@ async fn run(inner: Weak<Inner>, jobs: Arc<Queue<Job>>) {
 /// changes anything. Should one fail after changing something (or the database fail), the
 /// whole transaction is rolled back, uncommitted, and the group runs again with a savepoint
 /// per request.
-async fn commit_group(inner: &Inner, group: &[Job]) -> Vec<Outcome> {
-    match optimistic(inner, group).await {
+async fn commit_group(inner: &Inner, group: &[Job], held: &mut Held) -> Vec<Outcome> {
+    match optimistic(inner, group, held).await {
         Some(outcomes) => outcomes,
         None => careful(inner, group).await,
     }
 }
 
 /// The group's transaction, begun, with every key lock its requests will take.
-async fn open(inner: &Inner, group: &[Job]) -> Result<TxConn, BackendError> {
+async fn open(inner: &Inner, group: &[Job], held: &mut Held) -> Result<TxConn, BackendError> {
     // The writer is not bounded by any one request's timeout: a request is only taken when
     // it can still be served, and the busy timeout bounds the wait for the lock.
     let begin = inner.begin_statement(true);
     let mut conn = inner
-        .acquire(true, Some(begin), Duration::from_secs(3600))
+        .acquire_held(held, true, Some(begin), Duration::from_secs(3600))
         .await?;
     if let Err(e) = lock_all(inner, &mut conn, group).await {
         super::rollback(&mut conn).await;
@@ -190,9 +191,10 @@ impl Job {
 }
 
 /// The group without savepoints; None when it had to be rolled back. A run of plain SETs is
-/// written by one statement.
-async fn optimistic(inner: &Inner, group: &[Job]) -> Option<Vec<Outcome>> {
-    let mut conn = open(inner, group).await.ok()?;
+/// written by one statement. Only a group that committed leaves its connection to `held`:
+/// every failure on the way may have put it in doubt.
+async fn optimistic(inner: &Inner, group: &[Job], held: &mut Held) -> Option<Vec<Outcome>> {
+    let mut conn = open(inner, group, held).await.ok()?;
     let mut outcomes: Vec<Outcome> = Vec::with_capacity(group.len());
     let mut rest = group;
     while let Some(job) = rest.first() {
@@ -228,7 +230,9 @@ async fn optimistic(inner: &Inner, group: &[Job]) -> Option<Vec<Outcome>> {
         outcomes.push(outcome);
         rest = &rest[1..];
     }
-    Some(commit_outcomes(inner, &mut conn, outcomes).await)
+    let outcomes = commit_outcomes(inner, &mut conn, outcomes).await;
+    held.keep(conn);
+    Some(outcomes)
 }
 
 /// Takes every key lock the group's requests will take (PostgreSQL), all at once and in a
@@ -266,7 +270,7 @@ async fn commit_outcomes(inner: &Inner, conn: &mut TxConn, outcomes: Vec<Outcome
 
 /// The group with a savepoint per request.
 async fn careful(inner: &Inner, group: &[Job]) -> Vec<Outcome> {
-    let mut conn = match open(inner, group).await {
+    let mut conn = match open(inner, group, &mut Held::default()).await {
         Ok(conn) => conn,
         Err(e) => {
             let shared = Arc::new(e);

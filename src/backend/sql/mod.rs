@@ -93,11 +93,17 @@ pub fn postgres_hosts(url: &str) -> Result<Vec<String>, String> {
 struct TxConn {
     conn: PoolConnection<Any>,
     open: bool,
+    /// The pools it came from: a connection held across a failover is not reused.
+    pools: Arc<Pools>,
 }
 
 impl TxConn {
-    fn new(conn: PoolConnection<Any>) -> TxConn {
-        TxConn { conn, open: true }
+    fn new(conn: PoolConnection<Any>, pools: &Arc<Pools>) -> TxConn {
+        TxConn {
+            conn,
+            open: true,
+            pools: pools.clone(),
+        }
     }
 
     /// The transaction ended: the connection may go back to the pool.
@@ -124,6 +130,49 @@ impl Drop for TxConn {
         if self.open {
             self.conn.close_on_drop();
         }
+    }
+}
+
+/// Most batches in a row a batching task runs on one held connection before it hands the
+/// connection back, so that requests waiting for the pool get their turn.
+const HOLD_BATCHES: u32 = 16;
+
+/// The connection a batching task (group commit, batched reads) keeps from one batch to the
+/// next while batches keep coming. sqlx tests every connection handed back to its pool with a
+/// round trip (a ping, with no switch to turn it off); on SQLite that costs as much as the
+/// batch's own statement, on PostgreSQL a network round trip. The task hands it back when
+/// its queue runs dry, after [`HOLD_BATCHES`], or when the pools changed (a failover).
+#[derive(Default)]
+pub(super) struct Held {
+    conn: Option<TxConn>,
+    run: u32,
+}
+
+impl Held {
+    /// Whether a connection is held.
+    pub(super) fn holds(&self) -> bool {
+        self.conn.is_some()
+    }
+
+    /// Hands the held connection back to its pool.
+    pub(super) fn release(&mut self) {
+        self.conn = None;
+        self.run = 0;
+    }
+
+    /// Keeps `conn` for the next batch, if its transaction ended and its turn is not over.
+    fn keep(&mut self, conn: TxConn) {
+        self.run += 1;
+        if conn.open || self.run >= HOLD_BATCHES {
+            self.release();
+        } else {
+            self.conn = Some(conn);
+        }
+    }
+
+    /// The held connection, if it belongs to the current pools.
+    fn take(&mut self, pools: &Arc<Pools>) -> Option<TxConn> {
+        self.conn.take().filter(|c| Arc::ptr_eq(&c.pools, pools))
     }
 }
 
@@ -414,7 +463,7 @@ impl Inner {
     /// Deletes keys whose expiry has passed (readers already skip them).
     async fn reap(&self) -> Result<(), BackendError> {
         let pools = self.pools.load_full();
-        let mut conn = TxConn::new(pools.writer.acquire().await.map_err(connect_error)?);
+        let mut conn = TxConn::new(pools.writer.acquire().await.map_err(connect_error)?, &pools);
         conn.finish();
         sqlx::query("DELETE FROM hf_tokens WHERE expires_at <= $1")
             .bind(now_ms())
@@ -479,12 +528,28 @@ impl Inner {
         first: Option<&str>,
         acquire_timeout: Duration,
     ) -> Result<TxConn, BackendError> {
+        self.acquire_held(&mut Held::default(), write, first, acquire_timeout)
+            .await
+    }
+
+    /// [`Inner::acquire`], trying the connection `held` keeps first.
+    async fn acquire_held(
+        &self,
+        held: &mut Held,
+        write: bool,
+        first: Option<&str>,
+        acquire_timeout: Duration,
+    ) -> Result<TxConn, BackendError> {
         let attempt = async {
             self.ensure_schema().await?;
             let pools = self.pools.load_full();
             let pool = if write { &pools.writer } else { &pools.reader };
+            let mut next = held.take(&pools);
             loop {
-                let mut conn = TxConn::new(pool.acquire().await.map_err(connect_error)?);
+                let mut conn = match next.take() {
+                    Some(conn) => conn,
+                    None => TxConn::new(pool.acquire().await.map_err(connect_error)?, &pools),
+                };
                 let Some(statement) = first else {
                     // No transaction: a single statement.
                     conn.finish();

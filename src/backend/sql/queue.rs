@@ -2,8 +2,14 @@
 //! connection wait in it, and a few tasks each take everything waiting (up to a bound) as one
 //! batch, so one statement or one transaction serves them all.
 
+use super::Held;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::{mpsc, Mutex};
+
+/// How long a task keeps its connection while no request waits. Under load the next batch
+/// comes well within it; an idle backend hands its connections back soon after.
+const LINGER: Duration = Duration::from_millis(1);
 
 /// The receiving side, shared by the tasks that take batches.
 pub struct Queue<T>(Mutex<mpsc::Receiver<T>>);
@@ -28,5 +34,18 @@ impl<T> Queue<T> {
             }
         }
         Some(batch)
+    }
+
+    /// The next batch for a task that holds a connection: one that starts within
+    /// [`LINGER`] runs on it; past that, the connection goes back to its pool before the task
+    /// waits on.
+    pub async fn next_batch_holding(&self, max: usize, held: &mut Held) -> Option<Vec<T>> {
+        if held.holds() {
+            if let Ok(batch) = tokio::time::timeout(LINGER, self.next_batch(max)).await {
+                return batch;
+            }
+            held.release();
+        }
+        self.next_batch(max).await
     }
 }

@@ -6,7 +6,7 @@
 
 use super::queue::Queue;
 use super::store::{placeholders, Kind, WRONGTYPE};
-use super::Inner;
+use super::{Held, Inner};
 use crate::backend::BackendError;
 use bytes::Bytes;
 use redis_protocol::resp3::types::BytesFrame as Frame;
@@ -73,14 +73,15 @@ impl GetBatcher {
 }
 
 async fn run(inner: Weak<Inner>, gets: Arc<Queue<Get>>) {
-    while let Some(batch) = gets.next_batch(MAX_BATCH).await {
+    let mut held = Held::default();
+    while let Some(batch) = gets.next_batch_holding(MAX_BATCH, &mut held).await {
         let Some(inner) = inner.upgrade() else { return };
-        read_batch(&inner, batch).await;
+        read_batch(&inner, batch, &mut held).await;
     }
 }
 
 /// Reads every key of `batch` in one statement and answers each request.
-async fn read_batch(inner: &Inner, batch: Vec<Get>) {
+async fn read_batch(inner: &Inner, batch: Vec<Get>, held: &mut Held) {
     let now = Instant::now();
     let (live, late): (Vec<Get>, Vec<Get>) = batch.into_iter().partition(|g| g.deadline > now);
     for get in late {
@@ -92,20 +93,26 @@ async fn read_batch(inner: &Inner, batch: Vec<Get>) {
         return;
     };
     let rows = async {
-        let mut conn = inner.acquire(false, None, latest - now).await?;
+        let mut conn = inner.acquire_held(held, false, None, latest - now).await?;
         let list = placeholders(1, live.len(), 1);
         let sql = format!("SELECT key, kind, expires_at, value FROM hf_keys WHERE key IN ({list})");
         let mut query = sqlx::query(&sql);
         for get in &live {
             query = query.bind(get.key.as_ref());
         }
-        query.fetch_all(&mut **conn).await.map_err(|e| {
-            conn.close_on_drop();
-            BackendError::Sql {
-                stage: super::SqlStage::Work,
-                source: e,
+        match query.fetch_all(&mut **conn).await {
+            Ok(rows) => {
+                held.keep(conn);
+                Ok(rows)
             }
-        })
+            Err(e) => {
+                conn.close_on_drop();
+                Err(BackendError::Sql {
+                    stage: super::SqlStage::Work,
+                    source: e,
+                })
+            }
+        }
     };
     let rows = match rows.await {
         Ok(rows) => rows,
