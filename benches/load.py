@@ -10,7 +10,8 @@ stops them by PID. Usage: benches/load.py [--rounds N] [--requests N] [--quick] 
 Workloads: SET and GET with 50 connections, without pipelining and with 16-deep pipelines,
 100-byte and 10 KB values; MGET of 10 keys; and a mixed executor-like load (HSET, HGETALL,
 SADD, XADD with explicit ids, XRANGE, as five concurrent redis-benchmark runs; not through
-twemproxy, which does not proxy stream commands). For the two
+twemproxy, which does not proxy stream commands); and SET and GET on one connection, for the
+latency a proxy adds to a request that waits behind no other. For the two
 proxies it also reports CPU time per request (from /proc), peak RSS, and the memory 10,000 idle
 client connections add.
 
@@ -215,25 +216,31 @@ def main():
         targets = [("direct", redis_port, None), ("twemproxy", twem_port, twem.pid),
                    ("holdfast", hf_port, proc.pid)]
         mget = ["MGET"] + [f"key:__rand_int__" for _ in range(10)]
+        # (name, test, pipeline depth, value size, connections). The one-connection runs
+        # measure the latency a proxy adds to a request that does not queue behind others;
+        # with 50 connections on two cores, p50 is mostly queueing (Little's law).
         workloads = [
-            ("SET 100B", "set", 1, 100),
-            ("GET 100B", "get", 1, 100),
-            ("SET 100B P16", "set", 16, 100),
-            ("GET 100B P16", "get", 16, 100),
-            ("SET 10KB", "set", 1, 10_000),
-            ("GET 10KB", "get", 1, 10_000),
-            ("SET 10KB P16", "set", 16, 10_000),
-            ("GET 10KB P16", "get", 16, 10_000),
-            ("MGET 10 keys", mget, 1, 100),
-            ("mixed", "mixed", 1, 100),
+            ("SET 100B", "set", 1, 100, 50),
+            ("GET 100B", "get", 1, 100, 50),
+            ("SET 100B P16", "set", 16, 100, 50),
+            ("GET 100B P16", "get", 16, 100, 50),
+            ("SET 10KB", "set", 1, 10_000, 50),
+            ("GET 10KB", "get", 1, 10_000, 50),
+            ("SET 10KB P16", "set", 16, 10_000, 50),
+            ("GET 10KB P16", "get", 16, 10_000, 50),
+            ("MGET 10 keys", mget, 1, 100, 50),
+            ("mixed", "mixed", 1, 100, 50),
+            ("SET 1 conn", "set", 1, 100, 1),
+            ("GET 1 conn", "get", 1, 100, 1),
         ]
         if args.only:
             workloads = [w for w in workloads if args.only in w[0]]
         results, cpu = {}, {}
         for rnd in range(args.rounds):
-            for name, test, pipeline, size in workloads:
-                # 10 KB values are fewer requests: the same bytes would take minutes.
-                requests = args.requests // 10 if size > 1000 else args.requests
+            for name, test, pipeline, size, clients in workloads:
+                # 10 KB values, and one connection's requests, are fewer: the same number
+                # would take minutes.
+                requests = args.requests // 10 if size > 1000 or clients == 1 else args.requests
                 for target, port, pid in targets:
                     if test == "mixed" and target == "twemproxy":
                         continue  # twemproxy does not proxy streams: it closes the connection
@@ -243,7 +250,7 @@ def main():
                     elif isinstance(test, list):
                         row = bench_command(port, 50, requests, test)
                     else:
-                        row = bench(port, test, 50, pipeline, size, requests, 10_000)
+                        row = bench(port, test, clients, pipeline, size, requests, 10_000)
                     if pid:
                         cpu.setdefault((name, target), []).append(
                             (cpu_seconds(pid) - used) / requests * 1e6)
@@ -267,6 +274,11 @@ def main():
             print(f"{name:14} {d:>10.0f} {t:>10.0f} {h:>10.0f} {h / d:>9.2f} {h / t:>8.2f}  {c:>15}  {p50:21} {p99}")
         print()
         print("CPU us/req: CPU seconds per million requests, the proxy process only.")
+        for name, *rest in workloads:
+            if rest[-1] == 1:
+                added = [1000 * (med(name, x, "p50_latency_ms") - med(name, "direct", "p50_latency_ms"))
+                         for x in ("twemproxy", "holdfast")]
+                print(f"{name}: p50 added {added[0]:.0f} us by twemproxy, {added[1]:.0f} us by holdfast")
         for target, port, pid in targets[1:]:
             print(f"{target}: peak RSS {rss_kib(pid, 'VmHWM') / 1024:.1f} MiB over the run")
         for target, port, pid in targets[1:]:
