@@ -52,7 +52,7 @@ async fn respond(
         ("405 Method Not Allowed", "GET only\n".to_string())
     } else {
         match path {
-            b"/metrics" => ("200 OK", handle.render()),
+            b"/metrics" => ("200 OK", crate::metrics::render(handle)),
             b"/healthz" => ("200 OK", "ok\n".to_string()),
             b"/readyz" => readiness(shared).await,
             b"/config" => ("200 OK", shared.current().config.to_toml_redacted()),
