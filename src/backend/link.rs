@@ -77,6 +77,8 @@ struct Shared {
 struct State {
     /// Encoded commands not yet written.
     out: Output,
+    /// How many commands `out` holds.
+    queued: usize,
     /// One slot per written or queued command, oldest first.
     waiting: VecDeque<oneshot::Sender<Answer>>,
     /// No command is taken any more; every slot has been answered with an error.
@@ -98,6 +100,7 @@ impl Shared {
             let mut state = self.state();
             state.closed = true;
             state.out.clear();
+            state.queued = 0;
             std::mem::take(&mut state.waiting)
         };
         for slot in waiting {
@@ -144,6 +147,7 @@ impl Link {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 out: Output::default(),
+                queued: 0,
                 waiting: VecDeque::new(),
                 closed: false,
             }),
@@ -172,6 +176,7 @@ impl Link {
                 )));
             }
             put_command(&mut state.out, args, raw);
+            state.queued += 1;
             let (slot, reply) = oneshot::channel();
             state.waiting.push_back(slot);
             reply
@@ -199,6 +204,7 @@ impl Link {
             commands
                 .map(|(args, raw)| {
                     put_command(&mut state.out, args, raw);
+                    state.queued += 1;
                     let (slot, reply) = oneshot::channel();
                     state.waiting.push_back(slot);
                     reply
@@ -535,16 +541,24 @@ async fn run(mut stream: TcpStream, shared: Arc<Shared>, proto: Proto) {
     let (mut reader, mut writer) = stream.split();
     let write = async {
         let mut batch = Output::default();
+        // Commands in the last write.
+        let mut last = 0;
         loop {
             shared.wake.notified().await;
-            // Let the other ready clients queue their commands too: one write for all.
-            tokio::task::yield_now().await;
+            // Under load, let the other ready clients queue their commands too: one write for
+            // all. A lone client's command (the last write carried one, and nothing else is
+            // in flight) goes at once: the yield would cost it a pass through the event loop.
+            let lone = last == 1 && shared.state().waiting.len() == 1;
+            if !lone {
+                tokio::task::yield_now().await;
+            }
             {
                 let mut state = shared.state();
                 if state.closed {
                     return "closed".to_string();
                 }
                 std::mem::swap(&mut state.out, &mut batch);
+                last = std::mem::take(&mut state.queued);
             }
             if batch.is_empty() {
                 continue;
