@@ -291,6 +291,25 @@ async fn sigterm_lets_held_requests_finish_then_exits_0() {
     assert_eq!(redis.cmd(&["GET", "k"]), "$1\r\nw\r\n");
 }
 
+/// A client waiting between commands holds nothing up: at SIGTERM its connection is closed
+/// at once, and holdfast exits long before the grace period would end.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_closes_idle_clients_at_once() {
+    let redis = RedisServer::start();
+    let mut proxy = Binary::start(&one_backend(&redis.url(), "idle", ""));
+    let mut idle = proxy.connect().await;
+    assert_eq!(idle.command(&["PING"]).await, b"+PONG\r\n");
+    proxy.signal("TERM");
+    let closed = idle.try_read_reply(Duration::from_secs(5)).await;
+    assert!(
+        matches!(closed, Err(support::resp::ReadError::Eof { .. })),
+        "the idle client was not closed: {closed:?}"
+    );
+    let (code, took) = proxy.exit(Duration::from_secs(10)).await;
+    assert_eq!(code, Some(0));
+    assert!(took < Duration::from_secs(5), "exit took {took:?}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn after_the_grace_period_held_requests_get_a_clear_error() {
     let mut redis = RedisServer::start();
