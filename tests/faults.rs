@@ -313,3 +313,45 @@ async fn connections_dropped_while_idle_are_redialled() {
     );
     proxy.stop().await;
 }
+
+/// A backend that stops answering: a command in flight is answered when its reply timeout is
+/// over, not later (the link looks for expired replies by the earliest deadline, and while
+/// idle by the reply timeout), and a write that may have gone out is not sent again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reply_that_never_comes_is_answered_when_its_timeout_is_over() {
+    let redis = RedisServer::start();
+    let relay = Relay::start(&redis.addr()).await;
+    let proxy = Proxy::start(&format!(
+        r#"
+[defaults]
+reply_mode = "fast"
+[backends.main]
+kind = "redis"
+url = "redis://{}"
+pool_size = 1
+response_timeout = "400ms"
+[[namespaces]]
+name = "silent"
+backend = "main"
+"#,
+        relay.addr()
+    ))
+    .await;
+    let mut conn = proxy.connect().await;
+    assert_eq!(conn.command(&["SET", "counter", "10"]).await, b"+OK\r\n");
+    // Idle for more than a timeout first: the link's timer runs on its own schedule then.
+    sleep(Duration::from_millis(700)).await;
+    relay.blackhole();
+    let asked = Instant::now();
+    let reply = text(&conn.command(&["INCR", "counter"]).await);
+    let took = asked.elapsed();
+    assert!(
+        reply.starts_with("-INDOUBT may have been applied"),
+        "{reply}"
+    );
+    assert!(
+        took >= Duration::from_millis(400) && took < Duration::from_millis(900),
+        "answered after {took:?}"
+    );
+    relay.pass();
+}

@@ -446,7 +446,10 @@ impl RedisBackend {
             RespVersion::RESP2 => Proto::Resp2,
         };
         let target = (self.flavor == Flavor::Standalone)
-            .then(|| link::Target::of(&self.config, proto, self.connection.connection_timeout))
+            .then(|| {
+                let timeouts = (self.connection.connection_timeout, self.response_timeout);
+                link::Target::of(&self.config, proto, timeouts)
+            })
             .flatten();
         match target {
             Some(target) => Dialer::Link(Arc::new(target)),
