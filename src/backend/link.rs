@@ -193,11 +193,7 @@ impl Link {
             }),
             wake: Notify::new(),
         });
-        let task = tokio::spawn(run(
-            stream,
-            shared.clone(),
-            (target.proto, target.response_timeout),
-        ));
+        let task = tokio::spawn(run(stream, shared.clone(), target.proto));
         Ok((Link { shared }, task, version))
     }
 
@@ -585,7 +581,7 @@ fn redis_version(info: &[u8]) -> Option<(u32, u32)> {
 
 /// The link's task: writes what senders queued and hands replies to their slots, until the
 /// connection fails or the link is closed.
-async fn run(mut stream: TcpStream, shared: Arc<Shared>, (proto, period): (Proto, Duration)) {
+async fn run(mut stream: TcpStream, shared: Arc<Shared>, proto: Proto) {
     let (mut reader, mut writer) = stream.split();
     let write = async {
         let mut batch = Output::default();
@@ -623,6 +619,7 @@ async fn run(mut stream: TcpStream, shared: Arc<Shared>, (proto, period): (Proto
         let mut replies = Vec::new();
         let mut slots: Vec<Slot> = Vec::new();
         // Fires by the earliest deadline of a slot still waiting, or a period later.
+        let period = shared.state().period;
         let timer = tokio::time::sleep(period);
         tokio::pin!(timer);
         loop {
@@ -633,11 +630,8 @@ async fn run(mut stream: TcpStream, shared: Arc<Shared>, (proto, period): (Proto
                     Ok(_) => {}
                     Err(e) => return format!("reading from the backend failed: {e}"),
                 },
-                () = &mut timer => {
-                    let next = shared.expire(Instant::now());
-                    timer.as_mut().reset(next);
-                    continue;
-                }
+                // Looked at below, with the replies that keep it from being polled.
+                () = &mut timer => {}
             }
             loop {
                 match next_reply(&mut buf, proto) {
@@ -661,7 +655,8 @@ async fn run(mut stream: TcpStream, shared: Arc<Shared>, (proto, period): (Proto
                     let _ = slot.send(Ok(reply));
                 }
             }
-            // Replies that keep coming keep the timer's branch from being polled.
+            // Expired slots: found by the timer's branch, or here while replies keep coming
+            // and keep that branch from being polled.
             if timer.is_elapsed() {
                 let next = shared.expire(Instant::now());
                 timer.as_mut().reset(next);
