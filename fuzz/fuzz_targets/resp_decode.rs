@@ -15,7 +15,7 @@ const LIMITS: Limits = Limits {
     multibulk_len: 1 << 10,
 };
 
-type Decoded = (Vec<holdfast::resp::Args>, Option<ProtocolError>);
+type Decoded = (Vec<Vec<bytes::Bytes>>, Option<ProtocolError>);
 
 /// Feeds `chunks` one after the other, decoding all it can after each.
 fn decode(chunks: &[&[u8]]) -> Decoded {

@@ -5,7 +5,6 @@
 pub mod rows;
 pub mod table;
 
-use crate::resp::Args;
 use bytes::Bytes;
 use table::{Exec, Idempotence, Spec};
 
@@ -15,7 +14,7 @@ pub struct Command {
     /// Its row (the subcommand's row for containers).
     pub spec: &'static Spec,
     /// The arguments, the name first.
-    pub args: Args,
+    pub args: Vec<Bytes>,
     /// The class of this invocation.
     pub class: Idempotence,
     /// The bytes the client sent it in, when they are a plain multibulk of `args`: a backend
@@ -101,17 +100,12 @@ impl Command {
     ///
     /// # Errors
     /// [`CommandError`] for an unknown command or subcommand or a wrong arity.
-    pub fn parse(args: impl Into<Args>) -> Result<Command, CommandError> {
-        let args = args.into();
+    pub fn parse(args: Vec<Bytes>) -> Result<Command, CommandError> {
         let Some(name) = args.first() else {
-            return Err(CommandError::Unknown {
-                args: args.into_vec(),
-            });
+            return Err(CommandError::Unknown { args });
         };
         let Some(mut spec) = table::lookup(name) else {
-            return Err(CommandError::Unknown {
-                args: args.into_vec(),
-            });
+            return Err(CommandError::Unknown { args });
         };
         if spec.container {
             if !spec.arity_ok(args.len()) {
@@ -139,7 +133,7 @@ impl Command {
     ///
     /// # Errors
     /// As [`Command::parse`].
-    pub fn parse_raw(args: Args, raw: Option<Bytes>) -> Result<Command, CommandError> {
+    pub fn parse_raw(args: Vec<Bytes>, raw: Option<Bytes>) -> Result<Command, CommandError> {
         Command::parse(args).map(|command| Command { raw, ..command })
     }
 

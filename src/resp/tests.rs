@@ -6,7 +6,7 @@ fn decode_all(input: &[u8], max: usize) -> (Vec<Vec<Bytes>>, Result<(), Protocol
     let mut out = Vec::new();
     loop {
         match decode_request(&mut buf, &Limits::request(max)) {
-            Ok(Some(args)) => out.push(args.into_vec()),
+            Ok(Some(args)) => out.push(args),
             Ok(None) => return (out, Ok(()), buf.len()),
             Err(e) => return (out, Err(e), buf.len()),
         }
@@ -40,11 +40,11 @@ fn every_split_point_yields_the_same_requests() {
         let mut buf = BytesMut::from(&input[..split]);
         let mut got = Vec::new();
         while let Ok(Some(args)) = decode_request(&mut buf, &Limits::request(1 << 20)) {
-            got.push(args.into_vec());
+            got.push(args);
         }
         buf.extend_from_slice(&input[split..]);
         while let Ok(Some(args)) = decode_request(&mut buf, &Limits::request(1 << 20)) {
-            got.push(args.into_vec());
+            got.push(args);
         }
         assert_eq!(got, whole, "split at {split}");
     }
@@ -416,7 +416,7 @@ proptest! {
                 let general = general(&input);
                 prop_assert!(general.is_some(), "{:?}", String::from_utf8_lossy(&input));
                 let (want, used) = general.unwrap_or_default();
-                prop_assert_eq!(args.into_vec(), want);
+                prop_assert_eq!(args, want);
                 prop_assert_eq!(input.len() - buf.len(), used);
                 prop_assert_eq!(raw.len(), used);
             }
