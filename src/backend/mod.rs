@@ -350,9 +350,11 @@ impl Backend {
         proto: Proto,
         acquire_timeout: Duration,
     ) -> Result<Dedicated, BackendError> {
+        // Boxed here and below: these futures are kilobytes, and every client connection's
+        // task is as large as the largest path it might take, idle or not. Transactions and
+        // blocking commands pay an allocation instead.
         match self {
-            Backend::Redis(r) => r
-                .dedicated(proto, acquire_timeout)
+            Backend::Redis(r) => Box::pin(r.dedicated(proto, acquire_timeout))
                 .await
                 .map(Dedicated::Redis),
             Backend::Sql(s) => Ok(Dedicated::Sql(s.dedicated(proto, acquire_timeout))),
@@ -383,15 +385,15 @@ impl Dedicated {
     /// [`BackendError`].
     pub async fn send(&self, request: &Request<'_>) -> Result<Frame, BackendError> {
         match self {
-            Dedicated::Redis(r) => r.send(request).await.map(Reply::into_frame),
-            Dedicated::Sql(s) => s.send(request).await,
+            Dedicated::Redis(r) => Box::pin(r.send(request)).await.map(Reply::into_frame),
+            Dedicated::Sql(s) => Box::pin(s.send(request)).await,
         }
     }
 
     /// Closes the connection.
     pub async fn close(self) {
         match self {
-            Dedicated::Redis(r) => r.close().await,
+            Dedicated::Redis(r) => Box::pin(r.close()).await,
             Dedicated::Sql(_) => {}
         }
     }
