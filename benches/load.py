@@ -5,15 +5,20 @@ throughput, p50/p99 latency and holdfast/direct and holdfast/twemproxy ratios.
 
 Starts its own redis-server, nutcracker and holdfast (release build) on free loopback ports and
 stops them by PID. Usage: benches/load.py [--rounds N] [--requests N] [--quick] [--only NAME]
-[--sql] [--modes]
+[--sql] [--modes] [--instructions]
 
 Workloads: SET and GET with 50 connections, without pipelining and with 16-deep pipelines,
 100-byte and 10 KB values; MGET of 10 keys; and a mixed executor-like load (HSET, HGETALL,
 SADD, XADD with explicit ids, XRANGE, as five concurrent redis-benchmark runs; not through
 twemproxy, which does not proxy stream commands); and SET and GET on one connection, for the
 latency a proxy adds to a request that waits behind no other. For the two
-proxies it also reports CPU time per request (from /proc), peak RSS, and the memory 10,000 idle
+proxies it also reports CPU time per request (from /proc; for the unpipelined 100-byte
+workloads also split into user and system time), peak RSS, and the memory 10,000 idle
 client connections add.
+
+With --instructions it counts holdfast's instructions per request under callgrind instead
+(SET and GET, 50 connections, without pipelining and 16-deep): repeatable where throughput
+is not.
 
 With --sql it also starts PostgreSQL (initdb into a temporary directory, as the `postgres`
 user when run as root) and runs SET and GET, with and without pipelining, through holdfast on
@@ -89,11 +94,12 @@ def bench(port, test, clients, pipeline, size, requests, keyspace):
     return rows[0]
 
 
-def cpu_seconds(pid):
-    """User plus system CPU time a process has used so far, in seconds."""
+def cpu_times(pid):
+    """User and system CPU time a process has used so far, in seconds."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def rss_kib(pid, field="VmRSS"):
@@ -169,6 +175,8 @@ def main():
     parser.add_argument("--modes", action="store_true",
                         help="the cost of settled and exact against fast, on Redis and SQLite")
     parser.add_argument("--only", help="run only the workloads whose name contains this")
+    parser.add_argument("--instructions", action="store_true",
+                        help="holdfast's instructions per request under callgrind (repeatable)")
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.requests = 1, 50_000
@@ -176,6 +184,8 @@ def main():
         return sql_main(args)
     if args.modes:
         return modes_main(args)
+    if args.instructions:
+        return instructions_main(args)
 
     binary = build_holdfast()
     # The proxies inherit this limit: 10,000 idle clients need as many descriptors.
@@ -235,7 +245,7 @@ def main():
         ]
         if args.only:
             workloads = [w for w in workloads if args.only in w[0]]
-        results, cpu = {}, {}
+        results, cpu, split = {}, {}, {}
         for rnd in range(args.rounds):
             for name, test, pipeline, size, clients in workloads:
                 # 10 KB values, and one connection's requests, are fewer: the same number
@@ -244,7 +254,7 @@ def main():
                 for target, port, pid in targets:
                     if test == "mixed" and target == "twemproxy":
                         continue  # twemproxy does not proxy streams: it closes the connection
-                    used = cpu_seconds(pid) if pid else 0.0
+                    used = cpu_times(pid) if pid else (0.0, 0.0)
                     if test == "mixed":
                         row = bench_mixed(port, requests)
                     elif isinstance(test, list):
@@ -252,8 +262,10 @@ def main():
                     else:
                         row = bench(port, test, clients, pipeline, size, requests, 10_000)
                     if pid:
-                        cpu.setdefault((name, target), []).append(
-                            (cpu_seconds(pid) - used) / requests * 1e6)
+                        now = cpu_times(pid)
+                        user, system = ((b - a) / requests * 1e6 for a, b in zip(used, now))
+                        cpu.setdefault((name, target), []).append(user + system)
+                        split.setdefault((name, target), []).append((user, system))
                     results.setdefault((name, target), []).append(row)
                     print(f"round {rnd + 1} {name:14} {target:10} {float(row['rps']):>11.0f} req/s "
                           f"p50 {row['p50_latency_ms']} ms p99 {row['p99_latency_ms']} ms", flush=True)
@@ -274,6 +286,15 @@ def main():
             print(f"{name:14} {d:>10.0f} {t:>10.0f} {h:>10.0f} {h / d:>9.2f} {h / t:>8.2f}  {c:>15}  {p50:21} {p99}")
         print()
         print("CPU us/req: CPU seconds per million requests, the proxy process only.")
+        # Where each proxy's CPU goes: the kernel's socket work, or its own code.
+        for name, _, pipeline, size, clients in workloads:
+            if pipeline == 1 and size == 100 and clients == 50 and (name, "twemproxy") in split:
+                parts = []
+                for x in ("twemproxy", "holdfast"):
+                    user = statistics.median(u for u, _ in split[(name, x)])
+                    system = statistics.median(sy for _, sy in split[(name, x)])
+                    parts.append(f"{x} {user:.2f}/{system:.2f}")
+                print(f"{name}: CPU us/req user/system, {', '.join(parts)}")
         for name, *rest in workloads:
             if rest[-1] == 1:
                 added = [1000 * (med(name, x, "p50_latency_ms") - med(name, "direct", "p50_latency_ms"))
@@ -328,9 +349,9 @@ def redis_backend(port):
     return f'kind = "redis"\nurl = "redis://127.0.0.1:{port}"\npool_size = 2'
 
 
-def holdfast_on(binary, tmp, name, backend, log, mode="fast", server=""):
+def holdfast_on(binary, tmp, name, backend, log, mode="fast", server="", wrap=()):
     """A holdfast with one catch-all namespace on `backend` (its TOML body); (process, port).
-    `server` is added to its [server] table."""
+    `server` is added to its [server] table; `wrap` goes before the binary (valgrind)."""
     port, metrics = free_port(), free_port()
     conf = os.path.join(tmp, f"holdfast-{name}.toml")
     with open(conf, "w") as f:
@@ -346,7 +367,7 @@ reply_mode = "{mode}"
 name = "default"
 backend = "db"
 """)
-    return start([binary, "--config", conf], log), port
+    return start([*wrap, binary, "--config", conf], log), port
 
 
 def sql_main(args):
@@ -465,6 +486,50 @@ def modes_main(args):
     finally:
         for p in procs:
             p.kill()
+            p.wait()
+        log.close()
+
+
+def instructions_main(args):
+    """Instructions per request of holdfast under `valgrind --tool=callgrind`, one fresh
+    holdfast per workload: unlike wall-clock figures, the same from run to run within about
+    1%, so a change of a few percent shows. Start-up and shutdown are in the count;
+    with 100,000 requests and more they are under 1% of it."""
+    if subprocess.run(["which", "valgrind"], capture_output=True).returncode != 0:
+        sys.exit("--instructions needs valgrind (apt-get install valgrind)")
+    binary = build_holdfast()
+    tmp = tempfile.mkdtemp(prefix="holdfast-bench-")
+    log = open(os.path.join(tmp, "servers.log"), "w")
+    procs = []
+    try:
+        redis_port = free_port()
+        procs.append(start_redis(redis_port, tmp, log))
+        wait_port(redis_port)
+        for name, test, pipeline, requests in [
+            ("GET 100B", "get", 1, 100_000),
+            ("SET 100B", "set", 1, 100_000),
+            ("GET 100B P16", "get", 16, 400_000),
+            ("SET 100B P16", "set", 16, 400_000),
+        ]:
+            if args.only and args.only not in name:
+                continue
+            out = os.path.join(tmp, f"callgrind-{test}-{pipeline}.out")
+            proc, port = holdfast_on(binary, tmp, "callgrind", redis_backend(redis_port), log,
+                                     wrap=("valgrind", "--tool=callgrind",
+                                           f"--callgrind-out-file={out}"))
+            procs.append(proc)
+            wait_port(port, limit=60.0)
+            bench(port, test, 50, pipeline, 100, requests, 10_000)
+            proc.send_signal(2)  # SIGINT: a clean exit, so callgrind writes its totals
+            proc.wait(timeout=120)
+            with open(out) as f:
+                total = next(int(line.split()[1]) for line in f
+                             if line.startswith(("summary:", "totals:")))
+            print(f"{name:14} {total / requests:>8.0f} instructions per request", flush=True)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
             p.wait()
         log.close()
 
