@@ -687,3 +687,70 @@ async fn a_write_waited_for_by_a_replica_is_applied_once() {
         "$1\r\n1\r\n"
     );
 }
+
+/// A client's `WAIT` is sent on the shared backend connection that carried its last write,
+/// though its writes join whichever connection is gathering other clients' commands. With the
+/// replica frozen, each writer's `WAIT` after its own write finds no acknowledgement (0).
+/// Sent on a connection with no write since the freeze (a reader's, or the writer's first
+/// pin), it would count the replica's older acknowledgement and answer 1.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_clients_wait_counts_its_own_write_on_the_shared_connections() {
+    const WRITERS: usize = 16;
+    let master = RedisServer::start();
+    let port = master.port().to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    let toml = one_backend(&master.url(), "waits", "").replace("pool_size = 2", "pool_size = 8");
+    let proxy = Proxy::start(&toml).await;
+    let mut probe = proxy.connect().await;
+    let start = Instant::now();
+    loop {
+        assert_eq!(probe.command(&["SET", "probe", "1"]).await, b"+OK\r\n");
+        if probe.command(&["WAIT", "1", "1000"]).await == b":1\r\n" {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the replica never synced"
+        );
+    }
+    replica.pause();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Readers keep every connection busy, each starting writes on its own pin.
+    let mut readers = Vec::new();
+    for i in 0..8 {
+        let mut conn = proxy.connect().await;
+        let done = done.clone();
+        readers.push(tokio::spawn(async move {
+            let key = format!("r{i}");
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                assert_eq!(conn.command(&["GET", &key]).await, b"$-1\r\n");
+            }
+        }));
+    }
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(WRITERS));
+    let mut writers = Vec::new();
+    for i in 0..WRITERS {
+        let mut conn = proxy.connect().await;
+        let barrier = barrier.clone();
+        writers.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let key = format!("w{i}");
+            assert_eq!(conn.command(&["SET", &key, "v"]).await, b"+OK\r\n");
+            conn.command(&["WAIT", "1", "20"]).await
+        }));
+    }
+    let mut answers = Vec::new();
+    for writer in writers {
+        answers.push(text(&writer.await.unwrap()));
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    for reader in readers {
+        reader.await.unwrap();
+    }
+    replica.resume();
+    assert!(
+        answers.iter().all(|a| a == ":0\r\n"),
+        "every WAIT must count its own client's write: {answers:?}"
+    );
+    proxy.stop().await;
+}

@@ -21,6 +21,7 @@ use fred::error::{Error, ErrorKind};
 use redis_protocol::resp2::types::BytesFrame as Frame2;
 use redis_protocol::resp3::types::BytesFrame as Frame;
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
@@ -76,6 +77,10 @@ struct Shared {
     state: Mutex<State>,
     /// Wakes the task when a command is queued or the link is closed.
     wake: Notify,
+    /// True while queued commands wait for the task to write them: the pool sends other
+    /// clients' commands here then, so they go in the same write (the pool's, kept across
+    /// its dials).
+    unwritten: Arc<AtomicBool>,
 }
 
 struct State {
@@ -117,6 +122,7 @@ impl Shared {
             state.queued = 0;
             std::mem::take(&mut state.waiting)
         };
+        self.unwritten.store(false, Ordering::Relaxed);
         for reply in waiting.into_iter().filter_map(|slot| slot.reply) {
             let _ = reply.send(Err(Error::new(ErrorKind::IO, why.to_string())));
         }
@@ -166,13 +172,15 @@ pub enum SendError {
 impl Link {
     /// Connects, authenticates, selects the database and switches protocol, then starts the
     /// link's task. Returns the link, the task (it ends when the connection does) and the
-    /// server's version (major, minor).
+    /// server's version (major, minor). `unwritten` is kept true while commands wait to be
+    /// written.
     ///
     /// # Errors
     /// fred's error kinds: `IO` for a refused or dropped connection, `Timeout`, `Auth` for a
     /// refused password, `Protocol` for any other handshake error reply.
     pub async fn connect(
         target: &Target,
+        unwritten: Arc<AtomicBool>,
     ) -> Result<(Link, tokio::task::JoinHandle<()>, Option<(u32, u32)>), Error> {
         let dial = async {
             let mut stream = TcpStream::connect((target.host.as_str(), target.port)).await?;
@@ -192,6 +200,7 @@ impl Link {
                 closed: false,
             }),
             wake: Notify::new(),
+            unwritten,
         });
         let task = tokio::spawn(run(stream, shared.clone(), target.proto));
         Ok((Link { shared }, task, version))
@@ -225,6 +234,7 @@ impl Link {
             if let Some(limit) = timeout {
                 state.period = state.period.min(limit);
             }
+            self.shared.unwritten.store(true, Ordering::Relaxed);
             reply
         };
         self.shared.wake.notify_one();
@@ -248,7 +258,7 @@ impl Link {
             }
             let deadline = Instant::now() + timeout;
             state.period = state.period.min(timeout);
-            commands
+            let receivers = commands
                 .map(|(args, raw)| {
                     put_command(&mut state.out, args, raw);
                     state.queued += 1;
@@ -259,7 +269,9 @@ impl Link {
                     });
                     reply
                 })
-                .collect()
+                .collect();
+            self.shared.unwritten.store(true, Ordering::Relaxed);
+            receivers
         };
         self.shared.wake.notify_one();
         let mut replies = Vec::with_capacity(receivers.len());
@@ -603,6 +615,7 @@ async fn run(mut stream: TcpStream, shared: Arc<Shared>, proto: Proto) {
                 }
                 std::mem::swap(&mut state.out, &mut batch);
                 last = std::mem::take(&mut state.queued);
+                shared.unwritten.store(false, Ordering::Relaxed);
             }
             if batch.is_empty() {
                 continue;

@@ -13,6 +13,7 @@ use crate::config::{BackendConfig, Config};
 use bytes::Bytes;
 use redis_protocol::resp3::types::BytesFrame as Frame;
 use std::collections::BTreeMap;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -92,9 +93,11 @@ pub struct Request<'a> {
     pub args: &'a [Bytes],
     /// The client's protocol: replies must come back in it.
     pub proto: Proto,
-    /// The client connection's id: a backend pins a client to one of its connections, so
-    /// `WAIT` counts that client's writes.
+    /// The client's pinned connection among a backend's shared ones (any number: taken
+    /// modulo the pool's size), so `WAIT` counts that client's writes.
     pub pin: u64,
+    /// Whether it may take another shared connection than the pinned one.
+    pub placement: Placement<'a>,
     /// The command blocks its connection (BLPOP, ...): no response timeout.
     pub blocking: bool,
     /// Exact mode: the request's token. The backend applies the command and records its
@@ -122,6 +125,7 @@ impl<'a> Request<'a> {
             args,
             proto,
             pin,
+            placement: Placement::Pinned,
             blocking: false,
             token: None,
             replicas: None,
@@ -142,6 +146,23 @@ impl<'a> Request<'a> {
             ..*self
         }
     }
+}
+
+/// Which of a pool's shared connections a request may take. Fewer, larger writes are
+/// cheaper than many small ones (a system call each, in holdfast and in Redis), so a request
+/// joins the connection whose commands are waiting to be written, where the backend keeps
+/// such a queue (holdfast's own connection to a standalone Redis); elsewhere it takes the
+/// pinned one. The pin matters for `WAIT` only: it counts the writes made on the
+/// connection it is sent on, so it must go where the client's last write went.
+#[derive(Debug, Clone, Copy)]
+pub enum Placement<'a> {
+    /// The pinned connection: `WAIT`, a client's own connection, holdfast's own requests.
+    Pinned,
+    /// The connection gathering a write, if one is: a read.
+    Joins,
+    /// As [`Placement::Joins`], and the client's pin moves to the connection taken: a
+    /// write, so that the client's next `WAIT` is sent after it.
+    Moves(&'a AtomicU64),
 }
 
 /// How long a recorded reply is kept: longer than any retry budget holds a request.

@@ -273,8 +273,9 @@ pub(super) static ROWS: &[Spec] = &[
     Spec::new("TTL", 2, KEY1, Read),
     Spec::new("TYPE", 2, KEY1, Read),
     Spec::new("UNLINK", -2, KEYS_ALL, IdempotentEffect),
-    // No effect; it waits for the writes of the backend connection it lands on.
-    Spec::new("WAIT", 3, NO_KEYS, Read),
+    // No effect; it waits for the writes of the backend connection it lands on, which is
+    // where the client's last write went.
+    Spec::new("WAIT", 3, NO_KEYS, Read).pinned(),
     // ---- hyperloglog ----
     Spec::new("PFADD", -2, KEY1, IdempotentEffect),
     // May rewrite the cached cardinality inside the value, never the cardinality itself.

@@ -145,6 +145,9 @@ pub struct Spec {
     /// About the whole keyspace (FLUSHDB, FLUSHALL): sent to the backend of every namespace
     /// the client may reach, not only to the catch-all's.
     pub every_backend: bool,
+    /// About the backend connection it is sent on (`WAIT` counts that connection's writes):
+    /// sent on the client's pinned connection, never one gathering other clients' commands.
+    pub pinned: bool,
 }
 
 impl Spec {
@@ -162,6 +165,7 @@ impl Spec {
             human_doubles: false,
             container: false,
             every_backend: false,
+            pinned: false,
         }
     }
 
@@ -206,6 +210,12 @@ impl Spec {
     /// Sent to every backend the client may reach.
     pub const fn every_backend(mut self) -> Spec {
         self.every_backend = true;
+        self
+    }
+
+    /// Sent on the client's pinned backend connection.
+    pub const fn pinned(mut self) -> Spec {
+        self.pinned = true;
         self
     }
 

@@ -25,7 +25,7 @@
 //! When the connection dies, every request behind the failure fails too, so in a failover the
 //! whole pipeline is held and retried in order, exactly as when requests are sent one by one.
 
-use super::Conn;
+use super::{placement, Conn};
 use crate::backend::{BackendError, Reply, Request};
 use crate::command::table::Idempotence;
 use crate::command::{Command, CommandError};
@@ -33,6 +33,7 @@ use crate::error::classify;
 use crate::namespace::Namespace;
 use crate::retry::policy::Policy;
 use crate::retry::settle::Plan;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// What a request's first dispatch, sent ahead with its neighbours, left for it.
@@ -157,7 +158,8 @@ impl Conn {
             .iter()
             .map(|(command, _)| Request {
                 raw: command.raw.as_ref(),
-                ..Request::new(&command.args, self.proto, self.id)
+                placement: placement(command.spec, command.class, &self.pin),
+                ..Request::new(&command.args, self.proto, self.pin.load(Ordering::Relaxed))
             })
             .collect();
         let Some(results) = namespace

@@ -18,8 +18,8 @@ use auth::open_to_all;
 use info::command_reply;
 
 use crate::backend::DoubleStyle;
-use crate::backend::{Backend, BackendError, Dedicated, Proto, Reply, Request};
-use crate::command::table::{self, Idempotence, Local};
+use crate::backend::{Backend, BackendError, Dedicated, Placement, Proto, Reply, Request};
+use crate::command::table::{self, Idempotence, Local, Spec};
 use crate::command::{Command, CommandError};
 use crate::config::ReplyMode;
 use crate::error::{classify, ErrorClass};
@@ -35,6 +35,7 @@ use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -84,8 +85,11 @@ struct Conn {
     /// flight then. Made on the first dispatch and kept for the connection, because waiting
     /// on the channel anew for each request cost 5% of an unpipelined request's instructions.
     abandon: Option<Abandon>,
-    /// `CLIENT ID`, also the backend pin.
+    /// `CLIENT ID`.
     id: u64,
+    /// Which of a backend's shared connections this client is pinned to: its id at first,
+    /// then wherever its last write went ([`Placement`]).
+    pin: AtomicU64,
     /// The client's protocol.
     proto: Proto,
     /// Whether AUTH succeeded (or none is required).
@@ -181,6 +185,7 @@ where
         state,
         shared,
         id,
+        pin: AtomicU64::new(id),
         proto: Proto::Resp2,
         name: None,
         multi: None,
@@ -539,7 +544,7 @@ impl Conn {
                             &namespace,
                             (&command.args, command.raw.as_ref()),
                             command.class,
-                            label,
+                            command.spec,
                             None,
                             first,
                         )
@@ -563,7 +568,7 @@ impl Conn {
                         &namespace,
                         &command.args,
                         Idempotence::Idempotent,
-                        label,
+                        command.spec,
                         Some(token.as_bytes()),
                     )
                     .await;
@@ -635,13 +640,7 @@ impl Conn {
         // An error reply to a retry may be about an earlier dispatch (XADD's "equal or
         // smaller" for the entry it appended itself): it is settled like any reply.
         let (reply, maybe_applied) = match self
-            .retried(
-                namespace,
-                &command.args,
-                command.class,
-                command.label(),
-                None,
-            )
+            .retried(namespace, &command.args, command.class, command.spec, None)
             .await
         {
             Ok(done) if done.maybe_applied == 0 => {
@@ -689,9 +688,12 @@ impl Conn {
         args: &[Bytes],
     ) -> Result<Option<Frame>, Ended> {
         let name = args.first().map(|n| n.as_ref()).unwrap_or_default();
-        let label = table::lookup(name).map_or("unknown", |spec| spec.name);
+        // The settling reads are holdfast's own, all in the table.
+        let Some(spec) = table::lookup(name) else {
+            return Ok(None);
+        };
         match self
-            .retried(namespace, args, Idempotence::Read, label, None)
+            .retried(namespace, args, Idempotence::Read, spec, None)
             .await
         {
             Ok(done) => Ok(Some(done.value.into_frame())),
@@ -706,10 +708,10 @@ impl Conn {
         namespace: &Arc<Namespace>,
         args: &[Bytes],
         class: Idempotence,
-        label: &'static str,
+        spec: &'static Spec,
         token: Option<&[u8]>,
     ) -> Result<Done<Reply>, Ended> {
-        self.retried_from(namespace, (args, None), class, label, token, None)
+        self.retried_from(namespace, (args, None), class, spec, token, None)
             .await
     }
 
@@ -720,15 +722,17 @@ impl Conn {
         namespace: &Arc<Namespace>,
         (args, raw): (&[Bytes], Option<&Bytes>),
         class: Idempotence,
-        label: &'static str,
+        spec: &'static Spec,
         token: Option<&[u8]>,
         mut first: Option<Result<Reply, BackendError>>,
     ) -> Result<Done<Reply>, Ended> {
         let shared = self.shared.clone();
+        let label = spec.name;
         let request = Request {
             args,
             proto: self.proto,
-            pin: self.id,
+            pin: self.pin.load(Ordering::Relaxed),
+            placement: placement(spec, class, &self.pin),
             blocking: false,
             token,
             // A read has nothing to replicate.
@@ -955,6 +959,18 @@ const IN_FLIGHT_AT_SHUTDOWN: Duration = Duration::from_secs(1);
 
 /// A wait that ends [`IN_FLIGHT_AT_SHUTDOWN`] after shutdown's grace period is over.
 type Abandon = Pin<Box<dyn Future<Output = ()> + Send + Sync>>;
+
+/// Which shared backend connection a request may take: a read any, a write any (and the
+/// client's pin goes with it), a command about its connection (`WAIT`) the pinned one.
+fn placement<'a>(spec: &Spec, class: Idempotence, pin: &'a AtomicU64) -> Placement<'a> {
+    if spec.pinned {
+        Placement::Pinned
+    } else if class == Idempotence::Read {
+        Placement::Joins
+    } else {
+        Placement::Moves(pin)
+    }
+}
 
 fn abandon_after(mut give_up: watch::Receiver<bool>) -> Abandon {
     Box::pin(async move {

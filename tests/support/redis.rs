@@ -156,6 +156,26 @@ impl RedisServer {
         }
     }
 
+    /// Freezes the server (SIGSTOP, by its PID): its connections stay open, and it reads,
+    /// answers and acknowledges nothing until [`RedisServer::resume`].
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a paused server go on (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, which: &str) {
+        let pid = self.pid().expect("the server is running").to_string();
+        let status = std::process::Command::new("kill")
+            .args([which, &pid])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill {which} {pid}");
+    }
+
     /// Starts the server again on the same port and dir (killing the current
     /// child first if it is still running) and waits for `PING`.
     /// Data is not kept: persistence is off unless extra args turned it on.
