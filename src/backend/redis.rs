@@ -624,7 +624,11 @@ impl RedisBackend {
         if matches!(self.flavor, Flavor::Cluster(_)) && requests.iter().any(whole_keyspace) {
             return None;
         }
-        let slot = self.placed(first).await;
+        let lead = Request {
+            placement: run_placement(requests),
+            ..*first
+        };
+        let slot = self.placed(&lead).await;
         let live = ensure_connected(slot, acquire_timeout).await.ok()?;
         if let Conn::Link(link) = &live.conn {
             if requests.iter().all(|r| r.token.is_none() && !r.blocking) {
@@ -741,6 +745,19 @@ impl RedisBackend {
             return false;
         };
         live.send(&request, timeout).await.is_ok()
+    }
+}
+
+/// Where requests sent back to back go: all on one connection (Redis runs them in that
+/// order), the pinned one when any of them must be (a `WAIT` in a pipeline), else where the
+/// first is placed.
+fn run_placement<'a>(requests: &[Request<'a>]) -> Placement<'a> {
+    let pinned = requests
+        .iter()
+        .any(|r| matches!(r.placement, Placement::Pinned));
+    match requests.first() {
+        Some(first) if !pinned => first.placement,
+        _ => Placement::Pinned,
     }
 }
 
@@ -1163,6 +1180,22 @@ mod tests {
         queue_on(&pool, 3, false);
         assert_eq!(pool.place(6, Placement::Joins), 6);
         assert_eq!(pool.filling.load(Ordering::Relaxed), 6);
+    }
+
+    #[test]
+    fn a_run_sent_back_to_back_is_pinned_when_one_of_it_must_be() {
+        let args = [Bytes::from_static(b"GET"), Bytes::from_static(b"k")];
+        let read = Request {
+            placement: Placement::Joins,
+            ..Request::new(&args, Proto::Resp2, 1)
+        };
+        let wait = Request::new(&args, Proto::Resp2, 1);
+        assert!(matches!(run_placement(&[read, read]), Placement::Joins));
+        assert!(matches!(
+            run_placement(&[read, wait, read]),
+            Placement::Pinned
+        ));
+        assert!(matches!(run_placement(&[]), Placement::Pinned));
     }
 
     #[test]

@@ -1089,3 +1089,29 @@ fn chain(error: &(dyn std::error::Error + 'static)) -> String {
 pub(super) fn first_key(command: &Command) -> Option<&[u8]> {
     command.keys().next().map(|k| k.as_ref())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(name: &str) -> &'static Spec {
+        table::lookup(name.as_bytes()).expect("a row of the table")
+    }
+
+    #[test]
+    fn wait_stays_pinned_reads_join_and_writes_take_the_pin_along() {
+        let pin = AtomicU64::new(7);
+        let wait = placement(spec("WAIT"), spec("WAIT").class, &pin);
+        assert!(matches!(wait, Placement::Pinned), "{wait:?}");
+        let get = placement(spec("GET"), Idempotence::Read, &pin);
+        assert!(matches!(get, Placement::Joins), "{get:?}");
+        for class in [
+            Idempotence::Idempotent,
+            Idempotence::IdempotentEffect,
+            Idempotence::NonIdempotent,
+        ] {
+            let write = placement(spec("SET"), class, &pin);
+            assert!(matches!(write, Placement::Moves(_)), "{write:?}");
+        }
+    }
+}
