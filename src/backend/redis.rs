@@ -571,7 +571,7 @@ impl RedisBackend {
         &pool.slots[at.min(pool.slots.len().saturating_sub(1))]
     }
 
-    /// Sends one request on the client's pinned connection.
+    /// Sends one request on the connection its placement gives (see [`Pool::place`]).
     ///
     /// # Errors
     /// [`BackendError`]: `AcquireTimeout`/`Connect` when nothing was sent, `Sent` when the
@@ -611,8 +611,9 @@ impl RedisBackend {
         }
     }
 
-    /// First attempts of a client's pipelined requests, written back to back on its pinned
-    /// connection in the order given (Redis runs them in that order) and awaited together.
+    /// First attempts of a client's pipelined requests, written back to back on one
+    /// connection ([`run_placement`]) in the order given (Redis runs them in that order) and
+    /// awaited together.
     /// None when nothing was sent: no connection within `acquire_timeout`, or a request the
     /// Cluster must treat alone (the caller then sends them one by one).
     pub async fn dispatch_batch(
