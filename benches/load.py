@@ -30,6 +30,7 @@ ratios, not the absolute figures.
 """
 
 import argparse
+import contextlib
 import csv
 import glob
 import pwd
@@ -79,6 +80,27 @@ def start_redis(port, tmp, log):
     """A redis-server without persistence, on loopback."""
     return start(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
                   "--save", "", "--appendonly", "no", "--dir", tmp], log)
+
+
+@contextlib.contextmanager
+def servers():
+    """What every mode starts from: holdfast's release build, a temp dir, one log for every
+    server, and a redis-server on a free port; (binary, tmp, log, procs, redis_port). Every
+    process put in `procs` is stopped on the way out."""
+    binary = build_holdfast()
+    tmp = tempfile.mkdtemp(prefix="holdfast-bench-")
+    procs = []
+    with open(os.path.join(tmp, "servers.log"), "w") as log:
+        try:
+            redis_port = free_port()
+            procs.append(start_redis(redis_port, tmp, log))
+            wait_port(redis_port)
+            yield binary, tmp, log, procs, redis_port
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                p.wait()
 
 
 def bench(port, test, clients, pipeline, size, requests, keyspace):
@@ -187,19 +209,13 @@ def main():
     if args.instructions:
         return instructions_main(args)
 
-    binary = build_holdfast()
     # The proxies inherit this limit: 10,000 idle clients need as many descriptors.
     import resource
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
-    tmp = tempfile.mkdtemp(prefix="holdfast-bench-")
-    log = open(os.path.join(tmp, "servers.log"), "w")
-    redis_port, twem_port, twem_stats = (free_port() for _ in range(3))
-    procs = []
-    try:
-        procs.append(start_redis(redis_port, tmp, log))
-        wait_port(redis_port)
+    with servers() as (binary, tmp, log, procs, redis_port):
+        twem_port, twem_stats = (free_port() for _ in range(2))
 
         twem_conf = os.path.join(tmp, "nutcracker.yml")
         with open(twem_conf, "w") as f:
@@ -306,11 +322,6 @@ def main():
             added = idle_connections(port, pid, 10_000)
             print(f"{target}: 10,000 idle client connections add {added / 1024:.1f} MiB "
                   f"({added * 1024 / 10_000:.0f} bytes each)")
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
-        log.close()
 
 
 def as_postgres(cmd):
@@ -371,62 +382,58 @@ backend = "db"
 
 
 def sql_main(args):
-    binary = build_holdfast()
-    tmp = tempfile.mkdtemp(prefix="holdfast-bench-")
-    log = open(os.path.join(tmp, "servers.log"), "w")
-    procs = []
-    try:
-        redis_port = free_port()
-        procs.append(start_redis(redis_port, tmp, log))
+    with servers() as (binary, tmp, log, procs, redis_port):
         pg, pg_port, pgdir = start_postgres(log)
         procs.append(pg)
-        targets = [("direct", redis_port)]
-        for name, backend in [
-            ("sqlite-full", f'kind = "sqlite"\npath = "{tmp}/full.db"\nsynchronous = "full"'),
-            ("sqlite-normal", f'kind = "sqlite"\npath = "{tmp}/normal.db"\nsynchronous = "normal"'),
-            # Two connections (one group-commit writer): on 2 cores shared with PostgreSQL and
-            # the client, fewer connections batch better (SET 21,600/s with 2, 16,700 with 4,
-            # 14,800 with 16; GET 58,300/s with 2, 44,000 with 16).
-            ("postgres", f'kind = "postgres"\nurl = "postgres://holdfast@127.0.0.1:{pg_port}/holdfast"\npool_size = 2'),
-        ]:
-            proc, port = holdfast_on(binary, tmp, name, backend, log)
-            procs.append(proc)
-            targets.append((name, port))
-        for _, port in targets:
-            wait_port(port)
-        workloads = [
-            ("SET", "set", 50, 1),
-            ("GET", "get", 50, 1),
-            ("SET P16", "set", 50, 16),
-            ("GET P16", "get", 50, 16),
-        ]
-        results = {}
-        for rnd in range(args.rounds):
-            for name, test, clients, pipeline in workloads:
-                for target, port in targets:
-                    row = bench(port, test, clients, pipeline, 100, args.sql_requests, 10_000)
-                    results.setdefault((name, target), []).append(float(row["rps"]))
-                    print(f"round {rnd + 1} {name:8} {target:14} {float(row['rps']):>10.0f} req/s "
-                          f"p50 {row['p50_latency_ms']} ms p99 {row['p99_latency_ms']} ms", flush=True)
-        names = [t for t, _ in targets]
-        print()
-        print(f"{'workload':9}" + "".join(f"{n:>15}" for n in names) + "   ratios to direct")
-        for name, *_ in workloads:
-            rps = [statistics.median(results[(name, n)]) for n in names]
-            ratios = "  ".join(f"{n}={r / rps[0]:.2f}" for n, r in zip(names[1:], rps[1:]))
-            print(f"{name:9}" + "".join(f"{r:>15.0f}" for r in rps) + "   " + ratios)
-    finally:
-        # The postmaster runs under runuser: stop it by the PID it wrote, then the rest.
         try:
-            with open(os.path.join(pgdir, "data", "postmaster.pid")) as f:
-                os.kill(int(f.readline()), 3)  # SIGQUIT: immediate shutdown
-            time.sleep(0.5)
-        except (OSError, ValueError, UnboundLocalError):
-            pass
-        for p in procs:
-            p.kill()
-            p.wait()
-        log.close()
+            sql_runs(args, binary, tmp, log, procs, redis_port, pg_port)
+        finally:
+            # The postmaster runs under runuser: stop it by the PID it wrote, then the rest.
+            try:
+                with open(os.path.join(pgdir, "data", "postmaster.pid")) as f:
+                    os.kill(int(f.readline()), 3)  # SIGQUIT: immediate shutdown
+                time.sleep(0.5)
+            except (OSError, ValueError):
+                pass
+
+
+def sql_runs(args, binary, tmp, log, procs, redis_port, pg_port):
+    """The SQL comparison's workloads, on servers `sql_main` started."""
+    targets = [("direct", redis_port)]
+    for name, backend in [
+        ("sqlite-full", f'kind = "sqlite"\npath = "{tmp}/full.db"\nsynchronous = "full"'),
+        ("sqlite-normal", f'kind = "sqlite"\npath = "{tmp}/normal.db"\nsynchronous = "normal"'),
+        # Two connections (one group-commit writer): on 2 cores shared with PostgreSQL and
+        # the client, fewer connections batch better (SET 21,600/s with 2, 16,700 with 4,
+        # 14,800 with 16; GET 58,300/s with 2, 44,000 with 16).
+        ("postgres", f'kind = "postgres"\nurl = "postgres://holdfast@127.0.0.1:{pg_port}/holdfast"\npool_size = 2'),
+    ]:
+        proc, port = holdfast_on(binary, tmp, name, backend, log)
+        procs.append(proc)
+        targets.append((name, port))
+    for _, port in targets:
+        wait_port(port)
+    workloads = [
+        ("SET", "set", 50, 1),
+        ("GET", "get", 50, 1),
+        ("SET P16", "set", 50, 16),
+        ("GET P16", "get", 50, 16),
+    ]
+    results = {}
+    for rnd in range(args.rounds):
+        for name, test, clients, pipeline in workloads:
+            for target, port in targets:
+                row = bench(port, test, clients, pipeline, 100, args.sql_requests, 10_000)
+                results.setdefault((name, target), []).append(float(row["rps"]))
+                print(f"round {rnd + 1} {name:8} {target:14} {float(row['rps']):>10.0f} req/s "
+                      f"p50 {row['p50_latency_ms']} ms p99 {row['p99_latency_ms']} ms", flush=True)
+    names = [t for t, _ in targets]
+    print()
+    print(f"{'workload':9}" + "".join(f"{n:>15}" for n in names) + "   ratios to direct")
+    for name, *_ in workloads:
+        rps = [statistics.median(results[(name, n)]) for n in names]
+        ratios = "  ".join(f"{n}={r / rps[0]:.2f}" for n, r in zip(names[1:], rps[1:]))
+        print(f"{name:9}" + "".join(f"{r:>15.0f}" for r in rps) + "   " + ratios)
 
 
 def bench_command(port, clients, requests, command):
@@ -440,14 +447,7 @@ def bench_command(port, clients, requests, command):
 
 def modes_main(args):
     """Each reply mode's cost against fast, on Redis and on SQLite, interleaved in one run."""
-    binary = build_holdfast()
-    tmp = tempfile.mkdtemp(prefix="holdfast-bench-")
-    log = open(os.path.join(tmp, "servers.log"), "w")
-    procs = []
-    try:
-        redis_port = free_port()
-        procs.append(start_redis(redis_port, tmp, log))
-        wait_port(redis_port)
+    with servers() as (binary, tmp, log, procs, redis_port):
         targets = []
         for backend_name, backend in [
             ("redis", redis_backend(redis_port)),
@@ -483,11 +483,6 @@ def modes_main(args):
                                         for m in ("fast", "settled", "exact"))
                 print(f"{name:9} {backend_name:8} {fast:>9.0f} {settled:>9.0f} {exact:>9.0f}  "
                       f"{settled / fast:>12.2f} {exact / fast:>10.2f}")
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
-        log.close()
 
 
 def instructions_main(args):
@@ -497,14 +492,7 @@ def instructions_main(args):
     with 100,000 requests and more they are under 1% of it."""
     if subprocess.run(["which", "valgrind"], capture_output=True).returncode != 0:
         sys.exit("--instructions needs valgrind (apt-get install valgrind)")
-    binary = build_holdfast()
-    tmp = tempfile.mkdtemp(prefix="holdfast-bench-")
-    log = open(os.path.join(tmp, "servers.log"), "w")
-    procs = []
-    try:
-        redis_port = free_port()
-        procs.append(start_redis(redis_port, tmp, log))
-        wait_port(redis_port)
+    with servers() as (binary, tmp, log, procs, redis_port):
         for name, test, pipeline, requests in [
             ("GET 100B", "get", 1, 100_000),
             ("SET 100B", "set", 1, 100_000),
@@ -526,12 +514,6 @@ def instructions_main(args):
                 total = next(int(line.split()[1]) for line in f
                              if line.startswith(("summary:", "totals:")))
             print(f"{name:14} {total / requests:>8.0f} instructions per request", flush=True)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
-        log.close()
 
 
 if __name__ == "__main__":
