@@ -1098,6 +1098,45 @@ mod tests {
         table::lookup(name.as_bytes()).expect("a row of the table")
     }
 
+    /// `Conn::read` takes a settling read's row from the table (its metrics label and where
+    /// it may go) and settles nothing without one.
+    #[test]
+    fn every_settling_read_is_a_row_of_the_table() {
+        let commands: [&[&str]; 11] = [
+            &["DEL", "k"],
+            &["HDEL", "k", "f"],
+            &["SREM", "k", "m"],
+            &["ZREM", "k", "m"],
+            &["SADD", "k", "m"],
+            &["HSET", "k", "f", "v"],
+            &["ZADD", "k", "1", "m"],
+            &["SETNX", "k", "v"],
+            &["HSETNX", "k", "f", "v"],
+            &["SET", "k", "v", "NX"],
+            &["XADD", "k", "1-1", "f", "v"],
+        ];
+        let replies = [
+            Frame::Null,
+            number(0),
+            error("ERR The ID specified in XADD is equal or smaller"),
+        ];
+        let mut reads = 0;
+        for command in commands {
+            let args: Vec<Bytes> = command.iter().map(|a| Bytes::from(*a)).collect();
+            let class = spec(command[0]).class_of(&args);
+            let Plan::Settled(settle) = settle::plan(ReplyMode::Settled, &args, class, true) else {
+                panic!("{command:?} is settled");
+            };
+            let post = replies.iter().filter_map(|reply| settle.post_read(reply));
+            for read in settle.pre_read().into_iter().chain(post) {
+                let name = read.first().map(|n| n.as_ref()).unwrap_or_default();
+                assert!(table::lookup(name).is_some(), "{command:?} reads {read:?}");
+                reads += 1;
+            }
+        }
+        assert!(reads >= commands.len(), "{reads} reads");
+    }
+
     #[test]
     fn wait_stays_pinned_reads_join_and_writes_take_the_pin_along() {
         let pin = AtomicU64::new(7);
