@@ -566,9 +566,8 @@ impl RedisBackend {
                     .await
             }
         };
-        let at = pool.place(request.pin, request.placement);
-        // pool_size is validated to be at least 1, and `place` answers an index below it.
-        &pool.slots[at.min(pool.slots.len().saturating_sub(1))]
+        // `place` answers an index below the pool's size (validated to be at least 1).
+        &pool.slots[pool.place(request.pin, request.placement)]
     }
 
     /// Sends one request on the connection its placement gives (see [`Pool::place`]).
