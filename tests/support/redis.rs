@@ -168,11 +168,12 @@ impl RedisServer {
     }
 
     fn signal(&self, which: &str) {
-        let pid = self.pid().expect("the server is running").to_string();
-        let status = std::process::Command::new("kill")
-            .args([which, &pid])
+        let pid = self.pid().expect("the server is running");
+        // The shell's own `kill`: a `kill` binary (procps) may not be installed.
+        let status = std::process::Command::new("sh")
+            .args(["-c", &format!("kill {which} {pid}")])
             .status()
-            .expect("kill runs");
+            .expect("sh runs");
         assert!(status.success(), "kill {which} {pid}");
     }
 
