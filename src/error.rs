@@ -36,7 +36,12 @@ impl ErrorClass {
 /// Redis error-reply prefixes that mean "turned away, nothing executed".
 ///
 /// `READONLY` is a write that reached a demoted replica; `NOREPLICAS` a write refused because
-/// too few replicas are connected; the rest are the server not serving yet or right now.
+/// too few replicas are connected; `MISCONF` a write refused while the server cannot persist
+/// (it heals when the disk does); the rest are the server not serving yet or right now.
+///
+/// `NOSCRIPT` is not here: to a client's `EVALSHA` it is an answer its library acts on at once
+/// (it sends `EVAL`), and holding it would stall every scripted call after a Redis restart.
+/// holdfast's own exact-mode script meets it inside the backend, which sends `EVAL` itself.
 const TURNED_AWAY: &[&str] = &[
     "LOADING",
     "MASTERDOWN",
@@ -44,8 +49,8 @@ const TURNED_AWAY: &[&str] = &[
     "TRYAGAIN",
     "CLUSTERDOWN",
     "BUSY",
-    "NOSCRIPT",
     "NOREPLICAS",
+    "MISCONF",
 ];
 
 /// Maps any failure to its class by walking the `source()` chain to the first error holdfast
@@ -85,7 +90,9 @@ fn classify_backend(error: &BackendError) -> ErrorClass {
 /// connection left uncommitted), so what would be Transient there is NotAttempted.
 fn sql_error(stage: SqlStage, error: &sqlx::Error) -> ErrorClass {
     let class = match error {
-        sqlx::Error::PoolTimedOut => ErrorClass::NotAttempted,
+        // No connection was had: nothing was sent. A pool is closed while the backend moves
+        // its pools to a promoted standby, and a request that met it is retried on the new.
+        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => ErrorClass::NotAttempted,
         sqlx::Error::Database(db) => database_code(db.as_ref()),
         // The connection broke: the request may have been sent.
         sqlx::Error::Io(_)
@@ -127,8 +134,9 @@ pub fn sqlstate(code: &str) -> ErrorClass {
         "57P01" | "57P02" => ErrorClass::Transient,
         // Starting up; a standby refusing a write; too many connections: turned away.
         "57P03" | "25006" | "53300" => ErrorClass::NotAttempted,
-        // Serialization failure, deadlock: the transaction was rolled back.
-        "40001" | "40P01" => ErrorClass::NotAttempted,
+        // Serialization failure, deadlock, statement cancelled (statement_timeout, a cancel
+        // request): the transaction was rolled back.
+        "40001" | "40P01" | "57014" => ErrorClass::NotAttempted,
         _ if code.len() == 5 && code.starts_with("08") => ErrorClass::Transient,
         _ => ErrorClass::Other,
     }
@@ -137,8 +145,10 @@ pub fn sqlstate(code: &str) -> ErrorClass {
 /// A request that was handed to a connection and failed there.
 fn sent_kind(kind: &ErrorKind) -> ErrorClass {
     match kind {
-        // fred refuses before writing when its buffer is full.
-        ErrorKind::Backpressure => ErrorClass::NotAttempted,
+        // fred refuses before writing when its buffer is full, and gives up routing (no node
+        // for the slot, or more MOVED/ASK than `max_redirections`: each redirecting node
+        // executed nothing) before any node ran the command.
+        ErrorKind::Backpressure | ErrorKind::Routing => ErrorClass::NotAttempted,
         ErrorKind::IO | ErrorKind::Timeout | ErrorKind::Canceled | ErrorKind::Unknown => {
             ErrorClass::Transient
         }
@@ -288,8 +298,17 @@ mod tests {
                 reply("BUSY Redis is busy running a script."),
                 ErrorClass::NotAttempted,
             ),
+            // A client's EVALSHA of a script the server lacks: its library sends EVAL.
+            (reply("NOSCRIPT No matching script."), ErrorClass::Other),
             (
-                reply("NOSCRIPT No matching script."),
+                reply("MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk."),
+                ErrorClass::NotAttempted,
+            ),
+            // Too many redirections, or no node to route to: no node ran the command.
+            (
+                BackendError::Sent {
+                    source: fred(ErrorKind::Routing),
+                },
                 ErrorClass::NotAttempted,
             ),
             (
@@ -367,6 +386,13 @@ mod tests {
             sql(SqlStage::Work, sqlx::Error::RowNotFound),
             ErrorClass::Other
         );
+        // A pool closed while the backend moves to a promoted standby: nothing was sent.
+        for stage in [SqlStage::Connect, SqlStage::Work, SqlStage::Commit] {
+            assert_eq!(
+                sql(stage, sqlx::Error::PoolClosed),
+                ErrorClass::NotAttempted
+            );
+        }
     }
 
     #[test]
@@ -385,6 +411,7 @@ mod tests {
             ("57P03", ErrorClass::NotAttempted),
             ("40001", ErrorClass::NotAttempted),
             ("40P01", ErrorClass::NotAttempted),
+            ("57014", ErrorClass::NotAttempted),
             ("25006", ErrorClass::NotAttempted),
             ("23505", ErrorClass::Other),
             ("42P01", ErrorClass::Other),

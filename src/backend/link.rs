@@ -566,7 +566,7 @@ async fn handshake(stream: &mut TcpStream, target: &Target) -> Result<Option<(u3
         };
         match &frame {
             Frame::SimpleError { data, .. } => {
-                return Err(Error::new(kind.clone(), data.to_string()));
+                return Err(Error::new(handshake_error(kind, data), data.to_string()));
             }
             Frame::BlobString { data, .. } | Frame::VerbatimString { data, .. }
                 if i + 1 == expected.len() =>
@@ -577,6 +577,19 @@ async fn handshake(stream: &mut TcpStream, target: &Target) -> Result<Option<(u3
         }
     }
     Ok(version)
+}
+
+/// The kind of an error reply to the handshake's command expecting `kind`. Only a refused
+/// password (`WRONGPASS`, `NOAUTH`, `NOPERM`) is an authentication failure, which waiting
+/// does not heal; anything else, such as `-ERR max number of clients reached` (which Redis
+/// writes at accept, before it reads AUTH), is a server not taking this connection now.
+fn handshake_error(kind: &ErrorKind, reply: &str) -> ErrorKind {
+    let prefix = reply.split(' ').next().unwrap_or_default();
+    match (kind, prefix) {
+        (ErrorKind::Auth, "WRONGPASS" | "NOAUTH" | "NOPERM") => ErrorKind::Auth,
+        (ErrorKind::Auth, _) => ErrorKind::Protocol,
+        (other, _) => other.clone(),
+    }
 }
 
 /// `redis_version:7.0.15` in an INFO reply, as (7, 0).
@@ -695,6 +708,45 @@ mod tests {
     use proptest::prelude::*;
     use proptest::test_runner::TestCaseError;
     use tokio::io::AsyncWrite;
+
+    /// Only a refused password fails a dial for good; a server turning connections away
+    /// (`max number of clients`, written at accept, so read as the answer to AUTH) heals.
+    #[test]
+    fn only_a_refused_password_is_an_authentication_failure() {
+        use crate::error::{classify, ErrorClass};
+        for (expected, reply, class) in [
+            (
+                ErrorKind::Auth,
+                "WRONGPASS invalid username-password pair",
+                ErrorClass::Other,
+            ),
+            (
+                ErrorKind::Auth,
+                "NOAUTH Authentication required.",
+                ErrorClass::Other,
+            ),
+            (ErrorKind::Auth, "NOPERM no permissions", ErrorClass::Other),
+            (
+                ErrorKind::Auth,
+                "ERR max number of clients reached",
+                ErrorClass::NotAttempted,
+            ),
+            (
+                ErrorKind::Protocol,
+                "ERR max number of clients reached",
+                ErrorClass::NotAttempted,
+            ),
+            (
+                ErrorKind::Protocol,
+                "LOADING loading",
+                ErrorClass::NotAttempted,
+            ),
+        ] {
+            let source = Error::new(handshake_error(&expected, reply), reply);
+            let failed = crate::backend::BackendError::Connect { source };
+            assert_eq!(classify(&failed), class, "{reply}");
+        }
+    }
 
     /// Takes at most 7 bytes per write, from the first non-empty slice only.
     struct Trickle(Vec<u8>);
