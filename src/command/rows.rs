@@ -62,9 +62,9 @@ pub(super) static ROWS: &[Spec] = &[
     Spec::new("DECRBY", 3, KEY1, NonIdempotent),
     Spec::new("GET", 2, KEY1, Read),
     Spec::new("GETDEL", 2, KEY1, NonIdempotent),
-    // A repeat answers the same value and sets the same expiry. (An EXAT in the past deletes
-    // the key, so a repeat would answer nil: accepted.)
-    Spec::new("GETEX", -2, KEY1, Idempotent),
+    // With an expiry a repeat is not the first call again: after the key expired (`PX 150`
+    // outlasts no backoff step) it answers nil for the value the first call returned.
+    Spec::new("GETEX", -2, KEY1, NonIdempotent).refine(refine_getex),
     Spec::new("GETRANGE", 4, KEY1, Read),
     // A repeat answers the value the first call wrote, not the one it replaced.
     Spec::new("GETSET", 3, KEY1, NonIdempotent),
@@ -400,6 +400,22 @@ fn refine_set(args: &[Bytes]) -> Idempotence {
             i += 1; // the time
         }
         i += 1;
+    }
+    class
+}
+
+/// `GETEX key [EX s | PX ms | EXAT ts | PXAT ts | PERSIST]`: alone it only reads; `PERSIST`
+/// leaves the same state and answer when repeated; an expiry makes it `NonIdempotent`, since a
+/// repeat after the key expired answers nil where the first call answered the value (and a
+/// relative expiry starts again from the repeat).
+fn refine_getex(args: &[Bytes]) -> Idempotence {
+    let mut class = Read;
+    for arg in args.get(2..).unwrap_or_default() {
+        if one_of(arg, &["EX", "PX", "EXAT", "PXAT"]) {
+            return NonIdempotent;
+        } else if arg.eq_ignore_ascii_case(b"PERSIST") {
+            class = Idempotent;
+        }
     }
     class
 }

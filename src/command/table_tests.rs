@@ -291,7 +291,12 @@ fn refine_reads_the_right_positions() {
         (&["RESTORE", "k", "0", "payload", "REPLACE"], Idempotent),
         (&["RESTORE", "replace", "0", "payload"], NonIdempotent), // the key is "replace"
         (&["PFMERGE", "d", "d", "a"], Idempotent),
-        (&["GETEX", "k", "EX", "10"], Idempotent),
+        // A repeat after the key expired answers nil for the value the first call returned.
+        (&["GETEX", "k", "EX", "10"], NonIdempotent),
+        (&["GETEX", "k", "pxat", "10"], NonIdempotent),
+        (&["GETEX", "k", "PERSIST"], Idempotent),
+        (&["GETEX", "k"], Read),
+        (&["GETEX", "persist"], Read), // the key is "persist"
         (&["MSET", "a", "1"], Idempotent),
         (&["HSET", "h", "f", "v"], IdempotentEffect),
         (&["SETNX", "k", "v"], IdempotentEffect),
