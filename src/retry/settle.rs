@@ -8,14 +8,17 @@
 //! - **settled**: a read before the first dispatch settles what the command will find
 //!   (`DEL`: which keys exist; nothing there: answer 0 and dispatch nothing), and when an
 //!   earlier dispatch may have been applied the reply is rebuilt from that read: our own
-//!   dispatch removed what existed, or added what was absent. `SETNX`/`SET NX`/`HSETNX`: a
-//!   retried "not set" whose stored value is ours was our write; `XADD` with an explicit id:
-//!   a retried refusal whose entry at that id is ours was our append.
+//!   dispatch removed what existed, or added what was absent. `SETNX`/`SET NX`/`HSETNX`/
+//!   `MSETNX` and `XADD` with an explicit id are read before the first dispatch too: a key
+//!   (field, entry at or above that id) already there answers the refusal without
+//!   dispatching. Only when it was absent then may a retried refusal whose stored value
+//!   (entry) is ours be called our write: value equality alone proves nothing, since the
+//!   de-duplication idiom `SETNX seen:<id> 1` writes the same value every time.
 //!
 //!   The window this leaves: another client writing the same key between our read and our
-//!   dispatch (or, for `SETNX`, writing our very value) makes the rebuilt reply count its
-//!   change as ours. Redis itself gives no atomic read-then-write across a lost reply; the
-//!   window is the time of one round trip plus the retry's hold.
+//!   dispatch (for `SETNX`, writing our very value after our read found it absent) makes the
+//!   rebuilt reply count its change as ours. Redis itself gives no atomic read-then-write
+//!   across a lost reply; the window is the time of one round trip plus the retry's hold.
 //! - **exact**: a token travels with every dispatch of the request; the backend applies the
 //!   command and records its reply under the token atomically, and a retry that finds the
 //!   token answers the recorded reply and applies nothing. Single-key writes only; others
@@ -54,20 +57,60 @@ pub enum Settle {
         count: Count,
         items: i64,
     },
-    /// A write only when absent (`SETNX`, `SET ... NX`, `HSETNX`): a "not set" after a
-    /// dispatch that may have landed is ours when `read` finds `ours`.
+    /// A write only when absent (`SETNX`, `SET ... NX`, `HSETNX`, `MSETNX`): `exists`
+    /// (`EXISTS`, `HEXISTS`) runs first, and anything there answers `refused` without a
+    /// dispatch; a "not set" after a dispatch that may have landed is ours when `exists`
+    /// found nothing and `read` finds `ours` (one value per key, in order).
     IfAbsent {
+        exists: Vec<Bytes>,
         read: Vec<Bytes>,
-        ours: Bytes,
-        set: Frame,
+        ours: Vec<Bytes>,
+        answers: NxAnswers,
     },
-    /// `XADD` with an explicit id: a refusal after a dispatch that may have landed is ours
-    /// when `read` finds our entry at that id.
+    /// `XADD` with an explicit id: `top` (the entries at or above the id) runs first, and
+    /// one there answers the refusal without a dispatch; a refusal after a dispatch that may
+    /// have landed is ours when `top` found none and `read` finds our entry at that id.
     Append {
+        top: Vec<Bytes>,
         read: Vec<Bytes>,
         id: Bytes,
         fields: Vec<Bytes>,
     },
+}
+
+/// How a write-if-absent answers whether it wrote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NxAnswers {
+    /// `1` or `0` (`SETNX`, `HSETNX`, `MSETNX`).
+    Integer,
+    /// `OK` or nil (`SET … NX`).
+    OkOrNil,
+}
+
+impl NxAnswers {
+    fn set(self) -> Frame {
+        match self {
+            NxAnswers::Integer => int(1),
+            NxAnswers::OkOrNil => Frame::SimpleString {
+                data: b("OK"),
+                attributes: None,
+            },
+        }
+    }
+
+    fn refused(self) -> Frame {
+        match self {
+            NxAnswers::Integer => int(0),
+            NxAnswers::OkOrNil => Frame::Null,
+        }
+    }
+
+    fn is_refusal(self, reply: &Frame) -> bool {
+        match self {
+            NxAnswers::Integer => matches!(reply, Frame::Number { data: 0, .. }),
+            NxAnswers::OkOrNil => matches!(reply, Frame::Null),
+        }
+    }
 }
 
 /// How a pre-read's reply counts the items that exist.
@@ -196,21 +239,40 @@ pub fn settle(args: &[Bytes]) -> Option<Settle> {
             }
         }
         b"SETNX" => Settle::IfAbsent {
+            exists: vec![b("EXISTS"), key.clone()],
             read: vec![b("GET"), key.clone()],
-            ours: rest.first()?.clone(),
-            set: Frame::Number {
-                data: 1,
-                attributes: None,
-            },
+            ours: vec![rest.first()?.clone()],
+            answers: NxAnswers::Integer,
         },
-        b"HSETNX" => Settle::IfAbsent {
-            read: read("HGET", key, vec![rest.first()?.clone()]),
-            ours: rest.get(1)?.clone(),
-            set: Frame::Number {
-                data: 1,
-                attributes: None,
-            },
-        },
+        b"HSETNX" => {
+            let field = rest.first()?;
+            Settle::IfAbsent {
+                exists: read("HEXISTS", key, vec![field.clone()]),
+                read: read("HGET", key, vec![field.clone()]),
+                ours: vec![rest.get(1)?.clone()],
+                answers: NxAnswers::Integer,
+            }
+        }
+        b"MSETNX" => {
+            let pairs = args.get(1..)?;
+            if pairs.len() % 2 != 0 {
+                return None;
+            }
+            let keys: Vec<Bytes> = pairs.iter().step_by(2).cloned().collect();
+            if distinct(&keys).len() != keys.len() {
+                return None; // a key named twice: which value is ours is Redis's to pick
+            }
+            let mut exists = vec![b("EXISTS")];
+            exists.extend(keys.iter().cloned());
+            let mut mget = vec![b("MGET")];
+            mget.extend(keys);
+            Settle::IfAbsent {
+                exists,
+                read: mget,
+                ours: pairs.iter().skip(1).step_by(2).cloned().collect(),
+                answers: NxAnswers::Integer,
+            }
+        }
         b"SET" => {
             let options = rest.get(1..).unwrap_or_default();
             let nx = options.iter().any(|o| is(o, "NX"));
@@ -221,12 +283,10 @@ pub fn settle(args: &[Bytes]) -> Option<Settle> {
                 return None;
             }
             Settle::IfAbsent {
+                exists: vec![b("EXISTS"), key.clone()],
                 read: vec![b("GET"), key.clone()],
-                ours: rest.first()?.clone(),
-                set: Frame::SimpleString {
-                    data: b("OK"),
-                    attributes: None,
-                },
+                ours: vec![rest.first()?.clone()],
+                answers: NxAnswers::OkOrNil,
             }
         }
         b"XADD" => {
@@ -238,12 +298,20 @@ pub fn settle(args: &[Bytes]) -> Option<Settle> {
             // As XRANGE will spell it: `5` is `5-0`, `05-01` is `5-1`.
             let text = std::str::from_utf8(id).ok()?;
             let (ms, seq) = text.split_once('-').unwrap_or((text, "0"));
-            let id = Bytes::from(format!(
-                "{}-{}",
-                ms.parse::<u64>().ok()?,
-                seq.parse::<u64>().ok()?
-            ));
+            let (ms, seq) = (ms.parse::<u64>().ok()?, seq.parse::<u64>().ok()?);
+            if (ms, seq) == (0, 0) {
+                return None; // refused whatever the stream holds, with its own error
+            }
+            let id = Bytes::from(format!("{ms}-{seq}"));
             Settle::Append {
+                top: vec![
+                    b("XREVRANGE"),
+                    key.clone(),
+                    b("+"),
+                    id.clone(),
+                    b("COUNT"),
+                    b("1"),
+                ],
                 read: vec![b("XRANGE"), key.clone(), id.clone(), id.clone()],
                 id,
                 fields: args.get(at + 1..)?.to_vec(),
@@ -303,6 +371,31 @@ fn bulk_is(frame: &Frame, value: &[u8]) -> bool {
     matches!(frame, Frame::BlobString { data, .. } if data.as_ref() == value)
 }
 
+/// Whether a read of our keys (fields) finds exactly our values: one bulk string, or an
+/// array of them (`MGET`) in our order.
+fn found_ours(found: &Frame, ours: &[Bytes]) -> bool {
+    match (found, ours) {
+        (Frame::Array { data, .. }, _) => {
+            data.len() == ours.len() && data.iter().zip(ours).all(|(f, v)| bulk_is(f, v))
+        }
+        (_, [one]) => bulk_is(found, one),
+        _ => false,
+    }
+}
+
+/// Redis 7.0's refusal of an explicit XADD id at or below the stream's top entry.
+pub const XADD_NOT_ABOVE_TOP: &str =
+    "ERR The ID specified in XADD is equal or smaller than the target stream top item";
+
+/// Whether an `XREVRANGE key + id COUNT 1` reply holds an entry (at or above the id); None
+/// when it is no such reply.
+fn any_entry(reply: &Frame) -> Option<bool> {
+    match reply {
+        Frame::Array { data, .. } => Some(!data.is_empty()),
+        _ => None,
+    }
+}
+
 fn is_error(frame: &Frame) -> bool {
     matches!(frame, Frame::SimpleError { .. } | Frame::BlobError { .. })
 }
@@ -312,14 +405,25 @@ impl Settle {
     pub fn pre_read(&self) -> Option<&[Bytes]> {
         match self {
             Settle::Removed { read, .. } | Settle::Added { read, .. } => Some(read),
-            Settle::IfAbsent { .. } | Settle::Append { .. } => None,
+            Settle::IfAbsent { exists, .. } => Some(exists),
+            Settle::Append { top, .. } => Some(top),
         }
     }
 
-    /// The answer without dispatching at all: a removal that finds nothing to remove.
+    /// The answer without dispatching at all: a removal that finds nothing to remove, a
+    /// write-if-absent that finds something there, an append below what is there.
     pub fn without_dispatch(&self, pre: &Frame) -> Option<Frame> {
         match self {
             Settle::Removed { count, .. } if existing(*count, pre) == Some(0) => Some(int(0)),
+            Settle::IfAbsent { answers, .. }
+                if existing(Count::Integer, pre).is_some_and(|n| n > 0) =>
+            {
+                Some(answers.refused())
+            }
+            Settle::Append { .. } if any_entry(pre) == Some(true) => Some(Frame::SimpleError {
+                data: XADD_NOT_ABOVE_TOP.into(),
+                attributes: None,
+            }),
             _ => None,
         }
     }
@@ -328,12 +432,8 @@ impl Settle {
     /// applied and `reply` may be the second application's.
     pub fn post_read(&self, reply: &Frame) -> Option<&[Bytes]> {
         match self {
-            Settle::IfAbsent { read, set, .. } => {
-                let not_set = match set {
-                    Frame::Number { .. } => matches!(reply, Frame::Number { data: 0, .. }),
-                    _ => matches!(reply, Frame::Null),
-                };
-                not_set.then_some(read.as_slice())
+            Settle::IfAbsent { read, answers, .. } => {
+                answers.is_refusal(reply).then_some(read.as_slice())
             }
             Settle::Append { read, .. } => is_error(reply).then_some(read.as_slice()),
             Settle::Removed { .. } | Settle::Added { .. } => None,
@@ -356,15 +456,23 @@ impl Settle {
                 Some(present) => int(items - present),
                 None => reply,
             },
-            Settle::IfAbsent { ours, set, .. } => match post {
-                Some(found) if bulk_is(found, ours) => set.clone(),
+            // Ours only if nothing was there before our first dispatch: a value equal to
+            // ours that was already stored is somebody else's write (or an earlier request's).
+            Settle::IfAbsent { ours, answers, .. } => match (pre, post) {
+                (Some(pre), Some(found))
+                    if existing(Count::Integer, pre) == Some(0) && found_ours(found, ours) =>
+                {
+                    answers.set()
+                }
                 _ => reply,
             },
-            Settle::Append { id, fields, .. } => match post {
-                Some(Frame::Array { data, .. }) if ours_at(data, id, fields) => Frame::BlobString {
-                    data: id.clone(),
-                    attributes: None,
-                },
+            Settle::Append { id, fields, .. } => match (pre.and_then(any_entry), post) {
+                (Some(false), Some(Frame::Array { data, .. })) if ours_at(data, id, fields) => {
+                    Frame::BlobString {
+                        data: id.clone(),
+                        attributes: None,
+                    }
+                }
                 _ => reply,
             },
         }

@@ -159,28 +159,89 @@ fn a_retried_not_set_is_ours_when_the_stored_value_is_ours() {
         Some(args(&["GET", "k"]).as_slice())
     );
     assert_eq!(setnx.post_read(&int(1)), None);
-    assert_eq!(setnx.settle(None, int(0), Some(&bulk("mine"))), int(1));
+    let absent = int(0);
+    assert_eq!(
+        setnx.settle(Some(&absent), int(0), Some(&bulk("mine"))),
+        int(1)
+    );
     let set_nx = settled(&["SET", "k", "mine", "NX", "EX", "10"]);
     assert_eq!(
         set_nx.post_read(&Frame::Null),
         Some(args(&["GET", "k"]).as_slice())
     );
     assert_eq!(
-        set_nx.settle(None, Frame::Null, Some(&bulk("mine"))),
+        set_nx.settle(Some(&absent), Frame::Null, Some(&bulk("mine"))),
         Frame::SimpleString {
             data: Bytes::from_static(b"OK"),
             attributes: None
         }
     );
     let hsetnx = settled(&["HSETNX", "h", "f", "mine"]);
-    assert_eq!(hsetnx.settle(None, int(0), Some(&bulk("mine"))), int(1));
+    assert_eq!(
+        hsetnx.settle(Some(&absent), int(0), Some(&bulk("mine"))),
+        int(1)
+    );
+    let msetnx = settled(&["MSETNX", "a", "1", "b", "2"]);
+    assert_eq!(
+        msetnx.post_read(&int(0)),
+        Some(args(&["MGET", "a", "b"]).as_slice())
+    );
+    let both = array(vec![bulk("1"), bulk("2")]);
+    assert_eq!(msetnx.settle(Some(&absent), int(0), Some(&both)), int(1));
+    let one = array(vec![bulk("1"), bulk("other")]);
+    assert_eq!(msetnx.settle(Some(&absent), int(0), Some(&one)), int(0));
+}
+
+/// The de-duplication idiom: `SETNX seen:m1 1` writes the same value every time, so a value
+/// equal to ours proves nothing unless the key was absent before our first dispatch.
+#[test]
+fn a_value_stored_before_our_first_dispatch_is_not_ours() {
+    for (words, exists, refused) in [
+        (&["SETNX", "seen:m1", "1"][..], "EXISTS seen:m1", int(0)),
+        (
+            &["SET", "seen:m1", "1", "NX"][..],
+            "EXISTS seen:m1",
+            Frame::Null,
+        ),
+        (&["HSETNX", "h", "m1", "1"][..], "HEXISTS h m1", int(0)),
+        (&["MSETNX", "a", "1", "b", "1"][..], "EXISTS a b", int(0)),
+    ] {
+        let s = settled(words);
+        let exists: Vec<&str> = exists.split(' ').collect();
+        assert_eq!(s.pre_read(), Some(args(&exists).as_slice()), "{words:?}");
+        // Already there: the refusal, with nothing dispatched.
+        assert_eq!(
+            s.without_dispatch(&int(1)),
+            Some(refused.clone()),
+            "{words:?}"
+        );
+        assert_eq!(s.without_dispatch(&int(0)), None, "{words:?}");
+        // Had the read not seen it (or not answered), a retried refusal finding our value
+        // stays a refusal.
+        let same = if words[0] == "MSETNX" {
+            array(vec![bulk("1"), bulk("1")])
+        } else {
+            bulk("1")
+        };
+        assert_eq!(
+            s.settle(Some(&int(1)), refused.clone(), Some(&same)),
+            refused
+        );
+        assert_eq!(s.settle(None, refused.clone(), Some(&same)), refused);
+    }
+    // A key named twice in MSETNX: not settled.
+    assert!(settle(&args(&["MSETNX", "a", "1", "a", "2"])).is_none());
 }
 
 #[test]
 fn another_clients_value_is_not_ours() {
     let setnx = settled(&["SETNX", "k", "mine"]);
-    assert_eq!(setnx.settle(None, int(0), Some(&bulk("theirs"))), int(0));
-    assert_eq!(setnx.settle(None, int(0), None), int(0));
+    let absent = int(0);
+    assert_eq!(
+        setnx.settle(Some(&absent), int(0), Some(&bulk("theirs"))),
+        int(0)
+    );
+    assert_eq!(setnx.settle(Some(&absent), int(0), None), int(0));
 }
 
 #[test]
@@ -202,14 +263,35 @@ fn a_retried_xadd_refusal_is_ours_when_the_entry_is_ours() {
         bulk("5-0"),
         array(vec![bulk("f"), bulk("v")]),
     ])]);
-    assert_eq!(xadd.settle(None, refused.clone(), Some(&ours)), bulk("5-0"));
+    let none_above = array(vec![]);
+    assert_eq!(
+        xadd.settle(Some(&none_above), refused.clone(), Some(&ours)),
+        bulk("5-0")
+    );
+    // An entry at or above the id before our first dispatch: the refusal is not ours to
+    // rewrite, and it is answered without a dispatch.
+    assert_eq!(
+        xadd.settle(Some(&ours), refused.clone(), Some(&ours)),
+        refused
+    );
+    assert_eq!(xadd.settle(None, refused.clone(), Some(&ours)), refused);
+    assert_eq!(
+        xadd.pre_read(),
+        Some(args(&["XREVRANGE", "s", "+", "5-0", "COUNT", "1"]).as_slice())
+    );
+    assert_eq!(xadd.without_dispatch(&ours), Some(refused.clone()));
+    assert_eq!(xadd.without_dispatch(&none_above), None);
+    assert!(settle(&args(&["XADD", "s", "0-0", "f", "v"])).is_none());
     let theirs = array(vec![array(vec![
         bulk("5-0"),
         array(vec![bulk("f"), bulk("other")]),
     ])]);
-    assert_eq!(xadd.settle(None, refused.clone(), Some(&theirs)), refused);
     assert_eq!(
-        xadd.settle(None, refused.clone(), Some(&array(vec![]))),
+        xadd.settle(Some(&none_above), refused.clone(), Some(&theirs)),
+        refused
+    );
+    assert_eq!(
+        xadd.settle(Some(&none_above), refused.clone(), Some(&array(vec![]))),
         refused
     );
 }
