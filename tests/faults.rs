@@ -355,3 +355,192 @@ backend = "main"
     );
     relay.pass();
 }
+
+/// A client's `EVALSHA` of a script Redis does not have is answered `NOSCRIPT` at once: every
+/// client library's script helper sends `EVAL` on it. Held, it would stall every scripted
+/// call after a Redis restart for the whole retry budget.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_clients_evalsha_of_a_script_redis_lacks_is_answered_noscript_at_once() {
+    let redis = RedisServer::start();
+    let proxy = Proxy::start(&one_backend(&redis.url(), "scripts", "")).await;
+    let mut conn = proxy.connect().await;
+    let sha = "ffffffffffffffffffffffffffffffffffffffff";
+    let reply = timeout(
+        Duration::from_secs(2),
+        conn.command(&["EVALSHA", sha, "1", "k"]),
+    )
+    .await
+    .expect("EVALSHA of an unknown script was held");
+    assert!(text(&reply).starts_with("-NOSCRIPT"), "{}", text(&reply));
+    // The library's fallback works, and its EVALSHA afterwards is served.
+    let eval = conn.command(&["EVAL", "return 7", "1", "k"]).await;
+    assert_eq!(eval, b":7\r\n");
+    proxy.stop().await;
+}
+
+/// A write applied, its reply lost, and the retry answered an error (`OOM`, Redis's "not
+/// applied"): the client hears `INDOUBT` naming that error, never the bare error.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_error_answered_to_a_retry_after_a_lost_reply_is_indoubt() {
+    let redis = RedisServer::start();
+    let relay = Relay::start(&redis.addr()).await;
+    let url = format!("redis://{}", relay.addr());
+    let extra =
+        "acquire_timeout = \"1s\"\n[namespaces.retry]\nmin_delay = \"700ms\"\nmax_attempts = 3";
+    let proxy = Proxy::start(&one_backend(&url, "oom", extra)).await;
+    let mut conn = proxy.connect().await;
+    assert_eq!(conn.command(&["PING"]).await, b"+PONG\r\n");
+    sleep(Duration::from_millis(200)).await;
+    relay.drop_after_request_with(b"ck:k");
+    let addr = proxy.addr.clone();
+    let set = tokio::spawn(async move {
+        let mut conn = RawConn::connect(&addr).await;
+        text(&conn.command(&["SET", "ck:k", "v"]).await)
+    });
+    let waited = Instant::now();
+    while relay.fired() == 0 {
+        assert!(
+            waited.elapsed() < Duration::from_secs(5),
+            "the fault never fired"
+        );
+        sleep(Duration::from_millis(5)).await;
+    }
+    // Before the retry (700 ms later): the server now refuses writes.
+    assert_eq!(redis.cmd(&["CONFIG", "SET", "maxmemory", "1"]), "+OK\r\n");
+    let reply = set.await.expect("the client task");
+    assert!(
+        reply.starts_with("-INDOUBT may have been applied"),
+        "{reply}"
+    );
+    assert!(reply.contains("OOM"), "{reply}");
+    assert_eq!(redis.cmd(&["CONFIG", "SET", "maxmemory", "0"]), "+OK\r\n");
+    assert_eq!(redis.cmd(&["GET", "ck:k"]), "$1\r\nv\r\n");
+    proxy.stop().await;
+}
+
+/// A pipeline whose writes both reached Redis, both replies lost, then connections refused:
+/// each write that may have been applied answers `INDOUBT`, the one behind the first too (it
+/// was sent again at once, but its first dispatch still counts).
+#[tokio::test(flavor = "multi_thread")]
+async fn every_pipelined_write_that_may_have_landed_is_indoubt_after_the_budget() {
+    let redis = RedisServer::start();
+    let relay = Relay::start(&redis.addr()).await;
+    let url = format!("redis://{}", relay.addr());
+    let extra =
+        "acquire_timeout = \"1s\"\n[namespaces.retry]\nmin_delay = \"500ms\"\nmax_attempts = 3";
+    let proxy = Proxy::start(&one_backend(&url, "pa", extra)).await;
+    let mut conn = proxy.connect().await;
+    assert_eq!(conn.command(&["PING"]).await, b"+PONG\r\n");
+    sleep(Duration::from_millis(200)).await;
+    relay.drop_after_request_with(b"pa:a");
+    let mut pipeline = encode_str(&["SET", "pa:a", "1"]);
+    pipeline.extend(encode_str(&["SETNX", "pa:lock", "x"]));
+    conn.send(&pipeline).await;
+    let waited = Instant::now();
+    while relay.fired() == 0 {
+        assert!(
+            waited.elapsed() < Duration::from_secs(5),
+            "the fault never fired"
+        );
+        sleep(Duration::from_millis(5)).await;
+    }
+    relay.refuse();
+    let replies: Vec<String> = conn.read_replies(2).await.iter().map(|r| text(r)).collect();
+    relay.pass();
+    assert_eq!(
+        redis.cmd(&["GET", "pa:lock"]),
+        "$1\r\nx\r\n",
+        "SETNX reached Redis"
+    );
+    for reply in &replies {
+        assert!(
+            reply.starts_with("-INDOUBT may have been applied"),
+            "{replies:?}"
+        );
+    }
+    proxy.stop().await;
+}
+
+/// `GETEX … PX n` retried after its key expired answers nil for a value the first dispatch
+/// returned: it is not repeated after a lost reply (`INDOUBT`), except in exact mode, whose
+/// token answers the first application's reply.
+#[tokio::test(flavor = "multi_thread")]
+async fn getex_with_an_expiry_is_not_repeated_after_a_lost_reply() {
+    let redis = RedisServer::start();
+    let relay = Relay::start(&redis.addr()).await;
+    let url = format!("redis://{}", relay.addr());
+    for (mode, want) in [("fast", "-INDOUBT"), ("exact", "$1\r\nv\r\n")] {
+        let config = one_backend(&url, "getex", "").replace("\"fast\"", &format!("\"{mode}\""));
+        let proxy = Proxy::start(&config).await;
+        let mut conn = proxy.connect().await;
+        assert_eq!(conn.command(&["SET", "ek:k", "v"]).await, b"+OK\r\n");
+        sleep(Duration::from_millis(200)).await;
+        relay.drop_after_request_with(b"GETEX");
+        let reply = text(&conn.command(&["GETEX", "ek:k", "PX", "150"]).await);
+        assert!(relay.fired() >= 1, "{mode}: the fault never fired");
+        assert!(reply.starts_with(want), "{mode}: {reply}");
+        relay.pass();
+        proxy.stop().await;
+    }
+}
+
+/// A backend that turns holdfast's connection away at accept (`-ERR max number of clients
+/// reached`, read as the answer to `AUTH`) is an outage, not a wrong password: the request is
+/// held until a connection is free, then served.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_backend_at_its_client_limit_holds_the_request_until_a_connection_is_free() {
+    let redis = RedisServer::start_with(&["--maxclients", "1", "--requirepass", "pw"]);
+    // The only client slot, taken before holdfast dials.
+    let mut occupant = RawConn::connect(&redis.addr()).await;
+    occupant.send(&encode_str(&["AUTH", "pw"])).await;
+    assert_eq!(occupant.read_reply().await, b"+OK\r\n");
+    let url = format!("redis://:pw@{}", redis.addr());
+    let extra = "acquire_timeout = \"1s\"\n[namespaces.retry]\nmin_delay = \"100ms\"\nmax_delay = \"300ms\"";
+    let proxy = Proxy::start(&one_backend(&url, "full", extra)).await;
+    let mut conn = proxy.connect().await;
+    let freed = tokio::spawn(async move {
+        sleep(Duration::from_millis(1500)).await;
+        drop(occupant);
+    });
+    let started = Instant::now();
+    let reply = text(&conn.command(&["GET", "nothing"]).await);
+    assert_eq!(reply, "$-1\r\n");
+    assert!(
+        started.elapsed() >= Duration::from_millis(1000),
+        "it was never held"
+    );
+    freed.await.expect("the occupant task");
+    proxy.stop().await;
+}
+
+/// A client that closes while its command is held gets nothing more: the command stops
+/// (nothing more is dispatched for it), it leaves the held gauge and its connection slot, and
+/// shutdown does not wait for it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_held_request_does_not_outlive_its_client() {
+    // Nothing listens there: every dial is refused, and the request is held.
+    let url = format!("redis://127.0.0.1:{}", free_port());
+    let proxy = Proxy::start(&one_backend(&url, "gone", "")).await;
+    let held = r#"holdfast_held_requests{namespace="gone"}"#;
+    let mut conn = proxy.connect().await;
+    conn.send(&encode_str(&["GET", "k"])).await;
+    let waited = Instant::now();
+    while proxy.metric(held).await < 1.0 {
+        assert!(waited.elapsed() < Duration::from_secs(5), "GET never held");
+        sleep(Duration::from_millis(20)).await;
+    }
+    drop(conn);
+    let waited = Instant::now();
+    while proxy.metric(held).await > 0.0 || proxy.metric("holdfast_client_connections").await > 0.0
+    {
+        assert!(
+            waited.elapsed() < Duration::from_secs(2),
+            "the request outlived its client"
+        );
+        sleep(Duration::from_millis(20)).await;
+    }
+    // Nothing left to drain: shutdown ends at once, not after the grace period (30 s).
+    timeout(Duration::from_secs(3), proxy.stop())
+        .await
+        .expect("shutdown waited for a client that was gone");
+}

@@ -18,9 +18,11 @@
 //!   (`UNAVAILABLE not applied`, or `INDOUBT` when it may have landed);
 //! - the first failed request after the last successful write is retried, going on from its
 //!   first dispatch's result (its backoff waits out the outage); the failed ones behind it
-//!   are sent again afresh once it is settled when their failure allows a retry at all (a
-//!   `NotAttempted`, or a lost reply of a command that may be repeated), and otherwise go on
-//!   from their own result (an `INCR` whose reply was lost is answered `INDOUBT`).
+//!   are sent again at once when it is settled if their failure allows a retry at all (a
+//!   `NotAttempted`, or a lost reply of a command that may be repeated), their first
+//!   dispatch still counted (a lost reply may have been applied: a give-up after it is
+//!   `INDOUBT`, never "not applied"), and otherwise go on from their own result (an `INCR`
+//!   whose reply was lost is answered `INDOUBT`).
 //!
 //! When the connection dies, every request behind the failure fails too, so in a failover the
 //! whole pipeline is held and retried in order, exactly as when requests are sent one by one.
@@ -44,11 +46,15 @@ pub(super) enum Ahead<T, E> {
     /// It failed while a later request of the pipeline took effect: retrying it now would
     /// apply it out of order, so the failure is its answer.
     Overtaken(E),
+    /// Its first dispatch failed behind the one that waits out the outage: it is sent again
+    /// at once when its turn comes, and the failure counts as its first attempt.
+    Again(E),
 }
 
 /// Sorts the results of requests dispatched together, in order, by the rule at the top of
 /// this module. `reads[i]` says whether request `i` is a read; `again(e, i)` whether request
-/// `i`, failed with `e`, may be sent again. `None`: send it again.
+/// `i`, failed with `e`, may be sent again. `None`: send it again afresh (a read that
+/// succeeded too early).
 pub(super) fn order<T, E>(
     results: Vec<Result<T, E>>,
     reads: &[bool],
@@ -87,7 +93,7 @@ pub(super) fn order<T, E>(
                 Err(e) if last_write.is_some_and(|w| i < w) => Some(Ahead::Overtaken(e)),
                 // The first failure after the last write waits out the outage; the ones
                 // behind it need not wait again.
-                Err(e) if i > waits && again(&e, i) => None,
+                Err(e) if i > waits && again(&e, i) => Some(Ahead::Again(e)),
                 Err(e) => Some(Ahead::First(Err(e))),
             }
         })
@@ -197,6 +203,7 @@ mod tests {
                 Some(Ahead::First(Ok(v))) => format!("ok {v}"),
                 Some(Ahead::First(Err(e))) => format!("retry {e}"),
                 Some(Ahead::Overtaken(e)) => format!("final {e}"),
+                Some(Ahead::Again(e)) => format!("again after {e}"),
             })
             .collect()
     }
@@ -215,11 +222,16 @@ mod tests {
     fn a_dead_connection_fails_the_rest_and_only_the_first_waits_it_out() {
         let results = vec![Ok(1), Err("io"), Err("io"), Err("io")];
         let out = order::<u32, &str>(results, &[false; 4], always);
-        assert_eq!(shape(&out), ["ok 1", "retry io", "again", "again"]);
+        // The failed ones behind the first keep their failure: it counts as their first
+        // attempt (a lost reply may have been applied).
+        assert_eq!(
+            shape(&out),
+            ["ok 1", "retry io", "again after io", "again after io"]
+        );
         // A failure that must not be repeated (an INCR's lost reply) goes on from its result.
         let results = vec![Err("io"), Err("io"), Err("io")];
         let out = order::<u32, &str>(results, &[false; 3], |_, i| i != 1);
-        assert_eq!(shape(&out), ["retry io", "retry io", "again"]);
+        assert_eq!(shape(&out), ["retry io", "retry io", "again after io"]);
     }
 
     #[test]
@@ -243,7 +255,7 @@ mod tests {
                 "ok 3",
                 "retry io",
                 "again",
-                "again"
+                "again after late"
             ]
         );
     }

@@ -109,6 +109,29 @@ struct Conn {
     /// The command being handled had its first dispatch sent ahead: the namespace it was
     /// routed to then (it is not routed again), and what it left.
     ahead: Option<(Arc<Namespace>, Ahead<Reply, BackendError>)>,
+    /// Whether the command being handled has a dispatch in flight, or has had one fail: what
+    /// [`until_gone`] reads while the command runs.
+    activity: Arc<Activity>,
+}
+
+/// What the command being handled is doing, as [`until_gone`] needs to know it.
+#[derive(Default)]
+struct Activity {
+    /// A dispatch has failed: the command may be held for a while.
+    failed: std::sync::atomic::AtomicBool,
+    /// A dispatch is in flight.
+    in_flight: std::sync::atomic::AtomicBool,
+}
+
+/// What a request's first dispatch, sent ahead with its pipeline, left for the retry loop.
+enum Sent {
+    /// Nothing was sent ahead: the loop dispatches first.
+    Nothing,
+    /// The first dispatch's result: the loop goes on from it.
+    First(Result<Reply, BackendError>),
+    /// The first dispatch failed behind another request that waited the outage out: counted
+    /// as the first attempt, and dispatched again at once.
+    Failed(BackendError),
 }
 
 /// How a retried dispatch ended when it did not succeed.
@@ -193,7 +216,9 @@ where
         watching: false,
         sequence: 0,
         ahead: None,
+        activity: Arc::default(),
     };
+    let activity = conn.activity.clone();
     let server = &conn.state.config.server;
     let limits = Limits {
         request_bytes: server.max_request_bytes,
@@ -250,7 +275,12 @@ where
                 let mut ahead = ahead.into_iter();
                 for parsed in batch.drain(..run) {
                     conn.ahead = ahead.next().flatten();
-                    let flow = conn.handle(parsed, &mut output).await;
+                    let handled = conn.handle(parsed, &mut output);
+                    let Some(flow) = until_gone(handled, &activity, &mut reader, &mut input).await
+                    else {
+                        tracing::debug!(client = id, "client closed while its command was held");
+                        break 'serve;
+                    };
                     conn.ahead = None;
                     if flow == Flow::Close {
                         let _ = output.write_to(&mut writer).await;
@@ -307,6 +337,52 @@ where
     if let Some((_, dedicated)) = conn.dedicated.take() {
         dedicated.close().await;
     }
+}
+
+/// How much a held command's client may send meanwhile before holdfast stops reading it (and
+/// so stops noticing that it closed) until the command is done.
+const READ_WHILE_HELD: usize = 64 * 1024;
+
+/// Runs `handled` (one command) to its end, or until its client is gone: `None` when the
+/// client closed while the command was held. A client that is gone gets nothing more, so its
+/// held command stops there: one waiting between attempts is dropped (nothing more is
+/// dispatched for it), one in flight is left to finish first (its dispatch is counted like
+/// any). The client's socket is read only once a dispatch of the command has failed, so an
+/// unheld command costs no read; what the client sends meanwhile is kept in `input` for the
+/// commands after it, up to [`READ_WHILE_HELD`].
+async fn until_gone<R: AsyncRead + Unpin>(
+    handled: impl Future<Output = Flow>,
+    activity: &Activity,
+    reader: &mut R,
+    input: &mut BytesMut,
+) -> Option<Flow> {
+    use std::task::Poll;
+    activity.failed.store(false, Ordering::Relaxed);
+    tokio::pin!(handled);
+    let mut gone = false;
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(flow) = handled.as_mut().poll(cx) {
+            return Poll::Ready(Some(flow));
+        }
+        // `handled` was just polled in this task, so a change of `activity` (made inside
+        // that poll) is seen here without a wake-up of its own.
+        while !gone && activity.failed.load(Ordering::Relaxed) && input.len() < READ_WHILE_HELD {
+            let mut room = [0u8; 4096];
+            let mut buf = tokio::io::ReadBuf::new(&mut room);
+            match Pin::new(&mut *reader).poll_read(cx, &mut buf) {
+                Poll::Ready(Ok(())) if !buf.filled().is_empty() => {
+                    input.extend_from_slice(buf.filled());
+                }
+                Poll::Ready(_) => gone = true,
+                Poll::Pending => break,
+            }
+        }
+        if gone && !activity.in_flight.load(Ordering::Relaxed) {
+            return Poll::Ready(None);
+        }
+        Poll::Pending
+    })
+    .await
 }
 
 /// Lets `writeln!` append to the output.
@@ -532,21 +608,22 @@ impl Conn {
         let result = match self.plan(&namespace, command) {
             Plan::Fast => {
                 // What a first dispatch sent ahead left, if it was.
-                let first = match self.ahead.take().map(|(_, ahead)| ahead) {
+                let sent = match self.ahead.take().map(|(_, ahead)| ahead) {
                     Some(Ahead::Overtaken(e)) => Err(e),
-                    Some(Ahead::First(first)) => Ok(Some(first)),
-                    None => Ok(None),
+                    Some(Ahead::First(first)) => Ok(Sent::First(first)),
+                    Some(Ahead::Again(prior)) => Ok(Sent::Failed(prior)),
+                    None => Ok(Sent::Nothing),
                 };
-                let result = match first {
+                let result = match sent {
                     Err(e) => Err(Ended::Failed(overtaken(e))),
-                    Ok(first) => {
+                    Ok(sent) => {
                         self.retried_from(
                             &namespace,
                             (&command.args, command.raw.as_ref()),
                             command.class,
                             command.spec,
                             None,
-                            first,
+                            sent,
                         )
                         .await
                     }
@@ -632,10 +709,15 @@ impl Conn {
             None => None,
         };
         if let Some(answer) = pre.as_ref().and_then(|p| settle.without_dispatch(p)) {
-            return Ok(Done {
-                value: answer,
-                maybe_applied: 0,
-            });
+            // The refusal of an XADD below the stream's top is an error reply, and answered
+            // as one.
+            return match BackendError::check_reply(answer) {
+                Ok(value) => Ok(Done {
+                    value,
+                    maybe_applied: 0,
+                }),
+                Err(error) => Err(Ended::Failed(Failure::Answer(error, 0))),
+            };
         }
         // An error reply to a retry may be about an earlier dispatch (XADD's "equal or
         // smaller" for the entry it appended itself): it is settled like any reply.
@@ -711,12 +793,12 @@ impl Conn {
         spec: &'static Spec,
         token: Option<&[u8]>,
     ) -> Result<Done<Reply>, Ended> {
-        self.retried_from(namespace, (args, None), class, spec, token, None)
+        self.retried_from(namespace, (args, None), class, spec, token, Sent::Nothing)
             .await
     }
 
-    /// [`Conn::retried`], going on from `first`, the first dispatch's result when it was
-    /// sent ahead with the client's pipeline; `raw` is `args` as the client encoded them.
+    /// [`Conn::retried`], going on from what a first dispatch sent ahead with the client's
+    /// pipeline left; `raw` is `args` as the client encoded them.
     async fn retried_from(
         &mut self,
         namespace: &Arc<Namespace>,
@@ -724,8 +806,16 @@ impl Conn {
         class: Idempotence,
         spec: &'static Spec,
         token: Option<&[u8]>,
-        mut first: Option<Result<Reply, BackendError>>,
+        sent: Sent,
     ) -> Result<Done<Reply>, Ended> {
+        let (mut first, prior) = match sent {
+            Sent::Nothing => (None, None),
+            Sent::First(first) => (Some(first), None),
+            Sent::Failed(prior) => (None, Some(prior)),
+        };
+        if prior.is_some() {
+            self.activity.failed.store(true, Ordering::Relaxed);
+        }
         let shared = self.shared.clone();
         let label = spec.name;
         let request = Request {
@@ -770,6 +860,7 @@ impl Conn {
                 .get_or_insert_with(|| abandon_after(give_up.clone()))
                 .as_mut()
         };
+        let activity = &*self.activity;
         let retried = retry::run(
             &namespace.policy,
             &shared.budget,
@@ -777,14 +868,24 @@ impl Conn {
             |e: &BackendError| classify(e),
             &mut hooks,
             &mut self.give_up,
+            prior,
             || {
                 let first = first.take();
                 let (backend, request) = (&namespace.backend, &request);
                 async move {
-                    match first {
+                    let result = match first {
                         Some(result) => result,
-                        None => backend.dispatch(request, namespace.acquire_timeout).await,
+                        None => {
+                            activity.in_flight.store(true, Ordering::Relaxed);
+                            let result = backend.dispatch(request, namespace.acquire_timeout).await;
+                            activity.in_flight.store(false, Ordering::Relaxed);
+                            result
+                        }
+                    };
+                    if result.is_err() {
+                        activity.failed.store(true, Ordering::Relaxed);
                     }
+                    result
                 }
             },
         );
@@ -1030,6 +1131,18 @@ fn failure_reply(
 ) -> (Frame, &'static str) {
     match result {
         Ok(frame) => (frame, "ok"),
+        // An error answered to a retry after a dispatch that may have been applied: the
+        // bare error would read "not applied" (an `OOM` set between the two, a pool closed
+        // under a move to a standby).
+        Err(Failure::Answer(answer, maybe_applied)) if maybe_applied > 0 => (
+            error(format!(
+                "INDOUBT may have been applied: a retry was answered with an error after a dispatch that may have been applied (namespace '{}', backend '{}', answer: {})",
+                namespace.name,
+                namespace.backend.name(),
+                answer_text(&answer)
+            )),
+            "indoubt",
+        ),
         Err(Failure::Answer(BackendError::Reply { frame, .. }, _)) => (*frame, "error_reply"),
         Err(Failure::Answer(other, _)) => (
             error(format!("ERR holdfast: {}", chain(&other))),
@@ -1074,6 +1187,20 @@ fn gave_up_text(code: &str, what: &str, g: &GaveUp<BackendError>, namespace: &Na
     )
 }
 
+/// The text of a backend's answer: an error reply as the backend wrote it, any other error
+/// with its sources.
+fn answer_text(answer: &BackendError) -> String {
+    match answer {
+        BackendError::Reply { frame, .. } => match &**frame {
+            Frame::SimpleError { data, .. } => data.to_string(),
+            Frame::BlobError { data, .. } => String::from_utf8_lossy(data).into_owned(),
+            _ => chain(answer),
+        },
+        other => chain(other),
+    }
+    .replace(['\r', '\n'], " ")
+}
+
 /// An error and its sources on one line (an error reply cannot hold a newline).
 fn chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut text = error.to_string();
@@ -1102,7 +1229,7 @@ mod tests {
     /// it may go) and settles nothing without one.
     #[test]
     fn every_settling_read_is_a_row_of_the_table() {
-        let commands: [&[&str]; 11] = [
+        let commands: [&[&str]; 12] = [
             &["DEL", "k"],
             &["HDEL", "k", "f"],
             &["SREM", "k", "m"],
@@ -1114,6 +1241,7 @@ mod tests {
             &["HSETNX", "k", "f", "v"],
             &["SET", "k", "v", "NX"],
             &["XADD", "k", "1-1", "f", "v"],
+            &["MSETNX", "a", "1", "b", "2"],
         ];
         let replies = [
             Frame::Null,

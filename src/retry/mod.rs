@@ -94,8 +94,14 @@ pub trait Hooks {
 /// Runs `attempt` until it succeeds, its failure is an answer, or the policy stops. While it
 /// waits between attempts it also stops when `stop` turns true (shutdown's grace is over).
 ///
+/// `prior` is the failure of a first dispatch made elsewhere (sent ahead with a client's
+/// pipeline): the loop counts it as its first attempt, a dispatch that may have been applied
+/// if its class says so, and dispatches again at once, without a backoff step (the request
+/// ahead of it in the pipeline has already waited the outage out).
+///
 /// # Errors
 /// [`Failure`], which says whether a dispatch may have been applied.
+#[allow(clippy::too_many_arguments)]
 pub async fn run<T, E, F, Fut, C, H>(
     policy: &Policy,
     budget: &RetryBudget,
@@ -103,6 +109,7 @@ pub async fn run<T, E, F, Fut, C, H>(
     classify: C,
     hooks: &mut H,
     stop: &mut watch::Receiver<bool>,
+    prior: Option<E>,
     mut attempt: F,
 ) -> Result<Done<T>, Failure<E>>
 where
@@ -118,6 +125,18 @@ where
     let mut dispatch = true;
     let mut holding = false;
     let mut last: Option<(E, ErrorClass)> = None;
+    let mut wait = true;
+    if let Some(error) = prior {
+        // Recorded as the first attempt's failure (the loop's first pass dispatches nothing).
+        let class = classify(&error);
+        hooks.failed(class);
+        if class == ErrorClass::Transient && idempotence != Idempotence::Read {
+            maybe_applied += 1;
+        }
+        last = Some((error, class));
+        dispatch = false;
+        wait = false;
+    }
     loop {
         attempts += 1;
         if dispatch {
@@ -156,6 +175,13 @@ where
                     hooks.held(true);
                 }
                 hooks.retrying(class, attempts, delay, start.elapsed());
+                if !std::mem::replace(&mut wait, true) {
+                    dispatch = budget.withdraw();
+                    if !dispatch {
+                        hooks.budget_denied();
+                    }
+                    continue;
+                }
                 let stopped = tokio::select! {
                     _ = tokio::time::sleep(delay) => false,
                     // A closed channel never stops the loop.

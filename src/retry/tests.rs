@@ -104,6 +104,7 @@ async fn drive_done(
         |e: &BackendError| classify(e),
         hooks,
         stop,
+        None,
         || script.dispatch(),
     )
     .await
@@ -261,6 +262,7 @@ async fn an_empty_budget_skips_dispatches_but_keeps_the_schedule() {
         |e: &BackendError| classify(e),
         &mut hooks,
         &mut stop,
+        None,
         || script.dispatch(),
     )
     .await;
@@ -301,6 +303,7 @@ async fn shutdown_ends_the_wait_with_a_clear_failure() {
         |e: &BackendError| classify(e),
         &mut hooks,
         &mut stop,
+        None,
         || script.dispatch(),
     )
     .await;
@@ -312,4 +315,41 @@ async fn shutdown_ends_the_wait_with_a_clear_failure() {
     assert_eq!(start.elapsed(), Duration::from_secs(5));
     assert_eq!(hooks.held, vec![true, false]);
     drop(stopper);
+}
+
+/// A first dispatch sent ahead with a pipeline that failed after it was written counts as a
+/// dispatch that may have been applied: a give-up after it is INDOUBT, never "not applied",
+/// and the next dispatch goes at once (the request ahead already waited the outage out).
+#[tokio::test(start_paused = true)]
+async fn a_prior_failure_counts_and_the_next_dispatch_does_not_wait() {
+    for (prior, idempotence, expect_indoubt) in [
+        (reset_after_send(), IdempotentEffect, true),
+        (reset_after_send(), Read, false),
+        (refused(), IdempotentEffect, false),
+    ] {
+        let script = Script::new(vec![refused(), refused()]);
+        let mut hooks = Recorder::default();
+        let (_keep, mut stop) = tokio::sync::watch::channel(false);
+        let start = Instant::now();
+        let prior = prior.err();
+        let result = run(
+            &policy(2),
+            &budget(),
+            idempotence,
+            |e: &BackendError| classify(e),
+            &mut hooks,
+            &mut stop,
+            prior,
+            || script.dispatch(),
+        )
+        .await;
+        // Two attempts: the prior one and one dispatch, made without a backoff step.
+        assert_eq!(script.dispatches(), 1);
+        assert_eq!(start.elapsed(), Duration::ZERO);
+        match result {
+            Err(Failure::InDoubt(g)) if expect_indoubt => assert_eq!(g.attempts, 2),
+            Err(Failure::Unavailable(g)) if !expect_indoubt => assert_eq!(g.attempts, 2),
+            other => panic!("{idempotence:?}: {other:?}"),
+        }
+    }
 }
