@@ -618,3 +618,37 @@ async fn other_reads_get_a_turn_under_a_flood_of_gets() {
     none_wrong("flood", floods).await;
     proxy.stop().await;
 }
+
+/// PostgreSQL cancels a statement past `statement_timeout` and rolls its transaction back
+/// (SQLSTATE 57014): nothing was applied, so it is retried like any turned-away request, and
+/// a write behind a lock held longer than the timeout is answered once the lock goes, as
+/// Redis would answer it, not with the cancellation.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_statement_cancelled_by_its_timeout_is_retried_until_the_lock_goes() {
+    let pg = PgServer::start();
+    let proxy = Proxy::start(&sql_namespace(&format!(
+        "kind = \"postgres\"\nurl = \"{}\"\npool_size = 2\nstatement_timeout = \"300ms\"",
+        pg.url()
+    )))
+    .await;
+    let mut conn = proxy.connect().await;
+    assert_eq!(conn.command(&["SET", "k", "0"]).await, b"+OK\r\n");
+    let locker = std::thread::spawn(move || {
+        pg.psql("BEGIN; LOCK TABLE hf_keys IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(1.5); COMMIT");
+        pg
+    });
+    sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    assert_eq!(text(&conn.command(&["SET", "k", "1"]).await), "+OK\r\n");
+    assert!(
+        started.elapsed() >= Duration::from_millis(700),
+        "the SET did not wait for the lock"
+    );
+    let pg = locker.join().expect("the locking session");
+    assert_eq!(
+        pg.psql("SELECT count(*) FROM hf_keys WHERE key = 'k'::bytea"),
+        "1"
+    );
+    assert_eq!(text(&conn.command(&["GET", "k"]).await), "$1\r\n1\r\n");
+    proxy.stop().await;
+}
