@@ -633,18 +633,26 @@ async fn a_statement_cancelled_by_its_timeout_is_retried_until_the_lock_goes() {
     .await;
     let mut conn = proxy.connect().await;
     assert_eq!(conn.command(&["SET", "k", "0"]).await, b"+OK\r\n");
-    let locker = std::thread::spawn(move || {
-        pg.psql("BEGIN; LOCK TABLE hf_keys IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(1.5); COMMIT");
-        pg
+    // The lock is held by a session of the test's own (the server stays with the test, so a
+    // failed assertion still stops it), released 1.5 s later.
+    use sqlx::{Connection, Executor};
+    let mut session = sqlx::PgConnection::connect(&pg.url()).await.unwrap();
+    session.execute("BEGIN").await.unwrap();
+    session
+        .execute("LOCK TABLE hf_keys IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let locker = tokio::spawn(async move {
+        sleep(Duration::from_millis(1500)).await;
+        session.execute("COMMIT").await.unwrap();
     });
-    sleep(Duration::from_millis(300)).await;
     let started = Instant::now();
     assert_eq!(text(&conn.command(&["SET", "k", "1"]).await), "+OK\r\n");
     assert!(
-        started.elapsed() >= Duration::from_millis(700),
+        started.elapsed() >= Duration::from_millis(1000),
         "the SET did not wait for the lock"
     );
-    let pg = locker.join().expect("the locking session");
+    locker.await.expect("the locking session");
     assert_eq!(
         pg.psql("SELECT count(*) FROM hf_keys WHERE key = 'k'::bytea"),
         "1"

@@ -347,7 +347,7 @@ const READ_WHILE_HELD: usize = 64 * 1024;
 /// client closed while the command was held. A client that is gone gets nothing more, so its
 /// held command stops there: one waiting between attempts is dropped (nothing more is
 /// dispatched for it), one in flight is left to finish first (its dispatch is counted like
-/// any). The client's socket is read only once a dispatch of the command has failed, so an
+/// any), and the commands it pipelined behind are not sent. The client's socket is read only once a dispatch of the command has failed, so an
 /// unheld command costs no read; what the client sends meanwhile is kept in `input` for the
 /// commands after it, up to [`READ_WHILE_HELD`].
 async fn until_gone<R: AsyncRead + Unpin>(
@@ -362,7 +362,9 @@ async fn until_gone<R: AsyncRead + Unpin>(
     let mut gone = false;
     std::future::poll_fn(|cx| {
         if let Poll::Ready(flow) = handled.as_mut().poll(cx) {
-            return Poll::Ready(Some(flow));
+            // A dispatch in flight when the client closed has finished: nothing behind it
+            // is sent.
+            return Poll::Ready((!gone).then_some(flow));
         }
         // `handled` was just polled in this task, so a change of `activity` (made inside
         // that poll) is seen here without a wake-up of its own.
@@ -1263,6 +1265,47 @@ mod tests {
             }
         }
         assert!(reads >= commands.len(), "{reads} reads");
+    }
+
+    /// A command whose client closed: dropped at once while it waits between attempts; left
+    /// to finish while a dispatch is in flight, and then nothing more; never watched before a
+    /// dispatch of it failed.
+    #[tokio::test]
+    async fn a_command_stops_with_its_client_once_nothing_is_in_flight() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let (client, mut socket) = tokio::io::duplex(64);
+        drop(client);
+        let activity = Activity::default();
+        let mut input = BytesMut::new();
+        // Held between attempts: dropped as soon as the close is seen.
+        let waiting = async {
+            activity.failed.store(true, Relaxed);
+            std::future::pending::<Flow>().await
+        };
+        let ended = until_gone(waiting, &activity, &mut socket, &mut input);
+        let ended = tokio::time::timeout(Duration::from_secs(5), ended).await;
+        assert!(matches!(ended, Ok(None)), "{ended:?}");
+        // In flight: finishes first, and what it answers goes nowhere.
+        let (finish, finished) = tokio::sync::oneshot::channel::<()>();
+        let in_flight = async {
+            activity.failed.store(true, Relaxed);
+            activity.in_flight.store(true, Relaxed);
+            let _ = finished.await;
+            activity.in_flight.store(false, Relaxed);
+            Flow::Continue
+        };
+        {
+            let ended = until_gone(in_flight, &activity, &mut socket, &mut input);
+            tokio::pin!(ended);
+            let early = tokio::time::timeout(Duration::from_millis(50), &mut ended).await;
+            assert!(early.is_err(), "a dispatch in flight was cut short");
+            let _ = finish.send(());
+            assert_eq!(ended.await, None);
+        }
+        // Nothing failed: the client's socket is not looked at, and the command's flow stands.
+        let quiet = async { Flow::Continue };
+        let ended = until_gone(quiet, &activity, &mut socket, &mut input).await;
+        assert_eq!(ended, Some(Flow::Continue));
     }
 
     #[test]
