@@ -698,6 +698,7 @@ backend = "db"
         get.unwrap_or_else(|| panic!("GET k: no answer within {limit:?} from a frozen PostgreSQL"));
     let set = set
         .unwrap_or_else(|| panic!("SET k2 v: no answer within {limit:?} from a frozen PostgreSQL"));
+    eprintln!("frozen: GET k {get:?} after {get_took:?}; SET k2 v {set:?} after {set_took:?}");
     // A read has nothing to apply: never in doubt.
     assert!(
         get.starts_with("-UNAVAILABLE"),
@@ -721,6 +722,7 @@ backend = "db"
         );
         sleep(Duration::from_millis(200)).await;
     }
+    eprintln!("service back {:?} after the thaw", back.elapsed());
     let mut conn = proxy.connect().await;
     assert_eq!(text(&conn.command(&["GET", "k3"]).await), "$2\r\nv3\r\n");
     // "Not applied" stays true once the server has caught up with what it was sent.
