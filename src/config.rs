@@ -346,6 +346,11 @@ pub struct PostgresConfig {
     /// PostgreSQL's `statement_timeout` for holdfast's sessions.
     #[serde(default = "default_response_timeout", with = "humantime_serde")]
     pub statement_timeout: Duration,
+    /// Longest any one database operation may take holdfast's side: a connect, a
+    /// statement, a group commit's whole transaction, the wait for a queued request's answer.
+    /// Past it the connection is closed, never reused.
+    #[serde(default = "default_response_timeout", with = "humantime_serde")]
+    pub response_timeout: Duration,
     /// FLUSHDB and FLUSHALL empty the whole database; false refuses them.
     #[serde(default = "default_true")]
     pub allow_flush: bool,
@@ -367,6 +372,9 @@ pub struct SqliteConfig {
     /// crash of holdfast but may lose the last commits to a power failure.
     #[serde(default = "default_synchronous")]
     pub synchronous: Synchronous,
+    /// Longest any one database operation may take (as for `postgres`).
+    #[serde(default = "default_response_timeout", with = "humantime_serde")]
+    pub response_timeout: Duration,
     /// FLUSHDB and FLUSHALL empty the whole database; false refuses them.
     #[serde(default = "default_true")]
     pub allow_flush: bool,
@@ -409,6 +417,7 @@ impl SqliteConfig {
             readers: default_sqlite_readers(),
             busy_timeout: default_busy_timeout(),
             synchronous: default_synchronous(),
+            response_timeout: default_response_timeout(),
             allow_flush: true,
         }
     }
@@ -804,6 +813,7 @@ impl Config {
                     if let Err(e) = crate::backend::sql::postgres_hosts(&pg.url) {
                         return Err(invalid(format!("{key}.url"), e));
                     }
+                    check_response(&format!("{key}.response_timeout"), pg.response_timeout)?;
                 }
                 BackendConfig::Sentinel(sentinel) => {
                     check_addresses(
@@ -833,6 +843,7 @@ impl Config {
                     if sqlite.path.is_empty() {
                         return Err(invalid(format!("{key}.path"), "must not be empty"));
                     }
+                    check_response(&format!("{key}.response_timeout"), sqlite.response_timeout)?;
                 }
                 _ => {}
             }
@@ -1031,6 +1042,15 @@ fn check_fits(key: &str, policy: &EffectivePolicy) -> Result<(), ConfigError> {
 fn check_acquire(key: &str, timeout: Duration) -> Result<(), ConfigError> {
     if timeout.is_zero() || timeout > Duration::from_secs(300) {
         return Err(invalid(key, "must be between 1ms and 300s"));
+    }
+    Ok(())
+}
+
+/// A SQL backend's deadline: zero would fail every operation, and past an hour a stuck
+/// database holds requests far beyond any retry budget.
+fn check_response(key: &str, timeout: Duration) -> Result<(), ConfigError> {
+    if timeout.is_zero() || timeout > Duration::from_secs(3600) {
+        return Err(invalid(key, "must be between 1ms and 1h"));
     }
     Ok(())
 }

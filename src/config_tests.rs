@@ -75,6 +75,11 @@ fn the_documented_configuration_parses() {
     let default = config.namespaces[1].effective(&config.defaults);
     assert_eq!(default.retry.max_attempts, 15);
     assert_eq!(default.reply_mode, ReplyMode::Settled);
+    // A SQL backend's deadline defaults to 10 s.
+    assert!(matches!(
+        config.backends.get("pg"),
+        Some(BackendConfig::Postgres(pg)) if pg.response_timeout == Duration::from_secs(10)
+    ));
 }
 
 #[test]
@@ -170,6 +175,19 @@ fn bad_configurations_name_the_key() {
         ),
         ("[server]\nmax_pipeline = 0\n".to_string() + MINIMAL, "server.max_pipeline"),
         ("[server]\nthreads = 2000\n".to_string() + MINIMAL, "server.threads"),
+        (
+            format!("{MINIMAL}[backends.pg]\nkind = \"postgres\"\nurl = \"postgres://h/db\"\nresponse_timeout = \"0s\"\n"),
+            "backends.pg.response_timeout",
+        ),
+        (
+            format!("{MINIMAL}[backends.lite]\nkind = \"sqlite\"\npath = \"x.db\"\nresponse_timeout = \"2h\"\n"),
+            "backends.lite.response_timeout",
+        ),
+        (
+            // Inside `kind`'s tagged table serde names the table, not the key.
+            format!("{MINIMAL}[backends.pg]\nkind = \"postgres\"\nurl = \"postgres://h/db\"\nresponse_timeout = \"soon\"\n"),
+            "backends.pg",
+        ),
     ];
     for (text, key) in cases {
         let message = err(&text);

@@ -79,6 +79,12 @@ fn classify_backend(error: &BackendError) -> ErrorClass {
         BackendError::Reply { prefix, .. } => reply_prefix(prefix),
         BackendError::Unsupported { .. } => ErrorClass::Other,
         BackendError::Sql { stage, source } => sql_error(*stage, source),
+        // The connection it was cut short on is closed: before COMMIT was sent the database
+        // rolls the transaction back, as for a broken connection.
+        BackendError::SqlTimeout { stage, .. } => match stage {
+            SqlStage::Commit => ErrorClass::Transient,
+            SqlStage::Connect | SqlStage::Work => ErrorClass::NotAttempted,
+        },
         BackendError::Shared(inner) => classify_backend(inner),
         // Applied, but not yet safe from a failover: in doubt, like a lost reply.
         BackendError::NotReplicated { .. } => ErrorClass::Transient,
@@ -392,6 +398,32 @@ mod tests {
                 sql(stage, sqlx::Error::PoolClosed),
                 ErrorClass::NotAttempted
             );
+        }
+    }
+
+    /// A tokio timer's `Elapsed`, which only a timeout that fired can make.
+    async fn elapsed() -> tokio::time::error::Elapsed {
+        tokio::time::timeout(Duration::ZERO, std::future::pending::<()>())
+            .await
+            .unwrap_err()
+    }
+
+    #[tokio::test]
+    async fn a_database_deadline_is_in_doubt_only_once_commit_was_sent() {
+        for (stage, class) in [
+            (SqlStage::Connect, ErrorClass::NotAttempted),
+            (SqlStage::Work, ErrorClass::NotAttempted),
+            (SqlStage::Commit, ErrorClass::Transient),
+        ] {
+            let timeout = BackendError::SqlTimeout {
+                stage,
+                waited: Duration::from_secs(1),
+                source: elapsed().await,
+            };
+            assert_eq!(classify(&timeout), class, "{stage:?}");
+            // Shared by a group, the class is the same.
+            let shared = BackendError::Shared(std::sync::Arc::new(timeout));
+            assert_eq!(classify(&shared), class, "{stage:?}, shared");
         }
     }
 

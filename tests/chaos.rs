@@ -11,8 +11,8 @@
 //!
 //! Faults: a Sentinel-managed master SIGKILLed, and one demoted by `SENTINEL FAILOVER`; a
 //! Cluster primary SIGKILLed; a PostgreSQL
-//! primary killed and its standby promoted; PostgreSQL restarted in place; the backend
-//! blackholed for 10 s; an outage longer than the failover budget (clean errors during it,
+//! primary killed and its standby promoted; PostgreSQL restarted in place, frozen (SIGSTOP)
+//! and blackholed for 5 s; the backend blackholed for 10 s; an outage longer than the failover budget (clean errors during it,
 //! service after it).
 //!
 //! By hand: `tests/chaos/run SECONDS` runs it with that much load around each fault, writes
@@ -914,6 +914,74 @@ fn postgres_restarted_in_place() {
         let detail = "immediate stop, 3 s down".into();
         let report = load
             .settled("postgres restarted in place", began, healed, detail)
+            .await;
+        report.assert_held();
+        proxy.stop().await;
+    });
+}
+
+/// How long PostgreSQL stays frozen or blackholed: long enough for many requests to meet it
+/// mid-statement and mid-commit, short enough for CI.
+const PG_FAULT: Duration = Duration::from_secs(5);
+
+/// holdfast on one PostgreSQL at `addr`, with a 1 s deadline on every database operation, so
+/// a request caught by a silent server is given up on and retried well within the fault.
+async fn pg_proxy(addr: &str) -> Proxy {
+    Proxy::start(&format!(
+        "{}[backends.pg]\nkind = \"postgres\"\nurl = \"postgres://holdfast@{addr}/holdfast\"\n\
+         pool_size = 4\nresponse_timeout = \"1s\"\n\
+         [[namespaces]]\nname = \"pg\"\nbackend = \"pg\"\n",
+        policy(100, "")
+    ))
+    .await
+}
+
+/// SIGSTOP to the postmaster and every backend: connections stay open, nothing is answered
+/// and nothing is reset, the way a host that hangs looks from outside.
+#[test]
+fn postgres_frozen() {
+    if !postgres::available() {
+        eprintln!("skipped: PostgreSQL is not installed (tests/run installs it)");
+        return;
+    }
+    run(async {
+        let pg = PgServer::start();
+        let proxy = pg_proxy(&pg.addr()).await;
+        let load = Load::warmed_up(&proxy.addr).await;
+
+        let began = load.now();
+        pg.freeze();
+        sleep(PG_FAULT).await;
+        pg.thaw();
+        let healed = load.now();
+        let detail = "SIGSTOP of the postmaster and its children".into();
+        let report = load.settled("postgres frozen", began, healed, detail).await;
+        report.assert_held();
+        proxy.stop().await;
+    });
+}
+
+/// PostgreSQL behind the relay, which forwards nothing and closes nothing for the fault.
+#[test]
+fn postgres_blackholed() {
+    if !postgres::available() {
+        eprintln!("skipped: PostgreSQL is not installed (tests/run installs it)");
+        return;
+    }
+    run(async {
+        let pg = PgServer::start();
+        let relay = Relay::start(&pg.addr()).await;
+        let proxy = pg_proxy(&relay.addr()).await;
+        let load = Load::warmed_up(&proxy.addr).await;
+
+        let began = load.now();
+        relay.blackhole();
+        sleep(PG_FAULT).await;
+        relay.pass();
+        let healed = load.now();
+        let detail = "nothing forwarded, nothing closed".into();
+        let report = load
+            .settled("postgres blackholed", began, healed, detail)
             .await;
         report.assert_held();
         proxy.stop().await;

@@ -660,3 +660,121 @@ async fn a_statement_cancelled_by_its_timeout_is_retried_until_the_lock_goes() {
     assert_eq!(text(&conn.command(&["GET", "k"]).await), "$1\r\n1\r\n");
     proxy.stop().await;
 }
+
+/// Thaws a frozen PostgreSQL when dropped, so a failing assertion never leaves it stopped.
+struct Frozen<'a>(&'a PgServer);
+
+impl Drop for Frozen<'_> {
+    fn drop(&mut self) {
+        self.0.thaw();
+    }
+}
+
+/// Sends `args` on a fresh connection and returns the reply and how long it took, or None
+/// when no reply came within `limit` (the hang this test is about).
+async fn timed(addr: &str, args: &[&str], limit: Duration) -> (Option<String>, Duration) {
+    let mut conn = RawConn::connect(addr).await;
+    let sent = Instant::now();
+    conn.try_send(&encode_str(args)).await.unwrap();
+    let reply = conn.try_read_reply(limit).await.ok().map(|r| text(&r));
+    (reply, sent.elapsed())
+}
+
+/// A frozen PostgreSQL (SIGSTOP to the postmaster and every backend: sockets open, nothing
+/// answered, not even a reset) must not hold a request past its budget: every statement,
+/// the group commit's transaction and the wait for a queued request are bounded by the SQL
+/// backend's `response_timeout`, so each request ends in a clean UNAVAILABLE (or INDOUBT
+/// where COMMIT may have been sent), and service comes back when the server does.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_frozen_postgres_answers_within_the_budget() {
+    let pg = PgServer::start();
+    let (acquire, response) = (Duration::from_secs(1), Duration::from_secs(1));
+    let proxy = Proxy::start(&format!(
+        r#"
+[defaults]
+reply_mode = "fast"
+acquire_timeout = "1s"
+[defaults.retry]
+max_attempts = 3
+min_delay = "500ms"
+multiplier = 2.0
+max_delay = "500ms"
+jitter = 0.15
+[backends.db]
+kind = "postgres"
+url = "{}"
+pool_size = 4
+response_timeout = "1s"
+[[namespaces]]
+name = "all"
+backend = "db"
+"#,
+        pg.url()
+    ))
+    .await;
+    // Pooled connections exist before the freeze, so requests are sent on them and wait
+    // for an answer, besides the connects that cannot finish.
+    let mut warm = proxy.connect().await;
+    for i in 0..20 {
+        let k = format!("warm{i}");
+        assert_eq!(text(&warm.command(&["SET", &k, "v"]).await), "+OK\r\n");
+        assert_eq!(text(&warm.command(&["GET", &k]).await), "$1\r\nv\r\n");
+    }
+    // Three attempts, each at most a connection wait plus a response wait, and the backoff
+    // between them (500 ms twice, 15 % jitter), plus slack for a loaded machine.
+    let budget = Duration::from_millis(1150);
+    let limit = budget + 3 * (acquire + response) + Duration::from_secs(2);
+    let frozen = Frozen(&pg);
+    pg.freeze();
+    let get = tokio::spawn({
+        let addr = proxy.addr.clone();
+        async move { timed(&addr, &["GET", "k"], limit).await }
+    });
+    let set = tokio::spawn({
+        let addr = proxy.addr.clone();
+        async move { timed(&addr, &["SET", "k2", "v"], limit).await }
+    });
+    let (get, get_took) = get.await.unwrap();
+    let (set, set_took) = set.await.unwrap();
+    let get =
+        get.unwrap_or_else(|| panic!("GET k: no answer within {limit:?} from a frozen PostgreSQL"));
+    let set = set
+        .unwrap_or_else(|| panic!("SET k2 v: no answer within {limit:?} from a frozen PostgreSQL"));
+    eprintln!("frozen: GET k {get:?} after {get_took:?}; SET k2 v {set:?} after {set_took:?}");
+    // A read has nothing to apply: never in doubt.
+    assert!(
+        get.starts_with("-UNAVAILABLE"),
+        "GET k answered {get:?} after {get_took:?}"
+    );
+    assert!(
+        set.starts_with("-UNAVAILABLE") || set.starts_with("-INDOUBT"),
+        "SET k2 v answered {set:?} after {set_took:?}"
+    );
+    drop(frozen);
+    // Service comes back with the server, on fresh connections.
+    let back = Instant::now();
+    loop {
+        let (reply, _) = timed(&proxy.addr, &["SET", "k3", "v3"], limit).await;
+        if reply.as_deref() == Some("+OK\r\n") {
+            break;
+        }
+        assert!(
+            back.elapsed() < Duration::from_secs(20),
+            "no service after the thaw: {reply:?}"
+        );
+        sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!("service back {:?} after the thaw", back.elapsed());
+    let mut conn = proxy.connect().await;
+    assert_eq!(text(&conn.command(&["GET", "k3"]).await), "$2\r\nv3\r\n");
+    // "Not applied" stays true once the server has caught up with what it was sent.
+    sleep(Duration::from_millis(500)).await;
+    if set.starts_with("-UNAVAILABLE") {
+        assert_eq!(
+            text(&conn.command(&["GET", "k2"]).await),
+            "$-1\r\n",
+            "SET k2 answered {set:?} but was applied"
+        );
+    }
+    proxy.stop().await;
+}

@@ -209,6 +209,18 @@ pub enum BackendError {
         #[source]
         source: sqlx::Error,
     },
+    /// A SQL operation got no answer within the backend's `response_timeout`; its connection
+    /// was closed, never reused. The stage says whether COMMIT had been sent.
+    #[error("no answer from the database within {waited:?} ({stage:?})")]
+    SqlTimeout {
+        /// Where in the command's transaction the deadline passed.
+        stage: sql::SqlStage,
+        /// The deadline.
+        waited: Duration,
+        /// The timer's error.
+        #[source]
+        source: tokio::time::error::Elapsed,
+    },
     /// The write was applied on the primary, but fewer replicas than required confirmed it
     /// in time: a failover may still lose it.
     #[error("the write reached {got} replicas of the {wanted} required")]

@@ -170,6 +170,34 @@ fn alive(pid: u32) -> bool {
     matches!(proc_stat(pid), Some((state, _)) if state != 'Z' && state != 'X')
 }
 
+/// The live processes whose parent is `parent`, from `/proc`.
+fn children(parent: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(
+            |&pid| matches!(proc_stat(pid), Some((state, ppid)) if ppid == parent && state != 'Z'),
+        )
+        .collect()
+}
+
+/// Sends `which` (`-STOP`, `-CONT`) to `pids`, by PID, with the shell's own `kill` (a `kill`
+/// binary may not be installed). A process that exited meanwhile is not an error.
+fn signal(which: &str, pids: &[u32]) {
+    if pids.is_empty() {
+        return;
+    }
+    let list: Vec<String> = pids.iter().map(u32::to_string).collect();
+    let _ = Command::new("sh")
+        .args([
+            "-c",
+            &format!("kill {which} {} 2>/dev/null", list.join(" ")),
+        ])
+        .status();
+}
+
 /// The server binaries directory, or a panic explaining that PostgreSQL is
 /// not installed.
 fn required_bin_dir() -> PathBuf {
@@ -376,6 +404,26 @@ impl PgServer {
         self.spawn();
         if let Err(why) = self.wait_ready() {
             self.fail("start_again", why);
+        }
+    }
+
+    /// Freezes the server: SIGSTOP to the postmaster, then to every process it forked
+    /// (backends, walwriter, ...), found by their parent PID in `/proc`. The postmaster
+    /// goes first so it forks nothing new meanwhile. Sockets stay open and the kernel still
+    /// accepts connections, but nothing is read, answered or acknowledged until [`thaw`].
+    ///
+    /// [`thaw`]: PgServer::thaw
+    pub fn freeze(&self) {
+        let pid = self.pid().expect("PgServer::freeze: the server is running");
+        signal("-STOP", &[pid]);
+        signal("-STOP", &children(pid));
+    }
+
+    /// Lets a frozen server go on (SIGCONT to its children, then to the postmaster).
+    pub fn thaw(&self) {
+        if let Some(pid) = self.pid() {
+            signal("-CONT", &children(pid));
+            signal("-CONT", &[pid]);
         }
     }
 

@@ -8,7 +8,14 @@
 //! holds; each reply is its own command's (a request that fails is rolled back to its
 //! savepoint and answers its own error). A request that waited in the queue past its acquire
 //! timeout is withdrawn before the writer takes it, never after, so "not attempted" stays true.
+//!
+//! A group's whole transaction (connection, BEGIN, statements, COMMIT) is bounded by the
+//! backend's deadline (`deadline`): cut short before COMMIT was sent, its connection is closed
+//! and the database rolls it back, so its requests are answered not attempted; once COMMIT may
+//! have been sent, in doubt. A request that gave up waiting for a taken job's answer says in
+//! doubt too: the writer may still commit it.
 
+use super::deadline::{self, Progress, GRACE};
 use super::queue::Queue;
 use super::store::Ctx;
 use super::{abandon, Held, Inner, SqlStage, TxConn, Work};
@@ -44,20 +51,25 @@ struct Job {
 /// The handle requests are submitted through.
 pub struct GroupWriter {
     queue: mpsc::Sender<Job>,
+    /// The backend's deadline: how long a taken job's transaction may take.
+    response_timeout: Duration,
 }
 
 impl GroupWriter {
     /// Starts the writer task for `inner`; it ends when the backend is dropped.
-    pub fn start(inner: Weak<Inner>, writers: usize) -> GroupWriter {
+    pub fn start(inner: Weak<Inner>, writers: usize, response_timeout: Duration) -> GroupWriter {
         let (queue, jobs) = Queue::new(QUEUE);
         for _ in 0..writers.max(1) {
             tokio::spawn(run(inner.clone(), jobs.clone()));
         }
-        GroupWriter { queue }
+        GroupWriter {
+            queue,
+            response_timeout,
+        }
     }
 
     /// Runs `commands` in the next group; waits at most `acquire_timeout` for the writer to
-    /// take it, then for as long as its transaction takes.
+    /// take it, then for its transaction, which the deadline bounds.
     pub async fn submit(
         &self,
         commands: &[&[Bytes]],
@@ -95,8 +107,14 @@ impl GroupWriter {
                 {
                     return Err(timed_out());
                 }
-                // Taken: its transaction is under way; its outcome is the answer.
-                answer.await.unwrap_or_else(|_| Err(lost()))
+                // Taken: its transaction is under way; its outcome is the answer. The writer
+                // answers by its own deadline; should it not, the job may still commit after
+                // this request gave up, so the answer is in doubt, never "not applied".
+                let limit = self.response_timeout;
+                match tokio::time::timeout_at(deadline + limit + GRACE, answer).await {
+                    Ok(outcome) => outcome.unwrap_or_else(|_| Err(lost())),
+                    Err(elapsed) => Err(deadline::expired(SqlStage::Commit, limit, elapsed)),
+                }
             }
         }
     }
@@ -123,7 +141,18 @@ async fn run(inner: Weak<Inner>, jobs: Arc<Queue<Job>>) {
         }
         let Some(inner) = inner.upgrade() else { return };
         crate::metrics::group_commit(&inner.name, group.len());
-        let outcomes = commit_group(&inner, &group, &mut held).await;
+        let progress = Progress::default();
+        let limit = inner.response_timeout;
+        let until = tokio::time::Instant::now() + limit;
+        let bounded = commit_group(&inner, &group, &mut held, &progress);
+        let outcomes = match tokio::time::timeout_at(until, bounded).await {
+            Ok(outcomes) => outcomes,
+            Err(elapsed) => {
+                // Its connection, dropped mid-transaction, is closed (`TxConn`).
+                let shared = Arc::new(progress.cut_short(limit, elapsed));
+                group.iter().map(|_| Err(share(&shared))).collect()
+            }
+        };
         for (job, outcome) in group.into_iter().zip(outcomes) {
             let _ = job.reply.send(outcome);
         }
@@ -136,20 +165,25 @@ async fn run(inner: Weak<Inner>, jobs: Arc<Queue<Job>>) {
 /// changes anything. Should one fail after changing something (or the database fail), the
 /// whole transaction is rolled back, uncommitted, and the group runs again with a savepoint
 /// per request.
-async fn commit_group(inner: &Inner, group: &[Job], held: &mut Held) -> Vec<Outcome> {
-    match optimistic(inner, group, held).await {
+async fn commit_group(
+    inner: &Inner,
+    group: &[Job],
+    held: &mut Held,
+    progress: &Progress,
+) -> Vec<Outcome> {
+    match optimistic(inner, group, held, progress).await {
         Some(outcomes) => outcomes,
-        None => careful(inner, group).await,
+        None => careful(inner, group, progress).await,
     }
 }
 
 /// The group's transaction, begun, with every key lock its requests will take.
 async fn open(inner: &Inner, group: &[Job], held: &mut Held) -> Result<TxConn, BackendError> {
-    // The writer is not bounded by any one request's timeout: a request is only taken when
-    // it can still be served, and the busy timeout bounds the wait for the lock.
+    // The writer is not bounded by any one request's timeout (a request is only taken when
+    // it can still be served) but by the deadline around the whole group (`run`).
     let begin = inner.begin_statement(true);
     let mut conn = inner
-        .acquire_held(held, true, Some(begin), Duration::from_secs(3600))
+        .acquire_held(held, true, Some(begin), inner.response_timeout)
         .await?;
     if let Err(e) = lock_all(inner, &mut conn, group).await {
         super::rollback(&mut conn).await;
@@ -193,7 +227,12 @@ impl Job {
 /// The group without savepoints; None when it had to be rolled back. A run of plain SETs is
 /// written by one statement. Only a group that committed leaves its connection to `held`:
 /// every failure on the way may have put it in doubt.
-async fn optimistic(inner: &Inner, group: &[Job], held: &mut Held) -> Option<Vec<Outcome>> {
+async fn optimistic(
+    inner: &Inner,
+    group: &[Job],
+    held: &mut Held,
+    progress: &Progress,
+) -> Option<Vec<Outcome>> {
     let mut conn = open(inner, group, held).await.ok()?;
     let mut outcomes: Vec<Outcome> = Vec::with_capacity(group.len());
     let mut rest = group;
@@ -230,7 +269,7 @@ async fn optimistic(inner: &Inner, group: &[Job], held: &mut Held) -> Option<Vec
         outcomes.push(outcome);
         rest = &rest[1..];
     }
-    let outcomes = commit_outcomes(inner, &mut conn, outcomes).await;
+    let outcomes = commit_outcomes(inner, &mut conn, outcomes, progress).await;
     held.keep(conn);
     Some(outcomes)
 }
@@ -254,8 +293,13 @@ async fn lock_all(inner: &Inner, conn: &mut TxConn, group: &[Job]) -> Result<(),
 
 /// Commits, and turns the outcomes of the requests that succeeded into the commit's error
 /// when it fails: they may or may not be on disk now; what failed was undone.
-async fn commit_outcomes(inner: &Inner, conn: &mut TxConn, outcomes: Vec<Outcome>) -> Vec<Outcome> {
-    if let Err(e) = inner.commit(conn).await {
+async fn commit_outcomes(
+    inner: &Inner,
+    conn: &mut TxConn,
+    outcomes: Vec<Outcome>,
+    progress: &Progress,
+) -> Vec<Outcome> {
+    if let Err(e) = inner.commit(conn, progress).await {
         let shared = Arc::new(e);
         return outcomes
             .into_iter()
@@ -269,7 +313,7 @@ async fn commit_outcomes(inner: &Inner, conn: &mut TxConn, outcomes: Vec<Outcome
 }
 
 /// The group with a savepoint per request.
-async fn careful(inner: &Inner, group: &[Job]) -> Vec<Outcome> {
+async fn careful(inner: &Inner, group: &[Job], progress: &Progress) -> Vec<Outcome> {
     let mut conn = match open(inner, group, &mut Held::default()).await {
         Ok(conn) => conn,
         Err(e) => {
@@ -298,7 +342,7 @@ async fn careful(inner: &Inner, group: &[Job]) -> Vec<Outcome> {
         }
         outcomes.push(outcome);
     }
-    commit_outcomes(inner, &mut conn, outcomes).await
+    commit_outcomes(inner, &mut conn, outcomes, progress).await
 }
 
 /// The transaction cannot go on: nothing of it is committed, so every job fails with the

@@ -18,6 +18,7 @@
 
 mod args;
 mod commands;
+mod deadline;
 mod group;
 mod hashes;
 mod keys;
@@ -87,9 +88,10 @@ pub fn postgres_hosts(url: &str) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
-/// A pooled connection that may be inside a transaction. Dropped before the transaction
-/// ended (a COMMIT or ROLLBACK that answered) — an acquire timeout during BEGIN, a request
-/// abandoned at shutdown — it is closed, never handed back to the pool mid-transaction.
+/// A pooled connection that may be inside a transaction or a statement. Dropped before its
+/// user finished it (a COMMIT or ROLLBACK, or a lone statement, that answered) — an acquire
+/// timeout during BEGIN, a deadline that fired mid-statement (`deadline`), a request abandoned
+/// at shutdown — it is closed, never handed back to the pool mid-transaction.
 struct TxConn {
     conn: PoolConnection<Any>,
     open: bool,
@@ -170,9 +172,12 @@ impl Held {
         }
     }
 
-    /// The held connection, if it belongs to the current pools.
+    /// The held connection, if it belongs to the current pools. It is in use again: dropped
+    /// before its user finishes it (a deadline that fired mid-statement), it is closed.
     fn take(&mut self, pools: &Arc<Pools>) -> Option<TxConn> {
-        self.conn.take().filter(|c| Arc::ptr_eq(&c.pools, pools))
+        let mut conn = self.conn.take().filter(|c| Arc::ptr_eq(&c.pools, pools))?;
+        conn.open = true;
+        Some(conn)
     }
 }
 
@@ -204,6 +209,14 @@ struct Pools {
     reader: AnyPool,
 }
 
+/// TCP keepalive on the server's end of each PostgreSQL session: a peer silent for 10 s is
+/// probed every 5 s and dropped after 3 unanswered probes.
+const KEEPALIVE: [&str; 3] = [
+    "SET tcp_keepalives_idle = 10",
+    "SET tcp_keepalives_interval = 5",
+    "SET tcp_keepalives_count = 3",
+];
+
 /// Builds PostgreSQL's pool for one host's URL.
 type PoolBuilder = Box<dyn Fn(&str) -> Result<AnyPool, sqlx::Error> + Send + Sync>;
 
@@ -225,6 +238,8 @@ struct Inner {
     pools: ArcSwap<Pools>,
     failover: Option<Failover>,
     allow_flush: bool,
+    /// The deadline of any one database operation (`deadline`).
+    response_timeout: Duration,
     /// Set once the schema is current.
     migrated: OnceCell<()>,
     /// Writes go through group commit.
@@ -275,7 +290,9 @@ impl SqlBackend {
             AnyPoolOptions::new()
                 .max_connections(size as u32)
                 .min_connections(0)
-                .acquire_timeout(Duration::from_secs(3600))
+                // Bounds the connect (a file on a hung disk), and the wait for the writer
+                // connection another bounded transaction holds.
+                .acquire_timeout(config.response_timeout)
                 .test_before_acquire(false)
                 .after_connect(move |conn, _| {
                     let pragmas = pragmas.clone();
@@ -299,7 +316,7 @@ impl SqlBackend {
             Dialect::Sqlite,
             (writer, reader),
             None,
-            config.allow_flush,
+            (config.allow_flush, config.response_timeout),
         ))
     }
 
@@ -330,6 +347,12 @@ impl SqlBackend {
                     Box::pin(async move {
                         conn.execute(format!("SET statement_timeout = {timeout_ms}").as_str())
                             .await?;
+                        // sqlx 0.8 cannot turn on keepalive on its own socket; the server's
+                        // side of it can be, so a holdfast that vanished without a reset
+                        // (its host died) does not keep locks for the kernel's TCP timeout.
+                        for setting in KEEPALIVE {
+                            conn.execute(setting).await?;
+                        }
                         Ok(())
                     })
                 })
@@ -352,7 +375,7 @@ impl SqlBackend {
             Dialect::Postgres,
             (pool.clone(), pool),
             failover,
-            config.allow_flush,
+            (config.allow_flush, config.response_timeout),
         ))
     }
 
@@ -362,7 +385,7 @@ impl SqlBackend {
         dialect: Dialect,
         (writer, reader): (AnyPool, AnyPool),
         failover: Option<Failover>,
-        allow_flush: bool,
+        (allow_flush, response_timeout): (bool, Duration),
     ) -> SqlBackend {
         let readers = reader.options().get_max_connections() as usize;
         let inner = Arc::new_cyclic(|weak| Inner {
@@ -371,9 +394,18 @@ impl SqlBackend {
             pools: ArcSwap::from_pointee(Pools { writer, reader }),
             failover,
             allow_flush,
+            response_timeout,
             migrated: OnceCell::new(),
-            group: Some(group::GroupWriter::start(weak.clone(), writers)),
-            reads: Some(reads::GetBatcher::start(weak.clone(), readers)),
+            group: Some(group::GroupWriter::start(
+                weak.clone(),
+                writers,
+                response_timeout,
+            )),
+            reads: Some(reads::GetBatcher::start(
+                weak.clone(),
+                readers,
+                response_timeout,
+            )),
         });
         // Migrate at start, and reap expired keys, for as long as the backend is in use.
         let weak = Arc::downgrade(&inner);
@@ -435,8 +467,11 @@ impl SqlBackend {
         let probe = async {
             self.inner.ensure_schema().await.ok()?;
             let pools = self.inner.pools.load_full();
-            let mut conn = pools.reader.acquire().await.ok()?;
-            conn.execute("SELECT 1").await.ok()
+            // Closed, not pooled, if the probe is cut short mid-statement.
+            let mut conn = TxConn::new(pools.reader.acquire().await.ok()?, &pools);
+            conn.execute("SELECT 1").await.ok()?;
+            conn.finish();
+            Some(())
         };
         matches!(tokio::time::timeout(timeout, probe).await, Ok(Some(_)))
     }
@@ -447,24 +482,35 @@ impl Inner {
         self.migrated
             .get_or_try_init(|| async {
                 let pools = self.pools.load_full();
-                let mut conn = pools.writer.acquire().await.map_err(connect_error)?;
-                // Not reused: a migration cut short by a timeout must not leave its
-                // transaction (and its lock) on a pooled connection.
-                conn.close_on_drop();
-                schema::migrate(&mut conn, self.dialect).await.map_err(|e| {
+                let limit = self.response_timeout;
+                let deadline = tokio::time::Instant::now() + limit;
+                deadline::within(deadline, limit, SqlStage::Connect, async {
+                    let mut conn = pools.writer.acquire().await.map_err(connect_error)?;
+                    // Not reused: a migration cut short by a timeout must not leave its
+                    // transaction (and its lock) on a pooled connection.
                     conn.close_on_drop();
-                    connect_error(e)
+                    schema::migrate(&mut conn, self.dialect)
+                        .await
+                        .map_err(connect_error)
                 })
+                .await
             })
             .await
             .map(|_| ())
     }
 
-    /// Deletes keys whose expiry has passed (readers already skip them).
+    /// Deletes keys whose expiry has passed (readers already skip them), within the deadline:
+    /// it holds the writer connection SQLite's group commit waits for.
     async fn reap(&self) -> Result<(), BackendError> {
+        let progress = deadline::Progress::default();
+        let limit = self.response_timeout;
+        let until = tokio::time::Instant::now() + limit;
+        deadline::transaction(until, limit, &progress, self.reap_expired(&progress)).await
+    }
+
+    async fn reap_expired(&self, progress: &deadline::Progress) -> Result<(), BackendError> {
         let pools = self.pools.load_full();
         let mut conn = TxConn::new(pools.writer.acquire().await.map_err(connect_error)?, &pools);
-        conn.finish();
         sqlx::query("DELETE FROM hf_tokens WHERE expires_at <= $1")
             .bind(now_ms())
             .execute(&mut **conn)
@@ -477,12 +523,12 @@ impl Inner {
                 .await
                 .map_err(connect_error)?;
         if expired.is_empty() {
+            conn.finish();
             return Ok(());
         }
         conn.execute(self.begin_statement(true))
             .await
             .map_err(|e| abandon(&mut conn, e))?;
-        conn.open = true;
         let mut ctx = Ctx::new(&mut conn, now_ms(), Proto::Resp2, self.dialect, true);
         let mut purged = Ok(());
         for (key, _) in &expired {
@@ -499,10 +545,17 @@ impl Inner {
             rollback(&mut conn).await;
             return Err(work_error(e));
         }
-        self.commit(&mut conn).await
+        self.commit(&mut conn, progress).await
     }
 
-    async fn commit(&self, conn: &mut TxConn) -> Result<(), BackendError> {
+    /// Commits; `progress` learns first that COMMIT is on its way, so a deadline that cuts
+    /// it short reports the transaction in doubt.
+    async fn commit(
+        &self,
+        conn: &mut TxConn,
+        progress: &deadline::Progress,
+    ) -> Result<(), BackendError> {
+        progress.committing();
         match conn.execute("COMMIT").await {
             Ok(_) => {
                 conn.finish();
@@ -551,8 +604,8 @@ impl Inner {
                     None => TxConn::new(pool.acquire().await.map_err(connect_error)?, &pools),
                 };
                 let Some(statement) = first else {
-                    // No transaction: a single statement.
-                    conn.finish();
+                    // No transaction: a single statement, which its caller finishes once
+                    // answered.
                     return Ok(conn);
                 };
                 match conn.execute(statement).await {
@@ -851,20 +904,27 @@ impl Inner {
             loop {
                 let left = deadline.saturating_duration_since(tokio::time::Instant::now());
                 let mut conn = self.acquire(false, None, left).await?;
-                match self
-                    .apply(
-                        &mut conn,
-                        Work {
-                            commands,
-                            proto,
-                            batch: false,
-                            write: false,
-                            token: None,
-                        },
-                        &mut false,
-                    )
-                    .await
-                {
+                let limit = self.response_timeout;
+                let until = tokio::time::Instant::now() + limit;
+                let work = Work {
+                    commands,
+                    proto,
+                    batch: false,
+                    write: false,
+                    token: None,
+                };
+                let answered = deadline::within(
+                    until,
+                    limit,
+                    SqlStage::Work,
+                    self.apply(&mut conn, work, &mut false),
+                )
+                .await;
+                // Cut short mid-statement, it stays open and is closed when dropped.
+                if !matches!(answered, Err(BackendError::SqlTimeout { .. })) {
+                    conn.finish();
+                }
+                match answered {
                     Err(BackendError::Sql { source, .. })
                         if !matches!(source, sqlx::Error::Database(_))
                             && tokio::time::Instant::now() < deadline => {}
@@ -874,29 +934,29 @@ impl Inner {
         }
         let begin = self.begin_statement(write);
         let mut conn = self.acquire(write, Some(begin), acquire_timeout).await?;
-        match self
-            .apply(
-                &mut conn,
-                Work {
-                    commands,
-                    proto,
-                    batch,
-                    write,
-                    token,
-                },
-                &mut false,
-            )
-            .await
-        {
-            Ok(replies) => {
-                self.commit(&mut conn).await?;
-                Ok(replies)
+        let work = Work {
+            commands,
+            proto,
+            batch,
+            write,
+            token,
+        };
+        let progress = deadline::Progress::default();
+        let limit = self.response_timeout;
+        let until = tokio::time::Instant::now() + limit;
+        deadline::transaction(until, limit, &progress, async {
+            match self.apply(&mut conn, work, &mut false).await {
+                Ok(replies) => {
+                    self.commit(&mut conn, &progress).await?;
+                    Ok(replies)
+                }
+                Err(e) => {
+                    rollback(&mut conn).await;
+                    Err(e)
+                }
             }
-            Err(e) => {
-                rollback(&mut conn).await;
-                Err(e)
-            }
-        }
+        })
+        .await
     }
 }
 

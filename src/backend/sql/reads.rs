@@ -2,11 +2,12 @@
 //! all the keys queued meanwhile, as group commit does for writes. A read changes nothing, so
 //! answering several from one statement changes nothing a client can see but the number of
 //! statements: one per batch instead of one per request. Each reader connection runs one
-//! batch at a time.
+//! batch at a time, its statement bounded by the backend's deadline (`deadline`).
 
+use super::deadline::{self, GRACE};
 use super::queue::Queue;
 use super::store::{placeholders, Kind, WRONGTYPE};
-use super::{Held, Inner};
+use super::{Held, Inner, SqlStage};
 use crate::backend::BackendError;
 use bytes::Bytes;
 use redis_protocol::resp3::types::BytesFrame as Frame;
@@ -34,19 +35,25 @@ struct Get {
 /// The handle GETs are submitted through.
 pub struct GetBatcher {
     queue: mpsc::Sender<Get>,
+    /// The backend's deadline: how long a taken GET's batch may take.
+    response_timeout: Duration,
 }
 
 impl GetBatcher {
     /// Starts one batching task per reader connection; they end with the backend.
-    pub fn start(inner: Weak<Inner>, readers: usize) -> GetBatcher {
+    pub fn start(inner: Weak<Inner>, readers: usize, response_timeout: Duration) -> GetBatcher {
         let (queue, gets) = Queue::new(QUEUE);
         for _ in 0..readers.max(1) {
             tokio::spawn(run(inner.clone(), gets.clone()));
         }
-        GetBatcher { queue }
+        GetBatcher {
+            queue,
+            response_timeout,
+        }
     }
 
-    /// `GET key`, read in the next batch; waits at most `acquire_timeout` for it to start.
+    /// `GET key`, read in the next batch; waits at most `acquire_timeout` for it to start,
+    /// and the deadline (plus [`GRACE`]) for its batch to answer.
     pub async fn get(&self, key: &Bytes, acquire_timeout: Duration) -> Answer {
         let deadline = Instant::now() + acquire_timeout;
         let (reply, answer) = oneshot::channel();
@@ -62,13 +69,18 @@ impl GetBatcher {
             Ok(Ok(())) => {}
             _ => return Err(not_attempted),
         }
-        // The batch answers every request it takes (a late one: not attempted).
-        answer.await.unwrap_or_else(|_| {
-            Err(BackendError::Sql {
-                stage: super::SqlStage::Work,
-                source: sqlx::Error::WorkerCrashed,
-            })
-        })
+        // The batch answers every request it takes (a late one: not attempted), within the
+        // deadline; should it not, a read has nothing to apply: not attempted either.
+        let limit = self.response_timeout;
+        match tokio::time::timeout_at(deadline + limit + GRACE, answer).await {
+            Ok(answered) => answered.unwrap_or_else(|_| {
+                Err(BackendError::Sql {
+                    stage: SqlStage::Work,
+                    source: sqlx::Error::WorkerCrashed,
+                })
+            }),
+            Err(elapsed) => Err(deadline::expired(SqlStage::Work, limit, elapsed)),
+        }
     }
 }
 
@@ -100,18 +112,22 @@ async fn read_batch(inner: &Inner, batch: Vec<Get>, held: &mut Held) {
         for get in &live {
             query = query.bind(get.key.as_ref());
         }
-        match query.fetch_all(&mut **conn).await {
-            Ok(rows) => {
+        let limit = inner.response_timeout;
+        match tokio::time::timeout(limit, query.fetch_all(&mut **conn)).await {
+            Ok(Ok(rows)) => {
+                conn.finish();
                 held.keep(conn);
                 Ok(rows)
             }
-            Err(e) => {
+            Ok(Err(e)) => {
                 conn.close_on_drop();
                 Err(BackendError::Sql {
-                    stage: super::SqlStage::Work,
+                    stage: SqlStage::Work,
                     source: e,
                 })
             }
+            // Unfinished, the connection is closed as it is dropped.
+            Err(elapsed) => Err(deadline::expired(SqlStage::Work, limit, elapsed)),
         }
     };
     let rows = match rows.await {
