@@ -886,6 +886,9 @@ impl Config {
             check_retry(&format!("{key}.retry"), &policy.retry)?;
             check_acquire(&format!("{key}.acquire_timeout"), policy.acquire_timeout)?;
             check_fits(&key, &policy)?;
+            if policy.reply_mode == ReplyMode::Exact {
+                check_token_outlives_retries(&key, ns, &policy, &self.backends)?;
+            }
         }
         let mut users = std::collections::HashSet::new();
         for (i, user) in self.users.iter().enumerate() {
@@ -1026,6 +1029,68 @@ fn check_fits(key: &str, policy: &EffectivePolicy) -> Result<(), ConfigError> {
         ));
     }
     Ok(())
+}
+
+/// Exact mode: a retry must find its token, so the token must be kept longer than the
+/// longest a request can be retried after its first dispatch applied it. That is every delay
+/// with its jitter at the upper bound, plus every attempt's longest wait: the connection
+/// (`acquire_timeout`), the reply (the backend's response bound), and `WAIT` for replicas.
+/// A retry after the token expired would apply the command again (an `INCR` twice).
+fn check_token_outlives_retries(
+    key: &str,
+    ns: &NamespaceConfig,
+    policy: &EffectivePolicy,
+    backends: &BTreeMap<String, BackendConfig>,
+) -> Result<(), ConfigError> {
+    let Ok(backoff) = crate::retry::backoff::Backoff::new(&policy.retry) else {
+        return Ok(());
+    };
+    let (response, response_what) = match backends.get(&ns.backend) {
+        // The script's EVALSHA, then the EVAL after NOSCRIPT (src/backend/redis.rs).
+        Some(BackendConfig::Redis(r)) => (r.response_timeout * 2, "2 × response_timeout"),
+        Some(BackendConfig::Sentinel(r)) => (r.response_timeout * 2, "2 × response_timeout"),
+        Some(BackendConfig::Cluster(r)) => (r.response_timeout * 2, "2 × response_timeout"),
+        Some(BackendConfig::Postgres(p)) => (p.statement_timeout, "statement_timeout"),
+        Some(BackendConfig::Sqlite(s)) => (s.busy_timeout, "busy_timeout"),
+        None => (Duration::ZERO, "no response bound"),
+    };
+    // `WAIT`'s own timeout, and the second its reply may take (src/backend/redis.rs).
+    let replicas = policy
+        .replicas
+        .map_or(Duration::ZERO, |(_, wait)| wait + Duration::from_secs(1));
+    let per_attempt = policy.acquire_timeout + response + replicas;
+    let delays = backoff.total_at_most();
+    let worst = delays + per_attempt * backoff.max_attempts;
+    let ttl = crate::backend::TOKEN_TTL;
+    if worst <= ttl {
+        return Ok(());
+    }
+    // Name the key the schedule comes from: the namespace's own, or the default it inherits.
+    let attempts_key = if ns.retry.max_attempts.is_some() {
+        format!("{key}.retry.max_attempts")
+    } else {
+        "defaults.retry.max_attempts".to_string()
+    };
+    Err(invalid(
+        attempts_key,
+        format!(
+            "namespace `{}` is in exact reply mode, whose tokens are kept {}s, but a request may be retried for up to {}s after its first dispatch ({} attempts, delays up to {}s with jitter at its bound, each attempt up to {}s: acquire_timeout {}s + {response_what} of backends.{} {}s{}); a retry after its token expired would apply the command again: lower max_attempts, max_delay or the timeouts",
+            ns.name,
+            ttl.as_secs(),
+            worst.as_secs_f64().ceil(),
+            backoff.max_attempts,
+            delays.as_secs_f64().ceil(),
+            per_attempt.as_secs_f64(),
+            policy.acquire_timeout.as_secs_f64(),
+            ns.backend,
+            response.as_secs_f64(),
+            if replicas.is_zero() {
+                String::new()
+            } else {
+                format!(" + replicas_ack_timeout and 1s for WAIT {}s", replicas.as_secs_f64())
+            },
+        ),
+    ))
 }
 
 fn check_acquire(key: &str, timeout: Duration) -> Result<(), ConfigError> {
