@@ -448,6 +448,10 @@ pub struct SentinelConfig {
     /// A file holding the master's password (a mounted secret).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password_file: Option<std::path::PathBuf>,
+    /// The database exact mode keeps its tokens in, apart from the data (database 0), so a
+    /// client's KEYS, SCAN and DBSIZE never show them.
+    #[serde(default = "default_token_db")]
+    pub token_db: u8,
 }
 
 /// `kind = "cluster"`: a Redis Cluster, found from any of its seed nodes. Commands go to the
@@ -505,6 +509,15 @@ pub struct RedisConfig {
     /// For `rediss://`: PEM trust roots to verify the backend with, instead of the system's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_ca: Option<std::path::PathBuf>,
+    /// The database exact mode keeps its tokens in, apart from the URL's, so a client's KEYS,
+    /// SCAN and DBSIZE never show them.
+    #[serde(default = "default_token_db")]
+    pub token_db: u8,
+}
+
+/// The last of a Redis's 16 default databases: the one least likely to hold data.
+fn default_token_db() -> u8 {
+    15
 }
 
 /// The checks a Sentinel or Cluster backend shares: a pool size in range, at least one
@@ -788,8 +801,18 @@ impl Config {
                 if let Some(path) = &redis.password_file {
                     read_secret(&format!("{key}.password_file"), path)?;
                 }
-                if let Err(e) = fred::types::config::Config::from_url(&redis.url) {
-                    return Err(invalid(format!("{key}.url"), e.details().to_string()));
+                match fred::types::config::Config::from_url(&redis.url) {
+                    Err(e) => return Err(invalid(format!("{key}.url"), e.details().to_string())),
+                    Ok(parsed) if parsed.database.unwrap_or(0) == redis.token_db => {
+                        return Err(invalid(
+                            format!("{key}.token_db"),
+                            format!(
+                                "{} is the url's database: exact mode's tokens would show in the clients' KEYS, SCAN and DBSIZE",
+                                redis.token_db
+                            ),
+                        ));
+                    }
+                    Ok(_) => {}
                 }
             }
             let key = format!("backends.{name}");
@@ -806,6 +829,12 @@ impl Config {
                     }
                 }
                 BackendConfig::Sentinel(sentinel) => {
+                    if sentinel.token_db == 0 {
+                        return Err(invalid(
+                            format!("{key}.token_db"),
+                            "0 is the data's database: exact mode's tokens would show in the clients' KEYS, SCAN and DBSIZE",
+                        ));
+                    }
                     check_addresses(
                         &key,
                         "sentinels",

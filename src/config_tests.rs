@@ -336,3 +336,19 @@ fn exact_mode_refuses_a_retry_schedule_that_outlasts_its_token() {
     let slow = "[defaults]\nreply_mode = \"exact\"\nacquire_timeout = \"20s\"\n[backends.r]\nkind = \"redis\"\nurl = \"redis://127.0.0.1:6379\"\nresponse_timeout = \"20s\"\n[[namespaces]]\nname = \"n\"\nbackend = \"r\"\n";
     assert!(err(slow).starts_with("defaults.retry.max_attempts:"));
 }
+
+/// Exact mode's tokens need a database of their own on a standalone or Sentinel Redis.
+#[test]
+fn a_token_db_that_is_the_datas_database_is_refused() {
+    let redis = |url: &str, extra: &str| {
+        format!("[backends.r]\nkind = \"redis\"\nurl = \"{url}\"\n{extra}\n[[namespaces]]\nname = \"n\"\nbackend = \"r\"\n")
+    };
+    let message = err(&redis("redis://127.0.0.1:6379/15", ""));
+    assert!(message.starts_with("backends.r.token_db:"), "{message}");
+    let message = err(&redis("redis://127.0.0.1:6379/3", "token_db = 3"));
+    assert!(message.starts_with("backends.r.token_db:"), "{message}");
+    Config::from_toml(&redis("redis://127.0.0.1:6379/3", "")).unwrap();
+    Config::from_toml(&redis("redis://127.0.0.1:6379/15", "token_db = 14")).unwrap();
+    let sentinel = "[backends.r]\nkind = \"sentinel\"\nmaster_name = \"m\"\nsentinels = [\"127.0.0.1:26379\"]\ntoken_db = 0\n[[namespaces]]\nname = \"n\"\nbackend = \"r\"\n";
+    assert!(err(sentinel).starts_with("backends.r.token_db:"));
+}
