@@ -665,3 +665,29 @@ async fn exact_replies_are_byte_equal_to_redis_nils_included() {
     assert!(differ.is_empty(), "{}", differ.join("\n"));
     proxy.stop().await;
 }
+
+/// Item 7 on SQL backends: tokens live in `hf_tokens`, never among a client's keys.
+#[tokio::test(flavor = "multi_thread")]
+async fn exact_tokens_stay_out_of_a_clients_keys_scan_and_dbsize_on_sql() {
+    let pg = PgServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = format!(
+        "kind = \"sqlite\"\npath = \"{}\"",
+        dir.path().join("hidden.db").display()
+    );
+    for backend in [sqlite, postgres_backend(&pg.addr())] {
+        let proxy = Proxy::start(&config(&backend, "hidden_sql", "exact")).await;
+        let mut conn = proxy.connect().await;
+        assert_eq!(conn.command(&["INCR", "n"]).await, b":1\r\n");
+        assert_eq!(conn.command(&["SADD", "s", "a", "b"]).await, b":2\r\n");
+        assert_eq!(keys(&mut conn).await, ["n", "s"], "{backend}");
+        assert_eq!(conn.command(&["DBSIZE"]).await, b":2\r\n", "{backend}");
+        let scan = text(&conn.command(&["SCAN", "0", "COUNT", "1000"]).await);
+        assert!(
+            !scan.contains("hf:tok") && !scan.contains("tok"),
+            "{backend}: {scan}"
+        );
+        assert_eq!(conn.command(&["FLUSHALL"]).await, b"+OK\r\n");
+        proxy.stop().await;
+    }
+}
