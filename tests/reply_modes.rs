@@ -691,3 +691,46 @@ async fn exact_tokens_stay_out_of_a_clients_keys_scan_and_dbsize_on_sql() {
         proxy.stop().await;
     }
 }
+
+/// Item 7 under Sentinel (fred's connections, not holdfast's own): the tokens live in
+/// `token_db`, and a primary whose policy can evict gets none.
+#[tokio::test(flavor = "multi_thread")]
+async fn exact_tokens_under_sentinel_stay_out_of_the_keyspace_and_away_from_eviction() {
+    let master = RedisServer::start();
+    let sentinel = support::sentinel::Sentinel::start(master.port());
+    let found = Instant::now();
+    while !sentinel.names_master(master.port()).await {
+        assert!(found.elapsed() < Duration::from_secs(10), "no sentinel");
+        sleep(Duration::from_millis(50)).await;
+    }
+    let backend = format!(
+        "kind = \"sentinel\"\nmaster_name = \"mymaster\"\nsentinels = [\"{}\"]\npool_size = 1",
+        sentinel.addr()
+    );
+    let proxy = Proxy::start(&config(&backend, "sentinel_hidden", "exact")).await;
+    let mut conn = proxy.connect().await;
+    assert_eq!(conn.command(&["INCR", "n"]).await, b":1\r\n");
+    assert_eq!(keys(&mut conn).await, ["n"]);
+    assert_eq!(conn.command(&["DBSIZE"]).await, b":1\r\n");
+    assert_eq!(dbsize_of(&master, "15").await, ":1\r\n");
+    proxy.stop().await;
+
+    assert_eq!(
+        master.cmd(&["CONFIG", "SET", "maxmemory", "100mb"]),
+        "+OK\r\n"
+    );
+    assert_eq!(
+        master.cmd(&["CONFIG", "SET", "maxmemory-policy", "volatile-lru"]),
+        "+OK\r\n"
+    );
+    let proxy = Proxy::start(&config(&backend, "sentinel_hidden", "exact")).await;
+    let mut conn = proxy.connect().await;
+    assert_eq!(conn.command(&["GET", "nothing"]).await, b"$-1\r\n");
+    assert_eq!(conn.command(&["INCR", "n"]).await, b":2\r\n");
+    assert_eq!(
+        dbsize_of(&master, "15").await,
+        ":1\r\n",
+        "a token was written"
+    );
+    proxy.stop().await;
+}
