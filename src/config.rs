@@ -457,6 +457,10 @@ pub struct SentinelConfig {
     /// A file holding the master's password (a mounted secret).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password_file: Option<std::path::PathBuf>,
+    /// The database exact mode keeps its tokens in, apart from the data (database 0), so a
+    /// client's KEYS, SCAN and DBSIZE never show them.
+    #[serde(default = "default_token_db")]
+    pub token_db: u8,
 }
 
 /// `kind = "cluster"`: a Redis Cluster, found from any of its seed nodes. Commands go to the
@@ -514,6 +518,15 @@ pub struct RedisConfig {
     /// For `rediss://`: PEM trust roots to verify the backend with, instead of the system's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_ca: Option<std::path::PathBuf>,
+    /// The database exact mode keeps its tokens in, apart from the URL's, so a client's KEYS,
+    /// SCAN and DBSIZE never show them.
+    #[serde(default = "default_token_db")]
+    pub token_db: u8,
+}
+
+/// The last of a Redis's 16 default databases: the one least likely to hold data.
+fn default_token_db() -> u8 {
+    15
 }
 
 /// The checks a Sentinel or Cluster backend shares: a pool size in range, at least one
@@ -797,8 +810,18 @@ impl Config {
                 if let Some(path) = &redis.password_file {
                     read_secret(&format!("{key}.password_file"), path)?;
                 }
-                if let Err(e) = fred::types::config::Config::from_url(&redis.url) {
-                    return Err(invalid(format!("{key}.url"), e.details().to_string()));
+                match fred::types::config::Config::from_url(&redis.url) {
+                    Err(e) => return Err(invalid(format!("{key}.url"), e.details().to_string())),
+                    Ok(parsed) if parsed.database.unwrap_or(0) == redis.token_db => {
+                        return Err(invalid(
+                            format!("{key}.token_db"),
+                            format!(
+                                "{} is the url's database: exact mode's tokens would show in the clients' KEYS, SCAN and DBSIZE",
+                                redis.token_db
+                            ),
+                        ));
+                    }
+                    Ok(_) => {}
                 }
             }
             let key = format!("backends.{name}");
@@ -816,6 +839,12 @@ impl Config {
                     check_response(&format!("{key}.response_timeout"), pg.response_timeout)?;
                 }
                 BackendConfig::Sentinel(sentinel) => {
+                    if sentinel.token_db == 0 {
+                        return Err(invalid(
+                            format!("{key}.token_db"),
+                            "0 is the data's database: exact mode's tokens would show in the clients' KEYS, SCAN and DBSIZE",
+                        ));
+                    }
                     check_addresses(
                         &key,
                         "sentinels",
@@ -897,6 +926,9 @@ impl Config {
             check_retry(&format!("{key}.retry"), &policy.retry)?;
             check_acquire(&format!("{key}.acquire_timeout"), policy.acquire_timeout)?;
             check_fits(&key, &policy)?;
+            if policy.reply_mode == ReplyMode::Exact {
+                check_token_outlives_retries(&key, ns, &policy, &self.backends)?;
+            }
         }
         let mut users = std::collections::HashSet::new();
         for (i, user) in self.users.iter().enumerate() {
@@ -1037,6 +1069,68 @@ fn check_fits(key: &str, policy: &EffectivePolicy) -> Result<(), ConfigError> {
         ));
     }
     Ok(())
+}
+
+/// Exact mode: a retry must find its token, so the token must be kept longer than the
+/// longest a request can be retried after its first dispatch applied it. That is every delay
+/// with its jitter at the upper bound, plus every attempt's longest wait: the connection
+/// (`acquire_timeout`), the reply (the backend's response bound), and `WAIT` for replicas.
+/// A retry after the token expired would apply the command again (an `INCR` twice).
+fn check_token_outlives_retries(
+    key: &str,
+    ns: &NamespaceConfig,
+    policy: &EffectivePolicy,
+    backends: &BTreeMap<String, BackendConfig>,
+) -> Result<(), ConfigError> {
+    let Ok(backoff) = crate::retry::backoff::Backoff::new(&policy.retry) else {
+        return Ok(());
+    };
+    let (response, response_what) = match backends.get(&ns.backend) {
+        // The script's EVALSHA, then the EVAL after NOSCRIPT (src/backend/redis.rs).
+        Some(BackendConfig::Redis(r)) => (r.response_timeout * 2, "2 × response_timeout"),
+        Some(BackendConfig::Sentinel(r)) => (r.response_timeout * 2, "2 × response_timeout"),
+        Some(BackendConfig::Cluster(r)) => (r.response_timeout * 2, "2 × response_timeout"),
+        Some(BackendConfig::Postgres(p)) => (p.statement_timeout, "statement_timeout"),
+        Some(BackendConfig::Sqlite(s)) => (s.busy_timeout, "busy_timeout"),
+        None => (Duration::ZERO, "no response bound"),
+    };
+    // `WAIT`'s own timeout, and the second its reply may take (src/backend/redis.rs).
+    let replicas = policy
+        .replicas
+        .map_or(Duration::ZERO, |(_, wait)| wait + Duration::from_secs(1));
+    let per_attempt = policy.acquire_timeout + response + replicas;
+    let delays = backoff.total_at_most();
+    let worst = delays + per_attempt * backoff.max_attempts;
+    let ttl = crate::backend::TOKEN_TTL;
+    if worst <= ttl {
+        return Ok(());
+    }
+    // Name the key the schedule comes from: the namespace's own, or the default it inherits.
+    let attempts_key = if ns.retry.max_attempts.is_some() {
+        format!("{key}.retry.max_attempts")
+    } else {
+        "defaults.retry.max_attempts".to_string()
+    };
+    Err(invalid(
+        attempts_key,
+        format!(
+            "namespace `{}` is in exact reply mode, whose tokens are kept {}s, but a request may be retried for up to {}s after its first dispatch ({} attempts, delays up to {}s with jitter at its bound, each attempt up to {}s: acquire_timeout {}s + {response_what} of backends.{} {}s{}); a retry after its token expired would apply the command again: lower max_attempts, max_delay or the timeouts",
+            ns.name,
+            ttl.as_secs(),
+            worst.as_secs_f64().ceil(),
+            backoff.max_attempts,
+            delays.as_secs_f64().ceil(),
+            per_attempt.as_secs_f64(),
+            policy.acquire_timeout.as_secs_f64(),
+            ns.backend,
+            response.as_secs_f64(),
+            if replicas.is_zero() {
+                String::new()
+            } else {
+                format!(" + replicas_ack_timeout and 1s for WAIT {}s", replicas.as_secs_f64())
+            },
+        ),
+    ))
 }
 
 fn check_acquire(key: &str, timeout: Duration) -> Result<(), ConfigError> {

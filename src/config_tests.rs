@@ -317,3 +317,56 @@ backend = "r"
     assert_eq!(policy(1), None);
     assert_eq!(policy(2), Some((1, Duration::from_millis(250))));
 }
+
+/// Issue 17, item 7: exact mode keeps a token `TOKEN_TTL`; a retry schedule longer than that
+/// would retry after the token expired and apply an `INCR` twice. Refused, naming the key the
+/// schedule comes from, whether the namespace sets it or inherits it from `[defaults]`.
+#[test]
+fn exact_mode_refuses_a_retry_schedule_that_outlasts_its_token() {
+    let redis = "[backends.r]\nkind = \"redis\"\nurl = \"redis://127.0.0.1:6379\"\n";
+    // Inherited: the namespace sets nothing, [defaults] says exact and 120 attempts.
+    let inherited = format!(
+        "[defaults]\nreply_mode = \"exact\"\n[defaults.retry]\nmax_attempts = 120\nmax_delay = \"10s\"\n{redis}[[namespaces]]\nname = \"n\"\nbackend = \"r\"\n"
+    );
+    let message = err(&inherited);
+    assert!(
+        message.starts_with("defaults.retry.max_attempts:"),
+        "{message}"
+    );
+    assert!(message.contains("exact reply mode"), "{message}");
+    // The namespace's own override, reply mode and schedule.
+    let own = format!(
+        "{redis}[[namespaces]]\nname = \"n\"\nbackend = \"r\"\nreply_mode = \"exact\"\n[namespaces.retry]\nmax_attempts = 1000\nmax_delay = \"600s\"\n"
+    );
+    let message = err(&own);
+    assert!(
+        message.starts_with("namespaces[0].retry.max_attempts:"),
+        "{message}"
+    );
+    // The same schedules outside exact mode, and exact mode with the defaults, are fine.
+    Config::from_toml(&inherited.replace("\"exact\"", "\"settled\"")).unwrap();
+    Config::from_toml(&own.replace("\"exact\"", "\"fast\"")).unwrap();
+    Config::from_toml(&format!(
+        "[defaults]\nreply_mode = \"exact\"\n{redis}[[namespaces]]\nname = \"n\"\nbackend = \"r\"\n"
+    ))
+    .unwrap();
+    // The attempts' own time counts: 15 attempts fit in delays alone, not with 60 s each.
+    let slow = "[defaults]\nreply_mode = \"exact\"\nacquire_timeout = \"20s\"\n[backends.r]\nkind = \"redis\"\nurl = \"redis://127.0.0.1:6379\"\nresponse_timeout = \"20s\"\n[[namespaces]]\nname = \"n\"\nbackend = \"r\"\n";
+    assert!(err(slow).starts_with("defaults.retry.max_attempts:"));
+}
+
+/// Exact mode's tokens need a database of their own on a standalone or Sentinel Redis.
+#[test]
+fn a_token_db_that_is_the_datas_database_is_refused() {
+    let redis = |url: &str, extra: &str| {
+        format!("[backends.r]\nkind = \"redis\"\nurl = \"{url}\"\n{extra}\n[[namespaces]]\nname = \"n\"\nbackend = \"r\"\n")
+    };
+    let message = err(&redis("redis://127.0.0.1:6379/15", ""));
+    assert!(message.starts_with("backends.r.token_db:"), "{message}");
+    let message = err(&redis("redis://127.0.0.1:6379/3", "token_db = 3"));
+    assert!(message.starts_with("backends.r.token_db:"), "{message}");
+    Config::from_toml(&redis("redis://127.0.0.1:6379/3", "")).unwrap();
+    Config::from_toml(&redis("redis://127.0.0.1:6379/15", "token_db = 14")).unwrap();
+    let sentinel = "[backends.r]\nkind = \"sentinel\"\nmaster_name = \"m\"\nsentinels = [\"127.0.0.1:26379\"]\ntoken_db = 0\n[[namespaces]]\nname = \"n\"\nbackend = \"r\"\n";
+    assert!(err(sentinel).starts_with("backends.r.token_db:"));
+}

@@ -16,8 +16,9 @@
 //! - [`error`]: the three failure classes and `classify`, the only place that assigns one.
 //! - [`backend`]: Redis: a standalone server's shared connections are holdfast's own
 //!   (`backend::link`: many clients' commands in one write), Sentinel, Cluster, TLS and a
-//!   client's own connection go through fred; PostgreSQL and SQLite through sqlx (the Redis
-//!   data model on tables, group commit, batched GETs, exact-mode tokens); a scripted fake for
+//!   client's own connection go through fred; exact mode's Redis script, its token keys and
+//!   reply repair (`backend::exact`); PostgreSQL and SQLite through sqlx (the Redis data
+//!   model on tables, group commit, batched GETs, exact-mode tokens); a scripted fake for
 //!   unit tests.
 //! - [`metrics`] and [`http`]: every metric declared in one place; `/metrics`, `/healthz`,
 //!   `/readyz`.

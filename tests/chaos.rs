@@ -63,7 +63,10 @@ fn load_secs() -> Duration {
 
 /// The policy every fault runs under, with `extra` added to `[defaults]`: exact mode; a budget
 /// of `attempts` attempts with a backoff from 50 ms capped at 1 s, so the hold ends soon after
-/// the fault does (100 attempts outlast every fault here); a 1 s wait for a connection.
+/// the fault does (100 attempts outlast every fault here); a 1 s wait for a connection. Exact
+/// mode's schedule must fit in its token's 15 minutes, attempts' timeouts included (see
+/// `check_token_outlives_retries` in src/config.rs), so the backends below answer within 2 s
+/// (Redis) or 5 s (PostgreSQL statements) rather than the default 10 s.
 fn policy(attempts: u32, extra: &str) -> String {
     format!(
         r#"
@@ -709,7 +712,7 @@ async fn sentinel_setup(backend: &str) -> (RedisServer, RedisServer, Vec<Sentine
     // before the master's death can be missing on the promoted replica.
     let proxy = Proxy::start(&format!(
         "{}[backends.{backend}]\nkind = \"sentinel\"\nmaster_name = \"mymaster\"\n\
-         sentinels = [{}]\npool_size = 2\n\
+         sentinels = [{}]\npool_size = 2\nresponse_timeout = \"2s\"\n\
          [[namespaces]]\nname = \"{backend}\"\nbackend = \"{backend}\"\n",
         policy(100, "min_replicas_ack = 1"),
         quoted(&addrs)
@@ -792,6 +795,7 @@ fn cluster_primary_sigkilled() {
         let mut cluster = Cluster::start();
         let proxy = Proxy::start(&format!(
             "{}[backends.big]\nkind = \"cluster\"\nnodes = [{}]\npool_size = 2\n\
+             response_timeout = \"2s\"\n\
              [[namespaces]]\nname = \"big\"\nbackend = \"big\"\n",
             policy(100, "min_replicas_ack = 1"),
             quoted(&cluster.addrs())
@@ -862,6 +866,7 @@ fn postgres_primary_killed_and_standby_promoted() {
         );
         let proxy = Proxy::start(&format!(
             "{}[backends.pg]\nkind = \"postgres\"\nurl = \"{url}\"\npool_size = 4\n\
+             statement_timeout = \"5s\"\n\
              [[namespaces]]\nname = \"pg\"\nbackend = \"pg\"\n",
             policy(100, "")
         ))
@@ -899,6 +904,7 @@ fn postgres_restarted_in_place() {
         let mut pg = PgServer::start();
         let proxy = Proxy::start(&format!(
             "{}[backends.pg]\nkind = \"postgres\"\nurl = \"{}\"\npool_size = 4\n\
+             statement_timeout = \"5s\"\n\
              [[namespaces]]\nname = \"pg\"\nbackend = \"pg\"\n",
             policy(100, ""),
             pg.url()

@@ -145,3 +145,32 @@ backend = "big"
     }
     proxy.stop().await;
 }
+
+/// Issue 17, item 12: a key whose braces make no hash tag (`a}b`, `{}x`) hashes whole; its
+/// token key must land in the same slot, or exact mode's script spans two slots.
+#[tokio::test(flavor = "multi_thread")]
+async fn exact_mode_on_a_cluster_keeps_a_token_in_the_slot_of_a_key_without_a_hash_tag() {
+    let cluster = Cluster::start();
+    let nodes: Vec<String> = cluster.addrs().iter().map(|a| format!("\"{a}\"")).collect();
+    let proxy = Proxy::start(&format!(
+        r#"
+[defaults]
+reply_mode = "exact"
+[backends.big]
+kind = "cluster"
+nodes = [{}]
+pool_size = 1
+[[namespaces]]
+name = "main"
+backend = "big"
+"#,
+        nodes[..2].join(", ")
+    ))
+    .await;
+    let mut conn = proxy.connect().await;
+    for key in ["a}b", "{}x", "x{}{y}", "}", "{user1}:a", "{{a}}"] {
+        assert_eq!(text(&conn.command(&["INCR", key]).await), ":1\r\n", "{key}");
+        assert_eq!(cluster.get(key), "$1\r\n1\r\n", "{key}");
+    }
+    proxy.stop().await;
+}

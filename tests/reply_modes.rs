@@ -587,3 +587,234 @@ backend = "s"
         );
     }
 }
+
+// Issue 17, items 7 and 12: where exact mode's tokens live, and what its script carries.
+
+/// KEYS through holdfast, sorted, as text.
+async fn keys(conn: &mut RawConn) -> Vec<String> {
+    let reply = text(&conn.command(&["KEYS", "*"]).await);
+    let mut keys: Vec<String> = reply
+        .split("\r\n")
+        .skip(1)
+        .filter(|line| !line.starts_with('$') && !line.is_empty())
+        .map(str::to_string)
+        .collect();
+    keys.sort();
+    keys
+}
+
+/// The number of keys in database `db` of `redis`, asked directly.
+async fn dbsize_of(redis: &RedisServer, db: &str) -> String {
+    let mut direct = RawConn::connect(&redis.addr()).await;
+    assert_eq!(direct.command(&["SELECT", db]).await, b"+OK\r\n");
+    text(&direct.command(&["DBSIZE"]).await)
+}
+
+/// Item 7: a client's KEYS, SCAN and DBSIZE show its own keys only, never exact mode's
+/// tokens (on a standalone Redis they live in a database of their own).
+#[tokio::test(flavor = "multi_thread")]
+async fn exact_tokens_stay_out_of_a_clients_keys_scan_and_dbsize_on_redis() {
+    let redis = RedisServer::start();
+    let proxy = Proxy::start(&config(&redis_backend(&redis.url()), "hidden", "exact")).await;
+    let mut conn = proxy.connect().await;
+    assert_eq!(conn.command(&["INCR", "n"]).await, b":1\r\n");
+    assert_eq!(conn.command(&["SADD", "s", "a", "b"]).await, b":2\r\n");
+    assert_eq!(keys(&mut conn).await, ["n", "s"]);
+    assert_eq!(conn.command(&["DBSIZE"]).await, b":2\r\n");
+    let scan = text(&conn.command(&["SCAN", "0", "COUNT", "1000"]).await);
+    assert!(!scan.contains("hf:tok"), "{scan}");
+    assert_eq!(dbsize_of(&redis, "0").await, ":2\r\n");
+    // The tokens are there, in their own database, as many as the writes.
+    assert_eq!(dbsize_of(&redis, "15").await, ":2\r\n");
+    proxy.stop().await;
+}
+
+/// Item 7: on a Redis whose maxmemory policy may evict keys, a token could be evicted and a
+/// retry apply the command twice; holdfast then settles instead and writes no token.
+#[tokio::test(flavor = "multi_thread")]
+async fn exact_mode_on_an_evicting_redis_settles_instead_of_writing_tokens() {
+    let redis =
+        RedisServer::start_with(&["--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru"]);
+    let proxy = Proxy::start(&config(&redis_backend(&redis.url()), "evicting", "exact")).await;
+    let mut conn = proxy.connect().await;
+    // A read first: the backend connection, and what it learnt of the policy, is there.
+    assert_eq!(conn.command(&["GET", "nothing"]).await, b"$-1\r\n");
+    assert_eq!(conn.command(&["INCR", "n"]).await, b":1\r\n");
+    assert_eq!(conn.command(&["SADD", "s", "a"]).await, b":1\r\n");
+    let keyspace = redis.cmd(&["INFO", "keyspace"]);
+    assert!(keyspace.contains("db0:keys=2,"), "{keyspace}");
+    assert!(
+        !keyspace.contains("db15"),
+        "a token was written: {keyspace}"
+    );
+    // The same server under noeviction keeps exact mode (after a re-dial).
+    assert_eq!(
+        redis.cmd(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]),
+        "+OK\r\n"
+    );
+    proxy.stop().await;
+    let proxy = Proxy::start(&config(&redis_backend(&redis.url()), "evicting", "exact")).await;
+    let mut conn = proxy.connect().await;
+    assert_eq!(conn.command(&["GET", "nothing"]).await, b"$-1\r\n");
+    assert_eq!(conn.command(&["INCR", "n"]).await, b":2\r\n");
+    assert_eq!(dbsize_of(&redis, "15").await, ":1\r\n");
+    proxy.stop().await;
+}
+
+/// Item 12: a bulk SADD beyond what the script can unpack is still answered (settled
+/// instead); one at the limit still goes through the script.
+#[tokio::test(flavor = "multi_thread")]
+async fn exact_mode_answers_a_bulk_sadd_beyond_the_scripts_argument_limit() {
+    let redis = RedisServer::start();
+    let proxy = Proxy::start(&config(&redis_backend(&redis.url()), "bulk", "exact")).await;
+    let mut conn = proxy.connect().await;
+    for (key, members) in [("big", 10_000usize), ("limit", 6_998)] {
+        let mut args = vec!["SADD".to_string(), key.to_string()];
+        args.extend((0..members).map(|i| format!("m{i}")));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let reply = timeout(Duration::from_secs(30), conn.command(&args))
+            .await
+            .unwrap();
+        assert_eq!(text(&reply), format!(":{members}\r\n"), "{key}");
+        assert_eq!(
+            redis.cmd(&["SCARD", key]),
+            format!(":{members}\r\n"),
+            "{key}"
+        );
+    }
+    // 7,000 arguments went through the script (one token); 10,002 did not.
+    assert_eq!(dbsize_of(&redis, "15").await, ":1\r\n");
+    proxy.stop().await;
+}
+
+/// Item 12: through exact mode's script a reply is byte for byte what Redis answers
+/// directly, nils included: `LPOP key 5` of nothing is `*-1` in RESP2, BITFIELD's failed
+/// overflow is a null inside its array in RESP3.
+#[tokio::test(flavor = "multi_thread")]
+async fn exact_replies_are_byte_equal_to_redis_nils_included() {
+    let direct = RedisServer::start();
+    let behind = RedisServer::start();
+    let proxy = Proxy::start(&config(&redis_backend(&behind.url()), "equal", "exact")).await;
+    let script: &[&[&str]] = &[
+        &["LPOP", "nolist", "5"],
+        &["RPOP", "nolist", "2"],
+        &["LPOP", "nolist"],
+        &["RPUSH", "l", "a", "b", "c"],
+        &["LPOP", "l", "2"],
+        &["RPOP", "l", "5"],
+        &["SET", "k", "v", "GET"],
+        &["SET", "k", "w", "GET"],
+        &[
+            "BITFIELD", "bf", "OVERFLOW", "FAIL", "INCRBY", "u2", "0", "5", "GET", "u2", "0",
+        ],
+        &[
+            "BITFIELD", "bf", "INCRBY", "u2", "0", "1", "OVERFLOW", "FAIL", "INCRBY", "u2", "0",
+            "9",
+        ],
+        &["INCR", "n"],
+        &["ZINCRBY", "z", "1.5", "m"],
+        &["ZADD", "z", "NX", "INCR", "1", "m"],
+        &["ZADD", "z", "INCR", "2", "m"],
+        &["HSET", "h", "f", "v", "g", "w"],
+        &["HINCRBYFLOAT", "h", "x", "0.1"],
+        &["LPUSH", "k", "x"],
+        &["SPOP", "nosuchset"],
+        &["SPOP", "nosuchset", "3"],
+        &["GETDEL", "k"],
+        &["GETDEL", "k"],
+    ];
+    let mut differ = Vec::new();
+    for hello in [false, true] {
+        let mut a = RawConn::connect(&direct.addr()).await;
+        let mut b = proxy.connect().await;
+        if hello {
+            a.command(&["HELLO", "3"]).await;
+            b.command(&["HELLO", "3"]).await;
+        }
+        for command in script {
+            let want = a.command(command).await;
+            let got = b.command(command).await;
+            if got != want {
+                differ.push(format!(
+                    "{command:?} in RESP{}: holdfast {:?}, Redis {:?}",
+                    if hello { 3 } else { 2 },
+                    text(&got),
+                    text(&want)
+                ));
+            }
+        }
+        assert_eq!(a.command(&["FLUSHALL"]).await, b"+OK\r\n");
+        assert_eq!(b.command(&["FLUSHALL"]).await, b"+OK\r\n");
+    }
+    assert!(differ.is_empty(), "{}", differ.join("\n"));
+    proxy.stop().await;
+}
+
+/// Item 7 on SQL backends: tokens live in `hf_tokens`, never among a client's keys.
+#[tokio::test(flavor = "multi_thread")]
+async fn exact_tokens_stay_out_of_a_clients_keys_scan_and_dbsize_on_sql() {
+    let pg = PgServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = format!(
+        "kind = \"sqlite\"\npath = \"{}\"",
+        dir.path().join("hidden.db").display()
+    );
+    for backend in [sqlite, postgres_backend(&pg.addr())] {
+        let proxy = Proxy::start(&config(&backend, "hidden_sql", "exact")).await;
+        let mut conn = proxy.connect().await;
+        assert_eq!(conn.command(&["INCR", "n"]).await, b":1\r\n");
+        assert_eq!(conn.command(&["SADD", "s", "a", "b"]).await, b":2\r\n");
+        assert_eq!(keys(&mut conn).await, ["n", "s"], "{backend}");
+        assert_eq!(conn.command(&["DBSIZE"]).await, b":2\r\n", "{backend}");
+        let scan = text(&conn.command(&["SCAN", "0", "COUNT", "1000"]).await);
+        assert!(
+            !scan.contains("hf:tok") && !scan.contains("tok"),
+            "{backend}: {scan}"
+        );
+        assert_eq!(conn.command(&["FLUSHALL"]).await, b"+OK\r\n");
+        proxy.stop().await;
+    }
+}
+
+/// Item 7 under Sentinel (fred's connections, not holdfast's own): the tokens live in
+/// `token_db`, and a primary whose policy can evict gets none.
+#[tokio::test(flavor = "multi_thread")]
+async fn exact_tokens_under_sentinel_stay_out_of_the_keyspace_and_away_from_eviction() {
+    let master = RedisServer::start();
+    let sentinel = support::sentinel::Sentinel::start(master.port());
+    let found = Instant::now();
+    while !sentinel.names_master(master.port()).await {
+        assert!(found.elapsed() < Duration::from_secs(10), "no sentinel");
+        sleep(Duration::from_millis(50)).await;
+    }
+    let backend = format!(
+        "kind = \"sentinel\"\nmaster_name = \"mymaster\"\nsentinels = [\"{}\"]\npool_size = 1",
+        sentinel.addr()
+    );
+    let proxy = Proxy::start(&config(&backend, "sentinel_hidden", "exact")).await;
+    let mut conn = proxy.connect().await;
+    assert_eq!(conn.command(&["INCR", "n"]).await, b":1\r\n");
+    assert_eq!(keys(&mut conn).await, ["n"]);
+    assert_eq!(conn.command(&["DBSIZE"]).await, b":1\r\n");
+    assert_eq!(dbsize_of(&master, "15").await, ":1\r\n");
+    proxy.stop().await;
+
+    assert_eq!(
+        master.cmd(&["CONFIG", "SET", "maxmemory", "100mb"]),
+        "+OK\r\n"
+    );
+    assert_eq!(
+        master.cmd(&["CONFIG", "SET", "maxmemory-policy", "volatile-lru"]),
+        "+OK\r\n"
+    );
+    let proxy = Proxy::start(&config(&backend, "sentinel_hidden", "exact")).await;
+    let mut conn = proxy.connect().await;
+    assert_eq!(conn.command(&["GET", "nothing"]).await, b"$-1\r\n");
+    assert_eq!(conn.command(&["INCR", "n"]).await, b":2\r\n");
+    assert_eq!(
+        dbsize_of(&master, "15").await,
+        ":1\r\n",
+        "a token was written"
+    );
+    proxy.stop().await;
+}

@@ -171,8 +171,8 @@ pub enum SendError {
 
 impl Link {
     /// Connects, authenticates, selects the database and switches protocol, then starts the
-    /// link's task. Returns the link, the task (it ends when the connection does) and the
-    /// server's version (major, minor). `unwritten` is kept true while commands wait to be
+    /// link's task. Returns the link, the task (it ends when the connection does) and what
+    /// the server said of itself. `unwritten` is kept true while commands wait to be
     /// written.
     ///
     /// # Errors
@@ -181,14 +181,14 @@ impl Link {
     pub async fn connect(
         target: &Target,
         unwritten: Arc<AtomicBool>,
-    ) -> Result<(Link, tokio::task::JoinHandle<()>, Option<(u32, u32)>), Error> {
+    ) -> Result<(Link, tokio::task::JoinHandle<()>, Server), Error> {
         let dial = async {
             let mut stream = TcpStream::connect((target.host.as_str(), target.port)).await?;
             stream.set_nodelay(true)?;
-            let version = handshake(&mut stream, target).await?;
-            Ok::<_, Error>((stream, version))
+            let server = handshake(&mut stream, target).await?;
+            Ok::<_, Error>((stream, server))
         };
-        let (stream, version) = tokio::time::timeout(target.connection_timeout, dial)
+        let (stream, server) = tokio::time::timeout(target.connection_timeout, dial)
             .await
             .map_err(|_| Error::new(ErrorKind::Timeout, "connecting to the backend timed out"))??;
         let shared = Arc::new(Shared {
@@ -203,7 +203,7 @@ impl Link {
             unwritten,
         });
         let task = tokio::spawn(run(stream, shared.clone(), target.proto));
-        Ok((Link { shared }, task, version))
+        Ok((Link { shared }, task, server))
     }
 
     /// Sends one command and waits for its reply, at most `timeout` when one is given.
@@ -516,9 +516,19 @@ fn upgrade(frame: Frame2) -> Frame {
     }
 }
 
-/// Introduces the connection: AUTH, HELLO 3 for RESP3, SELECT, then INFO for the version, all
-/// in one write. Returns the server's version.
-async fn handshake(stream: &mut TcpStream, target: &Target) -> Result<Option<(u32, u32)>, Error> {
+/// What a server says of itself in the handshake's `INFO`.
+#[derive(Debug, Default)]
+pub struct Server {
+    /// Its version (major, minor).
+    pub version: Option<(u32, u32)>,
+    /// The whole `INFO` reply (its default sections: the version, and the memory section
+    /// exact mode reads its eviction policy from).
+    pub info: String,
+}
+
+/// Introduces the connection: AUTH, HELLO 3 for RESP3, SELECT, then INFO for the version and
+/// the eviction policy, all in one write.
+async fn handshake(stream: &mut TcpStream, target: &Target) -> Result<Server, Error> {
     let mut out = Output::default();
     let mut expected = Vec::new();
     if let Some(password) = &target.password {
@@ -542,14 +552,12 @@ async fn handshake(stream: &mut TcpStream, target: &Target) -> Result<Option<(u3
         );
         expected.push(ErrorKind::Protocol);
     }
-    encode(
-        &mut out,
-        &[Bytes::from_static(b"INFO"), Bytes::from_static(b"server")],
-    );
+    // The default sections: `server` and `memory` in one reply, on every Redis version.
+    encode(&mut out, &[Bytes::from_static(b"INFO")]);
     expected.push(ErrorKind::Protocol);
     out.write_to(stream).await?;
     let mut buf = BytesMut::with_capacity(8 * 1024);
-    let mut version = None;
+    let mut server = Server::default();
     for (i, kind) in expected.iter().enumerate() {
         let frame = loop {
             // The reply to HELLO 3 is RESP3; the ones before it are RESP2, which the RESP3
@@ -571,12 +579,13 @@ async fn handshake(stream: &mut TcpStream, target: &Target) -> Result<Option<(u3
             Frame::BlobString { data, .. } | Frame::VerbatimString { data, .. }
                 if i + 1 == expected.len() =>
             {
-                version = redis_version(data);
+                server.version = redis_version(data);
+                server.info = String::from_utf8_lossy(data).into_owned();
             }
             _ => {}
         }
     }
-    Ok(version)
+    Ok(server)
 }
 
 /// The kind of an error reply to the handshake's command expecting `kind`. Only a refused

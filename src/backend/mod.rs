@@ -4,6 +4,7 @@
 //! by its variant, whether the request had been handed to a connection. It never retries on
 //! its own (fred's replay is switched off); every dispatch is the retry loop's to count.
 
+pub mod exact;
 pub mod fake;
 pub mod link;
 pub mod redis;
@@ -324,6 +325,15 @@ impl Backend {
             Backend::Redis(r) => r.double_style(),
             // SQL backends answer as Redis 7.0 does (holdfast's INFO says 7.0.0).
             Backend::Sql(_) => DoubleStyle::G17,
+        }
+    }
+
+    /// Whether a command of `argc` arguments can run in exact mode on this backend; if not,
+    /// it is settled instead. SQL backends take any.
+    pub fn takes_token(&self, argc: usize) -> bool {
+        match self {
+            Backend::Redis(r) => r.takes_token(argc),
+            Backend::Sql(_) => true,
         }
     }
 

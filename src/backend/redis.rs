@@ -15,6 +15,7 @@
 //! (there is no reconnect policy), and the next dial reads the slot map afresh, which is how a
 //! promoted replica is found.
 
+use super::exact::{self, TokenDb};
 use super::{link, BackendError, DoubleStyle, Placement, Proto, Reply, Request};
 use crate::config::{ClusterConfig, RedisConfig, SentinelConfig};
 use arc_swap::ArcSwapOption;
@@ -60,6 +61,8 @@ struct Live {
     ended: watch::Receiver<bool>,
     /// `MOVED`/`ASK` redirections fred may follow per command (0 off a Cluster).
     redirections: u32,
+    /// Where exact mode's tokens live on this connection's server.
+    tokens: Option<TokenDb>,
     /// Set when a reply did not come in time: fred pairs replies with commands in order, so
     /// after a reply is lost on the way (a network that drops it) each later command would
     /// get an earlier one's reply. The connection takes no new command and is closed.
@@ -170,6 +173,8 @@ struct Slot {
     backend: Arc<str>,
     /// Redirections each command may follow (see [`Live::redirections`]).
     redirections: u32,
+    /// Exact mode's tokens on this backend.
+    tokens: Tokens,
     /// True while the link of this slot holds commands not yet written (kept across its
     /// dials; a fred connection never sets it).
     unwritten: Arc<AtomicBool>,
@@ -181,6 +186,7 @@ impl Slot {
         doubles: Arc<AtomicBool>,
         backend: Arc<str>,
         redirections: u32,
+        tokens: Tokens,
     ) -> Arc<Slot> {
         Arc::new(Slot {
             dialer,
@@ -189,6 +195,7 @@ impl Slot {
             doubles,
             backend,
             redirections,
+            tokens,
             unwritten: Arc::new(AtomicBool::new(false)),
         })
     }
@@ -204,6 +211,7 @@ impl Slot {
     fn dial(self: &Arc<Self>) -> JoinHandle<Result<(), fred::error::Error>> {
         let slot = self.clone();
         tokio::spawn(async move {
+            let pooled = !slot.backend.is_empty();
             let (conn, task, version) = match &slot.dialer {
                 Dialer::Fred(factory) => {
                     let client = factory();
@@ -211,18 +219,35 @@ impl Slot {
                     let version = client
                         .server_version()
                         .map(|v| (v.major as u32, v.minor as u32));
+                    // Only pooled connections carry exact mode's script.
+                    if pooled {
+                        let memory = client
+                            .info::<String>(Some(fred::types::InfoKind::Memory))
+                            .await;
+                        match memory {
+                            Ok(info) => slot.tokens.learn(&slot.backend, &info),
+                            Err(e) => tracing::warn!(
+                                backend = %slot.backend,
+                                error = %e,
+                                "INFO memory failed: cannot tell whether maxmemory-policy may evict exact mode's tokens"
+                            ),
+                        }
+                    }
                     let task: Ended = Box::pin(async move {
                         let _ = task.await;
                     });
                     (Conn::Fred(client), task, version)
                 }
                 Dialer::Link(target) => {
-                    let (link, task, version) =
+                    let (link, task, server) =
                         link::Link::connect(target, slot.unwritten.clone()).await?;
+                    if pooled {
+                        slot.tokens.learn(&slot.backend, &server.info);
+                    }
                     let task: Ended = Box::pin(async move {
                         let _ = task.await;
                     });
-                    (Conn::Link(link), task, version)
+                    (Conn::Link(link), task, server.version)
                 }
             };
             // Redis 7.2 moved from %.17g to the shortest round-trip spelling.
@@ -234,9 +259,9 @@ impl Slot {
                 conn,
                 ended,
                 redirections: slot.redirections,
+                tokens: slot.tokens.db,
                 retired: AtomicBool::new(false),
             })));
-            let pooled = !slot.backend.is_empty();
             if pooled {
                 crate::metrics::pool_connected(&slot.backend, true);
             }
@@ -250,6 +275,36 @@ impl Slot {
             });
             Ok(())
         })
+    }
+}
+
+/// Exact mode's tokens on one backend, shared by its slots.
+#[derive(Clone, Default)]
+struct Tokens {
+    /// Their own database (None: beside the data, on a Cluster, which has only database 0).
+    db: Option<TokenDb>,
+    /// True while the last dial found a `maxmemory-policy` that may evict them.
+    evicting: Arc<AtomicBool>,
+}
+
+impl Tokens {
+    /// Reads the eviction policy from a dial's `INFO` and says so when it changes.
+    fn learn(&self, backend: &str, info: &str) {
+        let policy = exact::evicting_policy(info);
+        if self.evicting.swap(policy.is_some(), Ordering::Relaxed) == policy.is_some() {
+            return;
+        }
+        match policy {
+            Some(policy) => tracing::error!(
+                backend,
+                policy,
+                "maxmemory-policy {policy} may evict exact mode's tokens, and a retry that finds none applies its command again: exact-mode writes on this backend are settled instead until a dial finds noeviction or maxmemory 0"
+            ),
+            None => tracing::info!(
+                backend,
+                "maxmemory-policy no longer evicts: exact mode is back on this backend"
+            ),
+        }
     }
 }
 
@@ -328,6 +383,8 @@ pub struct RedisBackend {
     /// Sentinel and Cluster: a connection whose server turned replica is dropped, so the
     /// next dial finds the new primary.
     flavor: Flavor,
+    /// Exact mode's tokens.
+    tokens: Tokens,
 }
 
 impl RedisBackend {
@@ -351,13 +408,17 @@ impl RedisBackend {
         if let Some(path) = &config.password_file {
             parsed.password = Some(password_from(name, path)?);
         }
+        let tokens = TokenDb {
+            tokens: config.token_db,
+            data: parsed.database.unwrap_or(0),
+        };
         Ok(RedisBackend::with(
             name,
             parsed,
-            config.connection_timeout,
-            config.response_timeout,
+            (config.connection_timeout, config.response_timeout),
             config.pool_size,
             Flavor::Standalone,
+            Some(tokens),
         ))
     }
 
@@ -376,12 +437,16 @@ impl RedisBackend {
             config.connection_timeout,
             config.response_timeout,
         );
+        let tokens = TokenDb {
+            tokens: config.token_db,
+            data: 0,
+        };
         RedisBackend::discovered(
             name,
             server,
             config.password_file.as_deref(),
             pool,
-            Flavor::Sentinel,
+            (Flavor::Sentinel, Some(tokens)),
         )
     }
 
@@ -400,7 +465,13 @@ impl RedisBackend {
             config.response_timeout,
         );
         let flavor = Flavor::Cluster(config.max_redirections);
-        RedisBackend::discovered(name, server, config.password_file.as_deref(), pool, flavor)
+        RedisBackend::discovered(
+            name,
+            server,
+            config.password_file.as_deref(),
+            pool,
+            (flavor, None),
+        )
     }
 
     /// A backend whose servers are found at each dial (Sentinel, Cluster): `pool` is its
@@ -410,7 +481,7 @@ impl RedisBackend {
         server: fred::types::config::ServerConfig,
         password_file: Option<&std::path::Path>,
         (pool_size, connection_timeout, response_timeout): (usize, Duration, Duration),
-        flavor: Flavor,
+        (flavor, tokens): (Flavor, Option<TokenDb>),
     ) -> Result<RedisBackend, BackendError> {
         let mut parsed = fred::types::config::Config {
             server,
@@ -422,20 +493,20 @@ impl RedisBackend {
         Ok(RedisBackend::with(
             name,
             parsed,
-            connection_timeout,
-            response_timeout,
+            (connection_timeout, response_timeout),
             pool_size,
             flavor,
+            tokens,
         ))
     }
 
     fn with(
         name: &str,
         parsed: fred::types::config::Config,
-        connection_timeout: Duration,
-        response_timeout: Duration,
+        (connection_timeout, response_timeout): (Duration, Duration),
         pool_size: usize,
         flavor: Flavor,
+        tokens: Option<TokenDb>,
     ) -> RedisBackend {
         let connection = ConnectionConfig {
             connection_timeout,
@@ -461,6 +532,10 @@ impl RedisBackend {
             resp3: OnceCell::new(),
             doubles: Arc::new(AtomicBool::new(false)),
             flavor,
+            tokens: Tokens {
+                db: tokens,
+                evicting: Arc::new(AtomicBool::new(false)),
+            },
         };
         backend.resp2 = backend.open_pool(RespVersion::RESP2);
         for slot in &backend.resp2.slots {
@@ -515,6 +590,7 @@ impl RedisBackend {
                     self.doubles.clone(),
                     self.name.as_str().into(),
                     self.redirections(),
+                    self.tokens.clone(),
                 )
             })
             .collect();
@@ -545,6 +621,13 @@ impl RedisBackend {
         let mut slots = keys.iter().map(|k| fred::util::redis_keyslot(k));
         let first = slots.next();
         slots.any(|s| Some(s) != first)
+    }
+
+    /// Whether a command of `argc` arguments can run in exact mode here: it fits in the
+    /// script (`exact::MAX_ARGS`), and the last dial found no eviction policy that could
+    /// take its token. Otherwise it is settled (the README's "Reply modes").
+    pub fn takes_token(&self, argc: usize) -> bool {
+        argc <= exact::MAX_ARGS && !self.tokens.evicting.load(Ordering::Relaxed)
     }
 
     /// How this backend spells RESP3 doubles.
@@ -724,7 +807,13 @@ impl RedisBackend {
         // They follow no redirection: a command inside MULTI redirected to another node
         // would run there at once, outside the transaction.
         let dialer = Dialer::Fred(self.factory(version));
-        let slot = Slot::new(dialer, self.doubles.clone(), "".into(), 0);
+        let slot = Slot::new(
+            dialer,
+            self.doubles.clone(),
+            "".into(),
+            0,
+            self.tokens.clone(),
+        );
         let live = ensure_connected(&slot, acquire_timeout).await?;
         Ok(DedicatedRedis {
             live,
@@ -960,76 +1049,21 @@ impl DedicatedRedis {
     }
 }
 
-/// Exact mode on Redis: the command runs inside a script that first looks for the request's
-/// token and, finding none, applies the command and records its reply (msgpack) under the
-/// token, all in one atomic step. A retry that finds the token answers the recorded reply.
-/// The script talks RESP3 to the command when the client does, so the reply keeps its type.
-/// (Lua numbers are doubles: an integer reply beyond 2^53 would lose precision.)
-const EXACT_SCRIPT: &str = r#"
-local done = redis.call('GET', KEYS[1])
-if ARGV[2] == '3' then redis.setresp(3) end
-if done then return cmsgpack.unpack(done) end
-local reply = redis.pcall(unpack(ARGV, 3))
-redis.call('SET', KEYS[1], cmsgpack.pack(reply), 'PX', ARGV[1])
-return reply
-"#;
-
-fn exact_sha() -> &'static str {
-    static SHA: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    SHA.get_or_init(|| sha1_smol::Sha1::from(EXACT_SCRIPT).digest().to_string())
-}
-
-/// The token's key: in the command key's hash slot (its hash tag, or the whole key), so the
-/// script touches one slot on a Cluster.
-fn token_key(key: &[u8], token: &[u8]) -> Bytes {
-    let tag = key
-        .iter()
-        .position(|b| *b == b'{')
-        .and_then(|open| {
-            let rest = &key[open + 1..];
-            rest.iter()
-                .position(|b| *b == b'}')
-                .filter(|close| *close > 0)
-                .map(|close| &rest[..close])
-        })
-        .unwrap_or(key);
-    let mut out = Vec::with_capacity(tag.len() + token.len() + 8);
-    out.push(b'{');
-    out.extend_from_slice(tag);
-    out.extend_from_slice(b"}hf:tok:");
-    out.extend_from_slice(token);
-    Bytes::from(out)
-}
-
+/// Exact mode: the command inside the script of `src/backend/exact.rs`, by its SHA and, when
+/// the server does not have it cached, by its text.
 async fn exact(
     live: &Live,
     request: &Request<'_>,
     token: &[u8],
     response_timeout: Duration,
 ) -> Result<Reply, BackendError> {
-    let key = request.args.get(1).cloned().unwrap_or_default();
-    let ttl = crate::backend::TOKEN_TTL.as_millis().to_string();
-    let proto = if request.proto == Proto::Resp3 {
-        "3"
-    } else {
-        "2"
-    };
-    let mut args: Vec<Bytes> = Vec::with_capacity(request.args.len() + 6);
-    args.push(Bytes::from_static(b"EVALSHA"));
-    args.push(Bytes::from(exact_sha()));
-    args.push(Bytes::from_static(b"2"));
-    let tok = token_key(&key, token);
-    args.push(tok.clone());
-    args.push(key);
-    args.push(Bytes::from(ttl));
-    args.push(Bytes::from(proto));
-    args.extend(request.args.iter().cloned());
+    let (mut args, tok) = exact::evalsha(request.args, request.proto, token, live.tokens);
     // The token key shares the command key's slot; the script runs on its node.
     let by_sha = Request {
         route: Some(&tok),
         ..request.with_args(&args)
     };
-    match send(live, &by_sha, response_timeout).await {
+    let reply = match send(live, &by_sha, response_timeout).await {
         // Not in this server's script cache (a restart, a failover): nothing ran. EVAL runs
         // the script and caches it.
         Err(BackendError::Reply { prefix, .. }) if prefix == "NOSCRIPT" => {
@@ -1037,7 +1071,7 @@ async fn exact(
                 *first = Bytes::from_static(b"EVAL");
             }
             if let Some(second) = args.get_mut(1) {
-                *second = Bytes::from_static(EXACT_SCRIPT.as_bytes());
+                *second = Bytes::from_static(exact::SCRIPT.as_bytes());
             }
             let by_text = Request {
                 route: Some(&tok),
@@ -1046,7 +1080,8 @@ async fn exact(
             send(live, &by_text, response_timeout).await
         }
         other => other,
-    }
+    };
+    reply.map(exact::repair)
 }
 
 /// `WAIT wanted timeout` on the connection that carried the write: the write is acknowledged
@@ -1137,6 +1172,7 @@ mod tests {
                         Arc::new(AtomicBool::new(false)),
                         "test".into(),
                         0,
+                        Tokens::default(),
                     )
                 })
                 .collect(),

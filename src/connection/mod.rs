@@ -681,10 +681,13 @@ impl Conn {
     /// How a command is answered in its namespace's reply mode.
     fn plan(&self, namespace: &Namespace, command: &Command) -> Plan {
         // Exact mode's token goes with one key, the first argument (checked only in that
-        // mode: the other modes need no look at the keys here).
+        // mode: the other modes need no look at the keys here), on a backend that can keep
+        // the token for this command (a Redis script takes a bounded number of arguments; an
+        // evicting Redis could lose it).
         let single_key = namespace.reply_mode == ReplyMode::Exact
             && matches!(command.spec.keys, table::Keys::Range { first: 1, .. })
-            && command.keys().all(|k| command.args.get(1) == Some(k));
+            && command.keys().all(|k| command.args.get(1) == Some(k))
+            && namespace.backend.takes_token(command.args.len());
         settle::plan(
             namespace.reply_mode,
             &command.args,

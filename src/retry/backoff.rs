@@ -105,6 +105,12 @@ impl Backoff {
     pub fn total_before_jitter(&self) -> Duration {
         (1..self.max_attempts).map(|a| self.base_delay(a)).sum()
     }
+
+    /// Sum of the delays between all attempts with every jitter draw at its upper bound: the
+    /// longest the delays can hold a request.
+    pub fn total_at_most(&self) -> Duration {
+        self.total_before_jitter().mul_f64(1.0 + self.jitter)
+    }
 }
 
 #[cfg(test)]
