@@ -1090,8 +1090,9 @@ fn check_token_outlives_retries(
         Some(BackendConfig::Redis(r)) => (r.response_timeout * 2, "2 × response_timeout"),
         Some(BackendConfig::Sentinel(r)) => (r.response_timeout * 2, "2 × response_timeout"),
         Some(BackendConfig::Cluster(r)) => (r.response_timeout * 2, "2 × response_timeout"),
-        Some(BackendConfig::Postgres(p)) => (p.statement_timeout, "statement_timeout"),
-        Some(BackendConfig::Sqlite(s)) => (s.busy_timeout, "busy_timeout"),
+        // The deadline on the command's whole transaction (src/backend/sql/deadline.rs).
+        Some(BackendConfig::Postgres(p)) => (p.response_timeout, "response_timeout"),
+        Some(BackendConfig::Sqlite(s)) => (s.response_timeout, "response_timeout"),
         None => (Duration::ZERO, "no response bound"),
     };
     // `WAIT`'s own timeout, and the second its reply may take (src/backend/redis.rs).

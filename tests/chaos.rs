@@ -866,7 +866,7 @@ fn postgres_primary_killed_and_standby_promoted() {
         );
         let proxy = Proxy::start(&format!(
             "{}[backends.pg]\nkind = \"postgres\"\nurl = \"{url}\"\npool_size = 4\n\
-             statement_timeout = \"5s\"\n\
+             statement_timeout = \"5s\"\nresponse_timeout = \"5s\"\n\
              [[namespaces]]\nname = \"pg\"\nbackend = \"pg\"\n",
             policy(100, "")
         ))
@@ -904,7 +904,7 @@ fn postgres_restarted_in_place() {
         let mut pg = PgServer::start();
         let proxy = Proxy::start(&format!(
             "{}[backends.pg]\nkind = \"postgres\"\nurl = \"{}\"\npool_size = 4\n\
-             statement_timeout = \"5s\"\n\
+             statement_timeout = \"5s\"\nresponse_timeout = \"5s\"\n\
              [[namespaces]]\nname = \"pg\"\nbackend = \"pg\"\n",
             policy(100, ""),
             pg.url()
