@@ -343,9 +343,10 @@ impl Backend {
         }
     }
 
-    /// First attempts of a client's pipelined requests, sent together in order. None when
-    /// the backend sends them one by one (SQL backends, whose writes group commit already
-    /// batches) or nothing could be sent.
+    /// First attempts of a client's pipelined requests, sent together in order: all of them,
+    /// or a leading part (a Redis Cluster sends only those bound for the first one's node),
+    /// with one result each. None when the backend sends them one by one (SQL backends, whose
+    /// writes group commit already batches) or nothing could be sent.
     pub async fn dispatch_batch(
         &self,
         requests: &[Request<'_>],
