@@ -1130,7 +1130,13 @@ async fn wait_replicas(
         Ok(Frame::Number { data, .. }) => Err(BackendError::NotReplicated { wanted, got: data }),
         // WAIT itself failed: the write's fate on the replicas is unknown.
         Ok(_) => Err(BackendError::NotReplicated { wanted, got: 0 }),
-        Err(e) => Err(e),
+        // Whatever it was (a connection closed before WAIT went out is "not sent"), it is
+        // WAIT's failure: the write before it was applied, and is in doubt, never retried
+        // as if nothing had run.
+        Err(e) => Err(BackendError::WaitFailed {
+            wanted,
+            source: Box::new(e),
+        }),
     }
 }
 
