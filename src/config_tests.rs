@@ -318,7 +318,7 @@ backend = "r"
     assert_eq!(policy(2), Some((1, Duration::from_millis(250))));
 }
 
-/// Issue 17, item 7: exact mode keeps a token `TOKEN_TTL`; a retry schedule longer than that
+/// Exact mode keeps a token `TOKEN_TTL`; a retry schedule longer than that
 /// would retry after the token expired and apply an `INCR` twice. Refused, naming the key the
 /// schedule comes from, whether the namespace sets it or inherits it from `[defaults]`.
 #[test]

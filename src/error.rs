@@ -88,6 +88,9 @@ fn classify_backend(error: &BackendError) -> ErrorClass {
         BackendError::Shared(inner) => classify_backend(inner),
         // Applied, but not yet safe from a failover: in doubt, like a lost reply.
         BackendError::NotReplicated { .. } => ErrorClass::Transient,
+        // Applied, whatever stopped the count: a `WAIT` not sent leaves the write in doubt
+        // as much as one whose answer was lost.
+        BackendError::WaitFailed { .. } => ErrorClass::Transient,
     }
 }
 
@@ -431,6 +434,15 @@ mod tests {
     fn a_write_short_of_its_replicas_is_in_doubt() {
         let short = BackendError::NotReplicated { wanted: 1, got: 0 };
         assert_eq!(classify(&short), ErrorClass::Transient);
+        // A WAIT that was never sent (its connection had closed) counts nothing, but the
+        // write before it was applied all the same.
+        let unsent = BackendError::WaitFailed {
+            wanted: 1,
+            source: Box::new(BackendError::AcquireTimeout {
+                waited: std::time::Duration::ZERO,
+            }),
+        };
+        assert_eq!(classify(&unsent), ErrorClass::Transient);
     }
 
     #[test]

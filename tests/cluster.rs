@@ -146,7 +146,7 @@ backend = "big"
     proxy.stop().await;
 }
 
-/// Issue 17, item 12: a key whose braces make no hash tag (`a}b`, `{}x`) hashes whole; its
+/// A key whose braces make no hash tag (`a}b`, `{}x`) hashes whole; its
 /// token key must land in the same slot, or exact mode's script spans two slots.
 #[tokio::test(flavor = "multi_thread")]
 async fn exact_mode_on_a_cluster_keeps_a_token_in_the_slot_of_a_key_without_a_hash_tag() {
@@ -171,6 +171,81 @@ backend = "big"
     for key in ["a}b", "{}x", "x{}{y}", "}", "{user1}:a", "{{a}}"] {
         assert_eq!(text(&conn.command(&["INCR", key]).await), ":1\r\n", "{key}");
         assert_eq!(cluster.get(key), "$1\r\n1\r\n", "{key}");
+    }
+    proxy.stop().await;
+}
+
+/// Pipelined commands of one client take effect in the order sent on a Cluster too, though
+/// their keys live on different nodes. With the first write's node frozen, the second write
+/// (to another node) must not land before the first: sent to both nodes at once, it would,
+/// and a client that pipelined `SET a`, `SET b` could see `b` without `a`.
+#[tokio::test(flavor = "multi_thread")]
+async fn pipelined_writes_to_different_nodes_take_effect_in_the_order_sent() {
+    let cluster = Cluster::start();
+    let nodes: Vec<String> = cluster.addrs().iter().map(|a| format!("\"{a}\"")).collect();
+    let proxy = Proxy::start(&format!(
+        r#"
+[backends.big]
+kind = "cluster"
+nodes = [{}]
+pool_size = 1
+[[namespaces]]
+name = "main"
+backend = "big"
+reply_mode = "fast"
+"#,
+        nodes.join(", ")
+    ))
+    .await;
+    let first = "first";
+    let on_first = cluster.primary_of(first);
+    let second = (0..100)
+        .map(|i| format!("second{i}"))
+        .find(|k| cluster.primary_of(k) != on_first)
+        .expect("a key on another primary");
+    let on_second = cluster.primary_of(&second);
+    let mut conn = proxy.connect().await;
+    // Connected to every primary before the freeze.
+    assert_eq!(conn.command(&["SET", first, "0"]).await, b"+OK\r\n");
+    assert_eq!(conn.command(&["SET", &second, "0"]).await, b"+OK\r\n");
+
+    cluster.nodes[on_first].pause();
+    let mut pipeline = encode_str(&["SET", first, "1"]);
+    pipeline.extend(encode_str(&["SET", &second, "1"]));
+    conn.send(&pipeline).await;
+    // Well below cluster-node-timeout, so the frozen primary is not failed over.
+    let start = std::time::Instant::now();
+    let mut overtook = false;
+    while start.elapsed() < std::time::Duration::from_millis(700) && !overtook {
+        overtook = cluster.nodes[on_second].cmd(&["GET", &second]) == "$1\r\n1\r\n";
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    cluster.nodes[on_first].resume();
+    let replies = conn.read_replies(2).await;
+    assert_eq!(replies, [b"+OK\r\n".to_vec(), b"+OK\r\n".to_vec()]);
+    assert!(
+        !overtook,
+        "the second write took effect while the first was held on its frozen node"
+    );
+    assert_eq!(cluster.get(first), "$1\r\n1\r\n");
+    assert_eq!(cluster.get(&second), "$1\r\n1\r\n");
+
+    // A pipeline whose keys live on one node is answered as before.
+    let same: Vec<String> = (0..200)
+        .map(|i| format!("k{i}"))
+        .filter(|k| cluster.primary_of(k) == on_second)
+        .take(20)
+        .collect();
+    let mut pipeline = Vec::new();
+    for (i, key) in same.iter().enumerate() {
+        pipeline.extend(encode_str(&["SET", key, &i.to_string()]));
+    }
+    conn.send(&pipeline).await;
+    let replies = conn.read_replies(same.len()).await;
+    for (i, reply) in replies.iter().enumerate() {
+        assert_eq!(reply, b"+OK\r\n");
+        let want = format!("${}\r\n{i}\r\n", i.to_string().len());
+        assert_eq!(cluster.get(&same[i]), want);
     }
     proxy.stop().await;
 }

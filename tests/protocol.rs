@@ -761,3 +761,106 @@ async fn a_clients_wait_counts_its_own_write_on_the_shared_connections() {
     );
     proxy.stop().await;
 }
+
+/// `min_replicas_ack` holds for writes made on a client's own backend connection too: a
+/// `MULTI … EXEC` with a write, and a blocking pop that removed something, are followed by
+/// `WAIT` on that connection. They are never retried, so with the replica frozen the client
+/// hears `INDOUBT` (applied on the primary, not yet on a replica), never a plain success; with
+/// the replica live they answer as Redis does. A transaction of reads and a pop that found
+/// nothing wrote nothing, and answer at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn writes_on_a_clients_own_connection_wait_for_the_replicas_too() {
+    let master = RedisServer::start();
+    let port = master.port().to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    let proxy = Proxy::start(&one_backend(
+        &master.url(),
+        "acked",
+        "min_replicas_ack = 1\nreplicas_ack_timeout = \"200ms\"",
+    ))
+    .await;
+    let mut conn = proxy.connect().await;
+    let start = Instant::now();
+    while conn.command(&["SET", "probe", "1"]).await != b"+OK\r\n" {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the replica never synced"
+        );
+        sleep(Duration::from_millis(200)).await;
+    }
+    // Live replica: answered as Redis answers.
+    assert_eq!(conn.command(&["MULTI"]).await, b"+OK\r\n");
+    assert_eq!(conn.command(&["SET", "t", "1"]).await, b"+QUEUED\r\n");
+    assert_eq!(conn.command(&["INCR", "n"]).await, b"+QUEUED\r\n");
+    assert_eq!(text(&conn.command(&["EXEC"]).await), "*2\r\n+OK\r\n:1\r\n");
+    assert_eq!(conn.command(&["RPUSH", "l", "a", "b"]).await, b":2\r\n");
+    assert_eq!(
+        text(
+            &conn
+                .command(&["BLMOVE", "l", "m", "LEFT", "RIGHT", "1"])
+                .await
+        ),
+        "$1\r\na\r\n"
+    );
+
+    replica.pause();
+    let frozen = async {
+        // A plain write is held (retried until a replica has it): not answered meanwhile.
+        let mut plain = proxy.connect().await;
+        assert!(
+            timeout(
+                Duration::from_millis(500),
+                plain.command(&["SET", "held", "1"])
+            )
+            .await
+            .is_err(),
+            "a plain SET was acknowledged with the replica frozen"
+        );
+        assert_eq!(conn.command(&["MULTI"]).await, b"+OK\r\n");
+        assert_eq!(conn.command(&["SET", "t", "2"]).await, b"+QUEUED\r\n");
+        let exec = text(&conn.command(&["EXEC"]).await);
+        let bl = text(
+            &conn
+                .command(&["BLMOVE", "l", "m", "LEFT", "RIGHT", "1"])
+                .await,
+        );
+        let pop = text(&conn.command(&["BLPOP", "m", "1"]).await);
+        // Nothing written, nothing to wait for.
+        assert_eq!(conn.command(&["MULTI"]).await, b"+OK\r\n");
+        assert_eq!(conn.command(&["GET", "t"]).await, b"+QUEUED\r\n");
+        let reads = text(&conn.command(&["EXEC"]).await);
+        let empty = text(&conn.command(&["BLPOP", "nothing", "0.1"]).await);
+        (exec, bl, pop, reads, empty)
+    };
+    let answers = timeout(Duration::from_secs(20), frozen).await;
+    replica.resume();
+    let (exec, bl, pop, reads, empty) = answers.expect("answered with the replica frozen");
+    for (what, answer) in [("EXEC", &exec), ("BLMOVE", &bl), ("BLPOP", &pop)] {
+        assert!(
+            answer.starts_with("-INDOUBT ") && answer.contains("replicas"),
+            "{what} with the replica frozen: {answer}"
+        );
+    }
+    assert_eq!(
+        reads, "*1\r\n$1\r\n2\r\n",
+        "the transaction's write was applied"
+    );
+    assert_eq!(empty, "*-1\r\n");
+    // Applied on the primary all the same; and once the replica is back, answered normally.
+    assert_eq!(master.cmd(&["LRANGE", "m", "0", "-1"]), "*1\r\n$1\r\nb\r\n");
+    let start = Instant::now();
+    loop {
+        assert_eq!(conn.command(&["MULTI"]).await, b"+OK\r\n");
+        assert_eq!(conn.command(&["SET", "t", "3"]).await, b"+QUEUED\r\n");
+        let exec = text(&conn.command(&["EXEC"]).await);
+        if exec == "*1\r\n+OK\r\n" {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "with the replica back: {exec}"
+        );
+        sleep(Duration::from_millis(200)).await;
+    }
+    proxy.stop().await;
+}

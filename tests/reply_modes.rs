@@ -588,7 +588,7 @@ backend = "s"
     }
 }
 
-// Issue 17, items 7 and 12: where exact mode's tokens live, and what its script carries.
+// Where exact mode's tokens live, and what its script carries.
 
 /// KEYS through holdfast, sorted, as text.
 async fn keys(conn: &mut RawConn) -> Vec<String> {

@@ -187,7 +187,7 @@ pub fn evicting_policy(info: &str) -> Option<&str> {
 mod tests {
     use super::*;
 
-    /// Issue 17, item 12: the token's key must hash to its key's slot whatever the key, or
+    /// The token's key must hash to its key's slot whatever the key, or
     /// the script would touch two slots on a Cluster (CROSSSLOT) and route to the wrong node.
     #[test]
     fn a_token_key_lands_in_the_slot_of_its_key() {

@@ -231,6 +231,16 @@ pub enum BackendError {
         /// Replicas that confirmed it.
         got: i64,
     },
+    /// The write was applied on the primary, and the `WAIT` sent after it to count its
+    /// replicas failed: how many have it is unknown, and a failover may still lose it.
+    #[error("the write was applied, but waiting for {wanted} replicas failed")]
+    WaitFailed {
+        /// Replicas required (`min_replicas_ack`).
+        wanted: u32,
+        /// Why `WAIT` failed.
+        #[source]
+        source: Box<BackendError>,
+    },
     /// One failure shared by several requests (a group commit that failed as a whole).
     #[error(transparent)]
     Shared(Arc<BackendError>),
@@ -365,9 +375,10 @@ impl Backend {
         }
     }
 
-    /// First attempts of a client's pipelined requests, sent together in order. None when
-    /// the backend sends them one by one (SQL backends, whose writes group commit already
-    /// batches) or nothing could be sent.
+    /// First attempts of a client's pipelined requests, sent together in order: all of them,
+    /// or a leading part (a Redis Cluster sends only those bound for the first one's node),
+    /// with one result each. None when the backend sends them one by one (SQL backends, whose
+    /// writes group commit already batches) or nothing could be sent.
     pub async fn dispatch_batch(
         &self,
         requests: &[Request<'_>],
@@ -377,6 +388,12 @@ impl Backend {
             Backend::Redis(r) => r.dispatch_batch(requests, acquire_timeout).await,
             Backend::Sql(_) => None,
         }
+    }
+
+    /// Whether its writes reach replicas that `WAIT` can count (`min_replicas_ack`): Redis.
+    /// A SQL backend's acknowledged write is already durable, and it has none.
+    pub fn replicates(&self) -> bool {
+        matches!(self, Backend::Redis(_))
     }
 
     /// Whether [`Backend::dispatch_batch`] sends requests together.

@@ -20,7 +20,7 @@ use super::{link, BackendError, DoubleStyle, Placement, Proto, Reply, Request};
 use crate::config::{ClusterConfig, RedisConfig, SentinelConfig};
 use arc_swap::ArcSwapOption;
 use bytes::Bytes;
-use fred::interfaces::ClientLike;
+use fred::interfaces::{ClientLike, ClusterInterface};
 use fred::prelude::Client;
 use fred::types::config::{
     ConnectionConfig, Options, PerformanceConfig, TcpConfig, UnresponsiveConfig,
@@ -695,7 +695,9 @@ impl RedisBackend {
 
     /// First attempts of a client's pipelined requests, written back to back on one
     /// connection ([`run_placement`]) in the order given (Redis runs them in that order) and
-    /// awaited together.
+    /// awaited together. On a Cluster only the leading requests bound for the first one's
+    /// node are sent ([`one_node`]); the results are theirs, and the caller sends the rest
+    /// after them.
     /// None when nothing was sent: no connection within `acquire_timeout`, or a request the
     /// Cluster must treat alone (the caller then sends them one by one).
     pub async fn dispatch_batch(
@@ -713,6 +715,12 @@ impl RedisBackend {
         };
         let slot = self.placed(&lead).await;
         let live = ensure_connected(slot, acquire_timeout).await.ok()?;
+        let requests = match (&live.conn, self.flavor) {
+            (Conn::Fred(client), Flavor::Cluster(_)) => {
+                requests.get(..one_node(client, requests))?
+            }
+            _ => requests,
+        };
         if let Conn::Link(link) = &live.conn {
             if requests.iter().all(|r| r.token.is_none() && !r.blocking) {
                 // All queued under one lock, in order, and awaited in order.
@@ -847,6 +855,50 @@ fn run_placement<'a>(requests: &[Request<'a>]) -> Placement<'a> {
     match requests.first() {
         Some(first) if !pinned => first.placement,
         _ => Placement::Pinned,
+    }
+}
+
+/// How many of `requests`, from the first, a Cluster connection sends to one node: each node
+/// has a connection of its own, and requests written to two at once reach their nodes in no
+/// set order, so a later write could take effect before an earlier one still on its way (the
+/// order `connection::ahead` keeps assumes one connection). The node is read from the slot
+/// map the client routes by; without one, only requests of the first one's slot go with it.
+fn one_node(client: &Client, requests: &[Request<'_>]) -> usize {
+    let routing = client.cached_cluster_state();
+    let node = |request: &Request<'_>| {
+        let slot = request_slot(request)?;
+        match &routing {
+            Some(routing) => routing.get_server(slot).cloned().map(Node::Server),
+            None => Some(Node::Slot(slot)),
+        }
+    };
+    leading_run(requests.iter().map(node))
+}
+
+/// Where a request goes on a Cluster: a primary from the slot map, or only its slot.
+#[derive(Debug, PartialEq)]
+enum Node {
+    Server(fred::types::config::Server),
+    Slot(u16),
+}
+
+/// The slot fred routes a request by (see [`send`]): its route key, else its first argument;
+/// None for a request without one, which fred sends to any node.
+fn request_slot(request: &Request<'_>) -> Option<u16> {
+    request
+        .route
+        .or_else(|| request.args.get(1).map(|key| key.as_ref()))
+        .map(fred::util::redis_keyslot)
+}
+
+/// The length of the leading run of equal, known nodes; at least 1 unless empty, since the
+/// first request goes anyway (alone, when its node is unknown).
+fn leading_run<N: PartialEq>(nodes: impl IntoIterator<Item = Option<N>>) -> usize {
+    let mut nodes = nodes.into_iter();
+    match nodes.next() {
+        None => 0,
+        Some(None) => 1,
+        Some(Some(first)) => 1 + nodes.take_while(|n| n.as_ref() == Some(&first)).count(),
     }
 }
 
@@ -1113,7 +1165,13 @@ async fn wait_replicas(
         Ok(Frame::Number { data, .. }) => Err(BackendError::NotReplicated { wanted, got: data }),
         // WAIT itself failed: the write's fate on the replicas is unknown.
         Ok(_) => Err(BackendError::NotReplicated { wanted, got: 0 }),
-        Err(e) => Err(e),
+        // Whatever it was (a connection closed before WAIT went out is "not sent"), it is
+        // WAIT's failure: the write before it was applied, and is in doubt, never retried
+        // as if nothing had run.
+        Err(e) => Err(BackendError::WaitFailed {
+            wanted,
+            source: Box::new(e),
+        }),
     }
 }
 
@@ -1232,6 +1290,35 @@ mod tests {
             Placement::Pinned
         ));
         assert!(matches!(run_placement(&[]), Placement::Pinned));
+    }
+
+    #[test]
+    fn a_cluster_run_goes_together_only_while_it_stays_on_the_first_ones_node() {
+        let cases: [(&[Option<u8>], usize); 7] = [
+            (&[], 0),
+            (&[Some(1)], 1),
+            (&[Some(1), Some(1), Some(1)], 3),
+            (&[Some(1), Some(2), Some(1)], 1),
+            (&[Some(1), Some(1), Some(2), Some(1)], 2),
+            // A request whose node is unknown goes alone, and ends the run before it.
+            (&[None, Some(1)], 1),
+            (&[Some(1), None, Some(1)], 1),
+        ];
+        for (nodes, want) in cases {
+            assert_eq!(leading_run(nodes.iter().copied()), want, "{nodes:?}");
+        }
+        let args = [Bytes::from_static(b"SET"), Bytes::from_static(b"{t}a")];
+        let routed = Request {
+            route: Some(b"elsewhere"),
+            ..Request::new(&args, Proto::Resp2, 1)
+        };
+        assert_eq!(
+            request_slot(&routed),
+            Some(fred::util::redis_keyslot(b"elsewhere")),
+            "the route key, as fred routes it"
+        );
+        let keyless = [Bytes::from_static(b"TIME")];
+        assert_eq!(request_slot(&Request::new(&keyless, Proto::Resp2, 1)), None);
     }
 
     #[test]

@@ -142,6 +142,12 @@ impl Command {
         table::key_indices(self.spec.keys, &self.args).filter_map(|i| self.args.get(i))
     }
 
+    /// Whether it may change data, which `min_replicas_ack` waits for a replica to have:
+    /// every class but a read, bar a connection-bound read (`XREAD … BLOCK`).
+    pub fn writes(&self) -> bool {
+        self.class != Idempotence::Read && !self.spec.blocking_read
+    }
+
     /// Whether holdfast answers it itself.
     pub fn local(&self) -> Option<table::Local> {
         match self.spec.exec {

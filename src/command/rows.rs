@@ -220,8 +220,10 @@ pub(super) static ROWS: &[Spec] = &[
     Spec::new("XPENDING", -3, KEY1, Read).nested_nil_array(|p| p == [3]),
     // `COUNT 0` answers a null array.
     Spec::new("XRANGE", -4, KEY1, Read).null_array(),
+    // Bound to a connection only while it blocks; it writes nothing either way.
     Spec::new("XREAD", -4, Keys::Streams, ConnectionBound)
         .refine(refine_xread)
+        .blocking_read()
         .null_array(),
     // Without BLOCK it still moves the group's last-delivered id and the pending list.
     // A pending entry deleted since it was delivered reads back as `[id, *-1]`.

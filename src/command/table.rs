@@ -148,6 +148,9 @@ pub struct Spec {
     /// About the backend connection it is sent on (`WAIT` counts that connection's writes):
     /// sent on the client's pinned connection, never one gathering other clients' commands.
     pub pinned: bool,
+    /// Connection-bound for its wait alone (`XREAD … BLOCK`): it changes nothing, so no
+    /// replica need have anything after it (`min_replicas_ack`).
+    pub blocking_read: bool,
 }
 
 impl Spec {
@@ -166,6 +169,7 @@ impl Spec {
             container: false,
             every_backend: false,
             pinned: false,
+            blocking_read: false,
         }
     }
 
@@ -216,6 +220,12 @@ impl Spec {
     /// Sent on the client's pinned backend connection.
     pub const fn pinned(mut self) -> Spec {
         self.pinned = true;
+        self
+    }
+
+    /// Marks a connection-bound command that only reads.
+    pub const fn blocking_read(mut self) -> Spec {
+        self.blocking_read = true;
         self
     }
 

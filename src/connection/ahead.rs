@@ -133,7 +133,8 @@ impl Conn {
     /// Sends ahead the first dispatches of the leading run of `items` that may go together
     /// (at least two, on one backend, all reads or all writes), and returns what each of them
     /// left, with the namespace it was routed to, in order; empty when nothing was sent
-    /// ahead.
+    /// ahead. The backend may send only the run's leading part (a Cluster cuts it where the
+    /// node changes): then only that part is returned, and the rest is handled after it.
     pub(super) async fn send_ahead<'c>(
         &self,
         items: impl Iterator<Item = &'c Result<Command, CommandError>>,

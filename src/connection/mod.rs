@@ -11,6 +11,7 @@
 mod ahead;
 mod auth;
 mod info;
+mod replicas;
 mod transaction;
 
 use ahead::Ahead;
@@ -925,10 +926,19 @@ impl Conn {
         started: Instant,
     ) -> Frame {
         // Only blocking commands are forwarded as connection-bound (transactions are local).
-        let result = self
-            .send_dedicated(namespace, &command.args, true, first_key(command))
-            .await;
-        let (frame, outcome) = failure_reply(result.map_err(bound_failure), namespace);
+        let route = first_key(command);
+        let result = match self
+            .send_dedicated(namespace, &command.args, true, route)
+            .await
+        {
+            // A pop that took something waits for the replicas (`replicas.rs`).
+            Ok(frame) => {
+                let took = replicas::took_effect(command.writes(), &frame);
+                self.replicated(namespace, route, took, frame).await
+            }
+            Err(e) => Err(bound_failure(e)),
+        };
+        let (frame, outcome) = failure_reply(result, namespace);
         m::request(&namespace.name, command.label(), outcome, started.elapsed());
         frame
     }

@@ -1,6 +1,6 @@
 //! WATCH and MULTI/EXEC: commands are queued by holdfast and sent as one transaction at EXEC
 //! on the client's own backend connection, so a transaction that never reaches EXEC applies
-//! nothing.
+//! nothing. One that wrote waits there for `min_replicas_ack` (`replicas.rs`).
 
 use super::*;
 
@@ -96,7 +96,16 @@ impl Conn {
                 }
             }
         }
-        let result = self.run_transaction(&namespace, &multi.queue).await;
+        let result = match self.run_transaction(&namespace, &multi.queue).await {
+            // A transaction that wrote waits for the replicas (`replicas.rs`).
+            Ok(frame) => {
+                let writes: Vec<bool> = multi.queue.iter().map(Command::writes).collect();
+                let took = super::replicas::transaction_took_effect(&writes, &frame);
+                let route = multi.queue.iter().find_map(super::first_key);
+                self.replicated(&namespace, route, took, frame).await
+            }
+            Err(failure) => Err(failure),
+        };
         self.watching = false;
         let frame = match result {
             Ok(frame) => frame,
