@@ -926,9 +926,10 @@ fn postgres_restarted_in_place() {
     });
 }
 
-/// How long PostgreSQL stays frozen or blackholed: long enough for many requests to meet it
-/// mid-statement and mid-commit, short enough for CI.
-const PG_FAULT: Duration = Duration::from_secs(5);
+/// How long PostgreSQL stays frozen or blackholed: 20 s, longer than any one deadline
+/// (`response_timeout`, `acquire_timeout`) many times over, so requests meet it
+/// mid-statement, mid-commit and while connecting, and are held through all three.
+const PG_FAULT: Duration = Duration::from_secs(20);
 
 /// holdfast on one PostgreSQL at `addr`, with a 1 s deadline on every database operation, so
 /// a request caught by a silent server is given up on and retried well within the fault.

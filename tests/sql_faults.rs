@@ -688,6 +688,24 @@ async fn timed(addr: &str, args: &[&str], limit: Duration) -> (Option<String>, D
 #[tokio::test(flavor = "multi_thread")]
 async fn a_frozen_postgres_answers_within_the_budget() {
     let pg = PgServer::start();
+    let frozen = Frozen(&pg);
+    within_the_budget_while(&pg.url(), "frozen", || pg.freeze(), || drop(frozen)).await;
+}
+
+/// The same with PostgreSQL blackholed by a relay of our own (a partition: connections
+/// accepted and kept open, nothing forwarded either way, nothing reset).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_blackholed_postgres_answers_within_the_budget() {
+    let pg = PgServer::start();
+    let relay = Relay::start(&pg.addr()).await;
+    let url = pg.url().replace(&pg.addr(), &relay.addr());
+    within_the_budget_while(&url, "blackholed", || relay.blackhole(), || relay.pass()).await;
+}
+
+/// Requests through a short budget while `hang` has the database hang, until `heal`: each
+/// is answered UNAVAILABLE or INDOUBT within budget + attempts × (acquire_timeout +
+/// response_timeout), and service comes back once healed.
+async fn within_the_budget_while(url: &str, what: &str, hang: impl FnOnce(), heal: impl FnOnce()) {
     let (acquire, response) = (Duration::from_secs(1), Duration::from_secs(1));
     let proxy = Proxy::start(&format!(
         r#"
@@ -709,7 +727,7 @@ response_timeout = "1s"
 name = "all"
 backend = "db"
 "#,
-        pg.url()
+        url
     ))
     .await;
     // Pooled connections exist before the freeze, so requests are sent on them and wait
@@ -724,8 +742,7 @@ backend = "db"
     // between them (500 ms twice, 15 % jitter), plus slack for a loaded machine.
     let budget = Duration::from_millis(1150);
     let limit = budget + 3 * (acquire + response) + Duration::from_secs(2);
-    let frozen = Frozen(&pg);
-    pg.freeze();
+    hang();
     let get = tokio::spawn({
         let addr = proxy.addr.clone();
         async move { timed(&addr, &["GET", "k"], limit).await }
@@ -737,10 +754,10 @@ backend = "db"
     let (get, get_took) = get.await.unwrap();
     let (set, set_took) = set.await.unwrap();
     let get =
-        get.unwrap_or_else(|| panic!("GET k: no answer within {limit:?} from a frozen PostgreSQL"));
+        get.unwrap_or_else(|| panic!("GET k: no answer within {limit:?} from a {what} PostgreSQL"));
     let set = set
-        .unwrap_or_else(|| panic!("SET k2 v: no answer within {limit:?} from a frozen PostgreSQL"));
-    eprintln!("frozen: GET k {get:?} after {get_took:?}; SET k2 v {set:?} after {set_took:?}");
+        .unwrap_or_else(|| panic!("SET k2 v: no answer within {limit:?} from a {what} PostgreSQL"));
+    eprintln!("{what}: GET k {get:?} after {get_took:?}; SET k2 v {set:?} after {set_took:?}");
     // A read has nothing to apply: never in doubt.
     assert!(
         get.starts_with("-UNAVAILABLE"),
@@ -750,7 +767,7 @@ backend = "db"
         set.starts_with("-UNAVAILABLE") || set.starts_with("-INDOUBT"),
         "SET k2 v answered {set:?} after {set_took:?}"
     );
-    drop(frozen);
+    heal();
     // Service comes back with the server, on fresh connections.
     let back = Instant::now();
     loop {
@@ -760,11 +777,11 @@ backend = "db"
         }
         assert!(
             back.elapsed() < Duration::from_secs(20),
-            "no service after the thaw: {reply:?}"
+            "no service after the {what} server healed: {reply:?}"
         );
         sleep(Duration::from_millis(200)).await;
     }
-    eprintln!("service back {:?} after the thaw", back.elapsed());
+    eprintln!("{what}: service back {:?} after it healed", back.elapsed());
     let mut conn = proxy.connect().await;
     assert_eq!(text(&conn.command(&["GET", "k3"]).await), "$2\r\nv3\r\n");
     // "Not applied" stays true once the server has caught up with what it was sent.
