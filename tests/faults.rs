@@ -356,6 +356,24 @@ backend = "main"
     relay.pass();
 }
 
+/// Waits until the relay's armed fault has fired.
+async fn fired(relay: &Relay) {
+    let waited = Instant::now();
+    while relay.fired() == 0 {
+        assert!(
+            waited.elapsed() < Duration::from_secs(5),
+            "the fault never fired"
+        );
+        sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A namespace's budget of three attempts `min_delay` apart: room for the test to act
+/// between a lost reply and its retry.
+fn three_attempts(min_delay: &str) -> String {
+    format!("acquire_timeout = \"1s\"\n[namespaces.retry]\nmin_delay = \"{min_delay}\"\nmax_attempts = 3")
+}
+
 /// A client's `EVALSHA` of a script Redis does not have is answered `NOSCRIPT` at once: every
 /// client library's script helper sends `EVAL` on it. Held, it would stall every scripted
 /// call after a Redis restart for the whole retry budget.
@@ -385,9 +403,7 @@ async fn an_error_answered_to_a_retry_after_a_lost_reply_is_indoubt() {
     let redis = RedisServer::start();
     let relay = Relay::start(&redis.addr()).await;
     let url = format!("redis://{}", relay.addr());
-    let extra =
-        "acquire_timeout = \"1s\"\n[namespaces.retry]\nmin_delay = \"700ms\"\nmax_attempts = 3";
-    let proxy = Proxy::start(&one_backend(&url, "oom", extra)).await;
+    let proxy = Proxy::start(&one_backend(&url, "oom", &three_attempts("700ms"))).await;
     let mut conn = proxy.connect().await;
     assert_eq!(conn.command(&["PING"]).await, b"+PONG\r\n");
     sleep(Duration::from_millis(200)).await;
@@ -397,14 +413,7 @@ async fn an_error_answered_to_a_retry_after_a_lost_reply_is_indoubt() {
         let mut conn = RawConn::connect(&addr).await;
         text(&conn.command(&["SET", "ck:k", "v"]).await)
     });
-    let waited = Instant::now();
-    while relay.fired() == 0 {
-        assert!(
-            waited.elapsed() < Duration::from_secs(5),
-            "the fault never fired"
-        );
-        sleep(Duration::from_millis(5)).await;
-    }
+    fired(&relay).await;
     // Before the retry (700 ms later): the server now refuses writes.
     assert_eq!(redis.cmd(&["CONFIG", "SET", "maxmemory", "1"]), "+OK\r\n");
     let reply = set.await.expect("the client task");
@@ -426,9 +435,7 @@ async fn every_pipelined_write_that_may_have_landed_is_indoubt_after_the_budget(
     let redis = RedisServer::start();
     let relay = Relay::start(&redis.addr()).await;
     let url = format!("redis://{}", relay.addr());
-    let extra =
-        "acquire_timeout = \"1s\"\n[namespaces.retry]\nmin_delay = \"500ms\"\nmax_attempts = 3";
-    let proxy = Proxy::start(&one_backend(&url, "pa", extra)).await;
+    let proxy = Proxy::start(&one_backend(&url, "pa", &three_attempts("500ms"))).await;
     let mut conn = proxy.connect().await;
     assert_eq!(conn.command(&["PING"]).await, b"+PONG\r\n");
     sleep(Duration::from_millis(200)).await;
@@ -436,14 +443,7 @@ async fn every_pipelined_write_that_may_have_landed_is_indoubt_after_the_budget(
     let mut pipeline = encode_str(&["SET", "pa:a", "1"]);
     pipeline.extend(encode_str(&["SETNX", "pa:lock", "x"]));
     conn.send(&pipeline).await;
-    let waited = Instant::now();
-    while relay.fired() == 0 {
-        assert!(
-            waited.elapsed() < Duration::from_secs(5),
-            "the fault never fired"
-        );
-        sleep(Duration::from_millis(5)).await;
-    }
+    fired(&relay).await;
     relay.refuse();
     let replies: Vec<String> = conn.read_replies(2).await.iter().map(|r| text(r)).collect();
     relay.pass();
