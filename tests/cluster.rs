@@ -146,27 +146,24 @@ backend = "big"
     proxy.stop().await;
 }
 
+/// holdfast on `cluster` (seeded with every node), one catch-all namespace in `mode`, one
+/// pooled connection.
+async fn one_namespace(cluster: &Cluster, mode: &str) -> Proxy {
+    let nodes: Vec<String> = cluster.addrs().iter().map(|a| format!("\"{a}\"")).collect();
+    Proxy::start(&format!(
+        "[backends.big]\nkind = \"cluster\"\nnodes = [{}]\npool_size = 1\n\
+         [[namespaces]]\nname = \"main\"\nbackend = \"big\"\nreply_mode = \"{mode}\"\n",
+        nodes.join(", ")
+    ))
+    .await
+}
+
 /// A key whose braces make no hash tag (`a}b`, `{}x`) hashes whole; its
 /// token key must land in the same slot, or exact mode's script spans two slots.
 #[tokio::test(flavor = "multi_thread")]
 async fn exact_mode_on_a_cluster_keeps_a_token_in_the_slot_of_a_key_without_a_hash_tag() {
     let cluster = Cluster::start();
-    let nodes: Vec<String> = cluster.addrs().iter().map(|a| format!("\"{a}\"")).collect();
-    let proxy = Proxy::start(&format!(
-        r#"
-[defaults]
-reply_mode = "exact"
-[backends.big]
-kind = "cluster"
-nodes = [{}]
-pool_size = 1
-[[namespaces]]
-name = "main"
-backend = "big"
-"#,
-        nodes[..2].join(", ")
-    ))
-    .await;
+    let proxy = one_namespace(&cluster, "exact").await;
     let mut conn = proxy.connect().await;
     for key in ["a}b", "{}x", "x{}{y}", "}", "{user1}:a", "{{a}}"] {
         assert_eq!(text(&conn.command(&["INCR", key]).await), ":1\r\n", "{key}");
@@ -182,21 +179,7 @@ backend = "big"
 #[tokio::test(flavor = "multi_thread")]
 async fn pipelined_writes_to_different_nodes_take_effect_in_the_order_sent() {
     let cluster = Cluster::start();
-    let nodes: Vec<String> = cluster.addrs().iter().map(|a| format!("\"{a}\"")).collect();
-    let proxy = Proxy::start(&format!(
-        r#"
-[backends.big]
-kind = "cluster"
-nodes = [{}]
-pool_size = 1
-[[namespaces]]
-name = "main"
-backend = "big"
-reply_mode = "fast"
-"#,
-        nodes.join(", ")
-    ))
-    .await;
+    let proxy = one_namespace(&cluster, "fast").await;
     let first = "first";
     let on_first = cluster.primary_of(first);
     let second = (0..100)
