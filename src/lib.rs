@@ -7,12 +7,15 @@
 //! A request flows down this list; no module calls one above it.
 //!
 //! - [`server`]: accept loop, connection limit, graceful drain.
-//! - [`connection`]: one client: framing, HELLO/AUTH/CLIENT/MULTI, in-order execution.
+//! - [`connection`]: one client: framing, HELLO/AUTH/CLIENT/MULTI, its own backend connection,
+//!   reply encoding, in-order execution.
+//! - [`exec`]: the request executor: a routed command in, its reply and outcome out; reply
+//!   modes (`exec::settle`), retries through `retry`, pipelined first dispatches, the
+//!   backend seam ([`exec::Dispatch`]).
 //! - [`resp`]: request decoding with limits, reply encoding in RESP2 or RESP3.
 //! - [`command`]: the command table (name, arity, keys, idempotence) and parsing against it.
 //! - [`namespace`]: key prefix → namespace → backend and retry policy.
-//! - [`retry`]: the retry loop, its policy (no I/O), backoff and the process-wide budget,
-//!   and the reply modes' arithmetic (`retry::settle`, no I/O either).
+//! - [`retry`]: the retry loop, its policy (no I/O), backoff and the process-wide budget.
 //! - [`error`]: the three failure classes and `classify`, the only place that assigns one.
 //! - [`backend`]: Redis: a standalone server's shared connections are holdfast's own
 //!   (`backend::link`: many clients' commands in one write), Sentinel, Cluster, TLS and a
@@ -33,6 +36,7 @@ pub mod command;
 pub mod config;
 pub mod connection;
 pub mod error;
+pub mod exec;
 pub mod http;
 pub mod metrics;
 pub mod namespace;

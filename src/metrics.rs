@@ -1,8 +1,6 @@
 //! Every metric holdfast exports: names, labels and help strings are declared here and only
 //! here. Command labels come from the command table (bounded); `unknown` stands for the rest.
 
-use crate::error::ErrorClass;
-use crate::retry::{Hooks, Why};
 use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use std::cell::RefCell;
@@ -10,7 +8,6 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
-use tokio::time::Instant;
 
 /// What kind of series a metric is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -493,121 +490,56 @@ pub fn backend_up(backend: &str, up: bool) {
     gauge!(BACKEND_UP.name, "backend" => backend.to_string()).set(if up { 1.0 } else { 0.0 });
 }
 
-/// Records one request's passage through the retry loop.
-pub struct RequestHooks<'a> {
-    /// Namespace label.
-    namespace: &'a str,
-    /// Backend label.
-    backend: &'a str,
-    /// Command label.
-    command: &'static str,
-    /// When the request started being held, while it is.
-    held_since: Option<Instant>,
+/// One dispatch of a request ended: `class` is `ok` or the failure's class.
+pub fn dispatch(namespace: &str, backend: &str, command: &'static str, class: &'static str) {
+    let make = || {
+        counter!(DISPATCHES.name,
+            "namespace" => namespace.to_string(),
+            "backend" => backend.to_string(),
+            "command" => command,
+            "class" => class)
+    };
+    cached(
+        &DISPATCH_HANDLES,
+        (command, class),
+        (namespace, backend),
+        make,
+        |dispatches| dispatches.increment(1),
+    );
 }
 
-impl<'a> RequestHooks<'a> {
-    /// Hooks for one request.
-    pub fn new(namespace: &'a str, backend: &'a str, command: &'static str) -> RequestHooks<'a> {
-        RequestHooks {
-            namespace,
-            backend,
-            command,
-            held_since: None,
-        }
-    }
-
-    /// A dispatch succeeded.
-    pub fn dispatched_ok(&self) {
-        self.dispatch("ok");
-    }
-
-    fn dispatch(&self, class: &'static str) {
-        let make = || {
-            counter!(DISPATCHES.name,
-                "namespace" => self.namespace.to_string(),
-                "backend" => self.backend.to_string(),
-                "command" => self.command,
-                "class" => class)
-        };
-        let labels = (self.namespace, self.backend);
-        cached(
-            &DISPATCH_HANDLES,
-            (self.command, class),
-            labels,
-            make,
-            |dispatches| dispatches.increment(1),
-        );
-    }
-
-    fn release(&mut self) {
-        if let Some(since) = self.held_since.take() {
-            gauge!(HELD.name, "namespace" => self.namespace.to_string()).decrement(1.0);
-            histogram!(HOLD_SECONDS.name, "namespace" => self.namespace.to_string())
-                .record(since.elapsed().as_secs_f64());
-        }
-    }
+/// A request is retried after a failure of `class`.
+pub fn retry(namespace: &str, command: &'static str, class: &'static str) {
+    counter!(RETRIES.name,
+        "namespace" => namespace.to_string(),
+        "command" => command,
+        "class" => class)
+    .increment(1);
 }
 
-impl Hooks for RequestHooks<'_> {
-    fn failed(&mut self, class: ErrorClass) {
-        self.dispatch(class.as_str());
-    }
-
-    fn retrying(&mut self, class: ErrorClass, attempt: u32, delay: Duration, elapsed: Duration) {
-        tracing::debug!(
-            namespace = self.namespace,
-            command = self.command,
-            class = class.as_str(),
-            attempt,
-            elapsed_ms = elapsed.as_millis() as u64,
-            delay_ms = delay.as_millis() as u64,
-            "retrying"
-        );
-        counter!(RETRIES.name,
-            "namespace" => self.namespace.to_string(),
-            "command" => self.command,
-            "class" => class.as_str())
-        .increment(1);
-    }
-
-    fn budget_denied(&mut self) {
-        counter!(BUDGET_DENIED.name, "namespace" => self.namespace.to_string()).increment(1);
-    }
-
-    fn held(&mut self, holding: bool) {
-        if holding {
-            if self.held_since.is_none() {
-                self.held_since = Some(Instant::now());
-                gauge!(HELD.name, "namespace" => self.namespace.to_string()).increment(1.0);
-            }
-        } else {
-            self.release();
-        }
-    }
-
-    fn gave_up(&mut self, class: ErrorClass, attempts: u32, elapsed: Duration, why: Why) {
-        tracing::warn!(
-            namespace = self.namespace,
-            command = self.command,
-            class = class.as_str(),
-            attempts,
-            elapsed_ms = elapsed.as_millis() as u64,
-            why = ?why,
-            "gave up"
-        );
-        counter!(EXHAUSTED.name,
-            "namespace" => self.namespace.to_string(),
-            "command" => self.command,
-            "class" => class.as_str())
-        .increment(1);
-    }
+/// A held request skipped a dispatch: the process-wide retry budget was empty.
+pub fn budget_denied(namespace: &str) {
+    counter!(BUDGET_DENIED.name, "namespace" => namespace.to_string()).increment(1);
 }
 
-impl Drop for RequestHooks<'_> {
-    /// A request dropped while held (its client went away) leaves the gauge.
-    fn drop(&mut self) {
-        self.release();
-    }
+/// A request starts being held.
+pub fn hold_started(namespace: &str) {
+    gauge!(HELD.name, "namespace" => namespace.to_string()).increment(1.0);
+}
+
+/// A request stops being held after `held`.
+pub fn hold_ended(namespace: &str, held: Duration) {
+    gauge!(HELD.name, "namespace" => namespace.to_string()).decrement(1.0);
+    histogram!(HOLD_SECONDS.name, "namespace" => namespace.to_string()).record(held.as_secs_f64());
+}
+
+/// A request gave up after a failure of `class`.
+pub fn gave_up(namespace: &str, command: &'static str, class: &'static str) {
+    counter!(EXHAUSTED.name,
+        "namespace" => namespace.to_string(),
+        "command" => command,
+        "class" => class)
+    .increment(1);
 }
 
 /// A reply given for the request's first application in `mode` (settled, exact).

@@ -9,12 +9,13 @@ use crate::retry::policy::Policy;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// One namespace, ready to serve.
-pub struct Namespace {
+/// One namespace, ready to serve. `B` is what its commands are dispatched to: holdfast's
+/// [`Backend`], or a simulated one in tests.
+pub struct Namespace<B = Backend> {
     /// Its configured name (a metric label).
     pub name: String,
     /// Where its commands go.
-    pub backend: Arc<Backend>,
+    pub backend: Arc<B>,
     /// Its retry policy.
     pub policy: Policy,
     /// Per-attempt wait for a backend connection.

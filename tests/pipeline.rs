@@ -1,5 +1,5 @@
 //! Pipelined requests are sent ahead together, and still take effect and answer in the order
-//! sent when some of them fail (`src/connection/ahead.rs`).
+//! sent when some of them fail (`src/exec/ahead.rs`).
 
 #[allow(unused_imports)]
 mod support;

@@ -861,7 +861,7 @@ fn run_placement<'a>(requests: &[Request<'a>]) -> Placement<'a> {
 /// How many of `requests`, from the first, a Cluster connection sends to one node: each node
 /// has a connection of its own, and requests written to two at once reach their nodes in no
 /// set order, so a later write could take effect before an earlier one still on its way (the
-/// order `connection::ahead` keeps assumes one connection). The node is read from the slot
+/// order `exec::ahead` keeps assumes one connection). The node is read from the slot
 /// map the client routes by; without one, only requests of the first one's slot go with it.
 fn one_node(client: &Client, requests: &[Request<'_>]) -> usize {
     let routing = client.cached_cluster_state();

@@ -5,7 +5,7 @@ use super::*;
 
 impl Conn {
     pub(super) fn hello(&mut self, args: &[Bytes]) -> Frame {
-        let mut proto = self.proto;
+        let mut proto = self.exec.proto;
         if let Some(version) = args.get(1) {
             match std::str::from_utf8(version)
                 .ok()
@@ -42,7 +42,7 @@ impl Conn {
         if name.is_some() {
             self.name = name;
         }
-        self.proto = proto;
+        self.exec.proto = proto;
         let version = match proto {
             Proto::Resp2 => 2,
             Proto::Resp3 => 3,

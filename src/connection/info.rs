@@ -51,7 +51,7 @@ impl Conn {
             .as_ref()
             .map(|n| String::from_utf8_lossy(n).into_owned())
             .unwrap_or_default();
-        let resp = match self.proto {
+        let resp = match self.exec.proto {
             Proto::Resp2 => 2,
             Proto::Resp3 => 3,
         };

@@ -1,34 +1,34 @@
-//! One client connection: framing, the commands holdfast answers itself (HELLO, AUTH, CLIENT,
-//! MULTI/EXEC, ...), and in-order execution of everything else through the namespace router
-//! and the retry loop.
+//! One client connection: framing, the auth and MULTI gate, the commands holdfast answers
+//! itself (HELLO, AUTH, CLIENT, MULTI/EXEC, ...), a client's own backend connection
+//! (blocking commands, WATCH, transactions), reply encoding, and the order of execution.
+//! Everything else goes through the namespace router to the executor (`crate::exec`), which
+//! decides what the client hears.
 //!
 //! Ordering: requests are finished one at a time (held through retries if need be) in the
 //! order sent, so commands take effect in that order and a held command holds only the
 //! commands behind it on this connection. The first dispatches of a run of pipelined requests
-//! are sent ahead together (`ahead.rs`, which keeps the order when one of them fails). Replies
-//! to one batch of pipelined requests are flushed with one write.
+//! are sent ahead together (`pipelined.rs` picks the run; `exec::ahead` keeps the order when
+//! one of them fails). Replies to one batch of pipelined requests are flushed with one write.
 
-mod ahead;
 mod auth;
 mod info;
+mod pipelined;
 mod replicas;
 mod transaction;
 
-use ahead::Ahead;
 use auth::open_to_all;
 use info::command_reply;
 
 use crate::backend::DoubleStyle;
-use crate::backend::{Backend, BackendError, Dedicated, Placement, Proto, Reply, Request};
-use crate::command::table::{self, Idempotence, Local, Spec};
+use crate::backend::{Backend, BackendError, Dedicated, Proto, Reply, Request};
+use crate::command::table::{self, Idempotence, Local};
 use crate::command::{Command, CommandError};
-use crate::config::ReplyMode;
 use crate::error::{classify, ErrorClass};
-use crate::metrics::{self as m, RequestHooks};
+use crate::exec::{bound_failure, failure_reply, Activity, Ahead, Session};
+use crate::metrics as m;
 use crate::namespace::Namespace;
 use crate::resp::{encode_reply, Limits, Nils, Output, ProtocolError, Sink};
-use crate::retry::settle::{self, Plan, Settle};
-use crate::retry::{self, Done, Failure, GaveUp, Why};
+use crate::retry::{Failure, GaveUp, Why};
 use crate::server::{Shared, State};
 use bytes::{Bytes, BytesMut};
 use redis_protocol::resp3::types::BytesFrame as Frame;
@@ -36,7 +36,7 @@ use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -80,19 +80,10 @@ struct Conn {
     /// The configuration generation this command runs under, taken between commands so a
     /// reload never changes a command half-way.
     state: Arc<State>,
-    /// Turns true when shutdown's grace period is over.
-    give_up: watch::Receiver<bool>,
-    /// Ends [`IN_FLIGHT_AT_SHUTDOWN`] after `give_up` turns true: what abandons a dispatch in
-    /// flight then. Made on the first dispatch and kept for the connection, because waiting
-    /// on the channel anew for each request cost 5% of an unpipelined request's instructions.
-    abandon: Option<Abandon>,
+    /// This client's executor; its protocol is the client's.
+    exec: Session,
     /// `CLIENT ID`.
     id: u64,
-    /// Which of a backend's shared connections this client is pinned to: its id at first,
-    /// then wherever its last write went ([`Placement`]).
-    pin: AtomicU64,
-    /// The client's protocol.
-    proto: Proto,
     /// Whether AUTH succeeded (or none is required).
     authed: bool,
     /// The `[[users]]` name this client authenticated as; `None` is `default`.
@@ -105,49 +96,9 @@ struct Conn {
     dedicated: Option<(Arc<Backend>, Dedicated)>,
     /// WATCH is active on `dedicated`.
     watching: bool,
-    /// Requests sent in exact mode so far: the last part of their tokens.
-    sequence: u64,
     /// The command being handled had its first dispatch sent ahead: the namespace it was
     /// routed to then (it is not routed again), and what it left.
     ahead: Option<(Arc<Namespace>, Ahead<Reply, BackendError>)>,
-    /// Whether the command being handled has a dispatch in flight, or has had one fail: what
-    /// [`until_gone`] reads while the command runs.
-    activity: Arc<Activity>,
-}
-
-/// What the command being handled is doing, as [`until_gone`] needs to know it.
-#[derive(Default)]
-struct Activity {
-    /// A dispatch has failed: the command may be held for a while.
-    failed: std::sync::atomic::AtomicBool,
-    /// A dispatch is in flight.
-    in_flight: std::sync::atomic::AtomicBool,
-}
-
-/// What a request's first dispatch, sent ahead with its pipeline, left for the retry loop.
-enum Sent {
-    /// Nothing was sent ahead: the loop dispatches first.
-    Nothing,
-    /// The first dispatch's result: the loop goes on from it.
-    First(Result<Reply, BackendError>),
-    /// The first dispatch failed behind another request that waited the outage out: counted
-    /// as the first attempt, and dispatched again at once.
-    Failed(BackendError),
-}
-
-/// How a retried dispatch ended when it did not succeed.
-enum Ended {
-    /// The retry loop's failure.
-    Failed(Failure<BackendError>),
-    /// Shutdown abandoned it in flight: the reply and its outcome label.
-    Abandoned(Frame, &'static str),
-}
-
-/// This process, in exact-mode tokens: random at start, so two holdfasts (or two runs of
-/// one) never share a token.
-fn instance() -> u64 {
-    static ID: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *ID.get_or_init(rand::random)
 }
 
 fn simple(text: &str) -> Frame {
@@ -204,22 +155,17 @@ where
     let mut conn = Conn {
         authed: open_to_all(&state),
         user: None,
-        give_up: shared.give_up_signal(),
-        abandon: None,
+        exec: Session::new(id, shared.give_up_signal()),
         state,
         shared,
         id,
-        pin: AtomicU64::new(id),
-        proto: Proto::Resp2,
         name: None,
         multi: None,
         dedicated: None,
         watching: false,
-        sequence: 0,
         ahead: None,
-        activity: Arc::default(),
     };
-    let activity = conn.activity.clone();
+    let activity = conn.exec.activity();
     let server = &conn.state.config.server;
     let limits = Limits {
         request_bytes: server.max_request_bytes,
@@ -413,7 +359,7 @@ impl Conn {
         encode_reply(
             out,
             frame,
-            self.proto,
+            self.exec.proto,
             Nils::default(),
             DoubleStyle::default(),
         );
@@ -423,7 +369,9 @@ impl Conn {
     /// nils as the command's row says and its doubles as the backend spells them.
     fn reply_to(&self, out: &mut Output, reply: Reply, command: &Command, doubles: DoubleStyle) {
         let frame = match reply {
-            Reply::Raw { bytes, proto } if proto == self.proto => return out.put_bytes(&bytes),
+            Reply::Raw { bytes, proto } if proto == self.exec.proto => {
+                return out.put_bytes(&bytes)
+            }
             // Never seen: the pool a request goes to speaks the client's protocol.
             raw @ Reply::Raw { .. } => raw.into_frame(),
             Reply::Frame(frame) => *frame,
@@ -443,7 +391,7 @@ impl Conn {
         } else {
             doubles
         };
-        encode_reply(out, frame, self.proto, nils, doubles);
+        encode_reply(out, frame, self.exec.proto, nils, doubles);
     }
 
     async fn handle(&mut self, parsed: Result<Command, CommandError>, out: &mut Output) -> Flow {
@@ -588,8 +536,8 @@ impl Conn {
         first.unwrap_or_else(|| (simple("OK").into(), DoubleStyle::default()))
     }
 
-    /// Sends a command to `namespace`'s backend under the namespace's reply mode
-    /// (`retry::settle` has the arithmetic).
+    /// Sends a command to `namespace`'s backend: a connection-bound one on this client's own
+    /// connection, any other through the executor.
     async fn forward_to(
         &mut self,
         namespace: Arc<Namespace>,
@@ -603,323 +551,18 @@ impl Conn {
                 doubles,
             );
         }
-        let label = command.label();
-        // Once shutdown's grace period is over, nothing new is sent.
-        if *self.give_up.borrow() {
-            m::request(&namespace.name, label, "unavailable", started.elapsed());
-            return (
-                shutting_down("UNAVAILABLE not applied", &namespace).into(),
-                doubles,
-            );
-        }
-        let result = match self.plan(&namespace, command) {
-            Plan::Fast => {
-                // What a first dispatch sent ahead left, if it was.
-                let sent = match self.ahead.take().map(|(_, ahead)| ahead) {
-                    Some(Ahead::Overtaken(e)) => Err(e),
-                    Some(Ahead::First(first)) => Ok(Sent::First(first)),
-                    Some(Ahead::Again(prior)) => Ok(Sent::Failed(prior)),
-                    None => Ok(Sent::Nothing),
-                };
-                let result = match sent {
-                    Err(e) => Err(Ended::Failed(overtaken(e))),
-                    Ok(sent) => {
-                        self.retried_from(
-                            &namespace,
-                            (&command.args, command.raw.as_ref()),
-                            command.class,
-                            command.spec,
-                            None,
-                            sent,
-                        )
-                        .await
-                    }
-                };
-                if let Ok(done) = &result {
-                    if done.maybe_applied > 0 && command.class == Idempotence::IdempotentEffect {
-                        m::uncertain_reply(&namespace.name, label);
-                    }
-                }
-                result
-            }
-            Plan::Exact => {
-                self.sequence += 1;
-                let token = format!("{:016x}:{}:{}", instance(), self.id, self.sequence);
-                // With its token, every dispatch of the request may be repeated: the backend
-                // applies it once and answers the first application's reply.
-                let result = self
-                    .retried(
-                        &namespace,
-                        &command.args,
-                        Idempotence::Idempotent,
-                        command.spec,
-                        Some(token.as_bytes()),
-                    )
-                    .await;
-                if let Ok(done) = &result {
-                    if done.maybe_applied > 0 {
-                        m::reply_correction(&namespace.name, label, "exact");
-                    }
-                }
-                result
-            }
-            Plan::Settled(settle) => self
-                .settled(&namespace, command, &settle, started)
-                .await
-                .map(|done| Done {
-                    value: Reply::from(done.value),
-                    maybe_applied: done.maybe_applied,
-                }),
-        };
-        let (reply, outcome) = match result {
-            Ok(done) => (done.value, "ok"),
-            Err(Ended::Failed(failure)) => {
-                let (frame, outcome) = failure_reply(Err(failure), &namespace);
-                (frame.into(), outcome)
-            }
-            Err(Ended::Abandoned(frame, outcome)) => (frame.into(), outcome),
-        };
-        m::request(&namespace.name, label, outcome, started.elapsed());
-        (reply, doubles)
-    }
-
-    /// How a command is answered in its namespace's reply mode.
-    fn plan(&self, namespace: &Namespace, command: &Command) -> Plan {
-        // Exact mode's token goes with one key, the first argument (checked only in that
-        // mode: the other modes need no look at the keys here), on a backend that can keep
-        // the token for this command (a Redis script takes a bounded number of arguments; an
-        // evicting Redis could lose it).
-        let single_key = namespace.reply_mode == ReplyMode::Exact
-            && matches!(command.spec.keys, table::Keys::Range { first: 1, .. })
-            && command.keys().all(|k| command.args.get(1) == Some(k))
-            && namespace.backend.takes_token(command.args.len());
-        settle::plan(
-            namespace.reply_mode,
-            &command.args,
-            command.class,
-            single_key,
-        )
-    }
-
-    /// Settled mode: a read before the first dispatch, and the reply rebuilt from it (and
-    /// from a read after) when an earlier dispatch may have been applied.
-    async fn settled(
-        &mut self,
-        namespace: &Arc<Namespace>,
-        command: &Command,
-        settle: &Settle,
-        started: Instant,
-    ) -> Result<Done<Frame>, Ended> {
-        let _ = started;
-        let pre = match settle.pre_read() {
-            Some(read) => match self.read(namespace, read).await {
-                Ok(frame) => frame,
-                Err(ended) => return Err(ended),
-            },
-            None => None,
-        };
-        if let Some(answer) = pre.as_ref().and_then(|p| settle.without_dispatch(p)) {
-            // The refusal of an XADD below the stream's top is an error reply, and answered
-            // as one.
-            return match BackendError::check_reply(answer) {
-                Ok(value) => Ok(Done {
-                    value,
-                    maybe_applied: 0,
-                }),
-                Err(error) => Err(Ended::Failed(Failure::Answer(error, 0))),
-            };
-        }
-        // An error reply to a retry may be about an earlier dispatch (XADD's "equal or
-        // smaller" for the entry it appended itself): it is settled like any reply.
-        let (reply, maybe_applied) = match self
-            .retried(namespace, &command.args, command.class, command.spec, None)
-            .await
-        {
-            Ok(done) if done.maybe_applied == 0 => {
-                return Ok(Done {
-                    value: done.value.into_frame(),
-                    maybe_applied: 0,
-                })
-            }
-            Ok(done) => (done.value.into_frame(), done.maybe_applied),
-            Err(Ended::Failed(Failure::Answer(BackendError::Reply { frame, .. }, n))) if n > 0 => {
-                (*frame, n)
-            }
-            Err(other) => return Err(other),
-        };
-        let post = match settle.post_read(&reply) {
-            Some(read) => {
-                let found = self.read(namespace, read).await.ok().flatten();
-                if found.is_none() {
-                    // The read that would settle it failed: the reply stands, and may be
-                    // the second application's.
-                    m::uncertain_reply(&namespace.name, command.label());
-                }
-                found
-            }
-            None => None,
-        };
-        let settled = settle.settle(pre.as_ref(), reply.clone(), post.as_ref());
-        if settled != reply {
-            m::reply_correction(&namespace.name, command.label(), "settled");
-        }
-        match BackendError::check_reply(settled) {
-            Ok(value) => Ok(Done {
-                value,
-                maybe_applied,
-            }),
-            Err(error) => Err(Ended::Failed(Failure::Answer(error, maybe_applied))),
-        }
-    }
-
-    /// A read for settled mode, held like any read. An error reply (the key holds another
-    /// kind) is no answer to settle with: None, and the command runs as in fast mode.
-    async fn read(
-        &mut self,
-        namespace: &Arc<Namespace>,
-        args: &[Bytes],
-    ) -> Result<Option<Frame>, Ended> {
-        let name = args.first().map(|n| n.as_ref()).unwrap_or_default();
-        // The settling reads are holdfast's own, all in the table.
-        let Some(spec) = table::lookup(name) else {
-            return Ok(None);
-        };
-        match self
-            .retried(namespace, args, Idempotence::Read, spec, None)
-            .await
-        {
-            Ok(done) => Ok(Some(done.value.into_frame())),
-            Err(Ended::Failed(Failure::Answer(..))) => Ok(None),
-            Err(other) => Err(other),
-        }
-    }
-
-    /// One request through the retry loop, abandoned when shutdown's grace is over.
-    async fn retried(
-        &mut self,
-        namespace: &Arc<Namespace>,
-        args: &[Bytes],
-        class: Idempotence,
-        spec: &'static Spec,
-        token: Option<&[u8]>,
-    ) -> Result<Done<Reply>, Ended> {
-        self.retried_from(namespace, (args, None), class, spec, token, Sent::Nothing)
-            .await
-    }
-
-    /// [`Conn::retried`], going on from what a first dispatch sent ahead with the client's
-    /// pipeline left; `raw` is `args` as the client encoded them.
-    async fn retried_from(
-        &mut self,
-        namespace: &Arc<Namespace>,
-        (args, raw): (&[Bytes], Option<&Bytes>),
-        class: Idempotence,
-        spec: &'static Spec,
-        token: Option<&[u8]>,
-        sent: Sent,
-    ) -> Result<Done<Reply>, Ended> {
-        let (mut first, prior) = match sent {
-            Sent::Nothing => (None, None),
-            Sent::First(first) => (Some(first), None),
-            Sent::Failed(prior) => (None, Some(prior)),
-        };
-        if prior.is_some() {
-            self.activity.failed.store(true, Ordering::Relaxed);
-        }
-        let shared = self.shared.clone();
-        let label = spec.name;
-        let request = Request {
-            args,
-            proto: self.proto,
-            pin: self.pin.load(Ordering::Relaxed),
-            placement: placement(spec, class, &self.pin),
-            blocking: false,
-            token,
-            // A read has nothing to replicate.
-            replicas: if class == Idempotence::Read {
-                None
-            } else {
-                namespace.replicas
-            },
-            // fred hashes the first argument, and follows a MOVED where it was not a key.
-            route: None,
-            raw,
-        };
-        let mut hooks = RequestHooks::new(&namespace.name, namespace.backend.name(), label);
-        if let Some(Ok(_)) = &first {
-            // Sent ahead and answered: what the loop does with a first dispatch that
-            // succeeds, without building it.
-            if let Some(Ok(value)) = first.take() {
-                shared.budget.deposit();
-                hooks.dispatched_ok();
-                return Ok(Done {
-                    value,
-                    maybe_applied: 0,
-                });
-            }
-        }
-        // The connection's wait serves while the grace is not over; once it is, a request
-        // started after that gets its own, so it too has the whole moment.
-        let mut own;
-        let abandon = if *self.give_up.borrow() {
-            own = abandon_after(self.give_up.clone());
-            own.as_mut()
-        } else {
-            let give_up = &self.give_up;
-            self.abandon
-                .get_or_insert_with(|| abandon_after(give_up.clone()))
-                .as_mut()
-        };
-        let activity = &*self.activity;
-        let retried = retry::run(
-            &namespace.policy,
-            &shared.budget,
-            class,
-            |e: &BackendError| classify(e),
-            &mut hooks,
-            &mut self.give_up,
-            prior,
-            || {
-                let first = first.take();
-                let (backend, request) = (&namespace.backend, &request);
-                async move {
-                    let result = match first {
-                        Some(result) => result,
-                        None => {
-                            activity.in_flight.store(true, Ordering::Relaxed);
-                            let result = backend.dispatch(request, namespace.acquire_timeout).await;
-                            activity.in_flight.store(false, Ordering::Relaxed);
-                            result
-                        }
-                    };
-                    if result.is_err() {
-                        activity.failed.store(true, Ordering::Relaxed);
-                    }
-                    result
-                }
-            },
+        let sent = self.ahead.take().map(|(_, ahead)| ahead);
+        let (reply, outcome) = self
+            .exec
+            .execute(&self.shared.budget, &namespace, command, sent)
+            .await;
+        m::request(
+            &namespace.name,
+            command.label(),
+            outcome.ended.label(),
+            started.elapsed(),
         );
-        // The loop stops by itself when shutdown's grace is over while it waits between
-        // attempts; a dispatch still in flight a moment later is abandoned, and the client
-        // told it may have been applied (a read: that it was not).
-        let result = tokio::select! {
-            // The reply first: it is what is almost always ready.
-            biased;
-            result = retried => result,
-            () = abandon => {
-                drop(hooks);
-                let (code, outcome) = if class == Idempotence::Read {
-                    ("UNAVAILABLE not applied", "unavailable")
-                } else {
-                    ("INDOUBT may have been applied", "indoubt")
-                };
-                return Err(Ended::Abandoned(shutting_down(code, namespace), outcome));
-            }
-        };
-        if result.is_ok() {
-            hooks.dispatched_ok();
-        }
-        result.map_err(Ended::Failed)
+        (reply, doubles)
     }
 
     /// A connection-bound command: on this client's own backend connection, never retried.
@@ -942,8 +585,13 @@ impl Conn {
             }
             Err(e) => Err(bound_failure(e)),
         };
-        let (frame, outcome) = failure_reply(result, namespace);
-        m::request(&namespace.name, command.label(), outcome, started.elapsed());
+        let (frame, outcome) = failure_reply(result, &**namespace);
+        m::request(
+            &namespace.name,
+            command.label(),
+            outcome.ended.label(),
+            started.elapsed(),
+        );
         frame
     }
 
@@ -960,7 +608,7 @@ impl Conn {
             }
             let fresh = namespace
                 .backend
-                .dedicated(self.proto, namespace.acquire_timeout)
+                .dedicated(self.exec.proto, namespace.acquire_timeout)
                 .await?;
             self.dedicated = Some((namespace.backend.clone(), fresh));
         }
@@ -979,7 +627,7 @@ impl Conn {
         blocking: bool,
         route: Option<&[u8]>,
     ) -> Result<Frame, BackendError> {
-        let proto = self.proto;
+        let proto = self.exec.proto;
         let pin = self.id;
         let dedicated = self.dedicated_for(namespace).await?;
         let request = Request {
@@ -1031,7 +679,7 @@ impl Conn {
             Local::Reset => {
                 self.multi = None;
                 self.unwatch().await;
-                self.proto = Proto::Resp2;
+                self.exec.proto = Proto::Resp2;
                 self.name = None;
                 self.authed = open_to_all(&self.state);
                 self.user = None;
@@ -1074,163 +722,6 @@ impl Conn {
     }
 }
 
-/// How long a dispatch in flight when shutdown's grace period ends may still take.
-const IN_FLIGHT_AT_SHUTDOWN: Duration = Duration::from_secs(1);
-
-/// A wait that ends [`IN_FLIGHT_AT_SHUTDOWN`] after shutdown's grace period is over.
-type Abandon = Pin<Box<dyn Future<Output = ()> + Send + Sync>>;
-
-/// Which shared backend connection a request may take: a read any, a write any (and the
-/// client's pin goes with it), a command about its connection (`WAIT`) the pinned one.
-fn placement<'a>(spec: &Spec, class: Idempotence, pin: &'a AtomicU64) -> Placement<'a> {
-    if spec.pinned {
-        Placement::Pinned
-    } else if class == Idempotence::Read {
-        Placement::Joins
-    } else {
-        Placement::Moves(pin)
-    }
-}
-
-fn abandon_after(mut give_up: watch::Receiver<bool>) -> Abandon {
-    Box::pin(async move {
-        if give_up.wait_for(|stop| *stop).await.is_err() {
-            std::future::pending::<()>().await;
-        }
-        tokio::time::sleep(IN_FLIGHT_AT_SHUTDOWN).await;
-    })
-}
-
-/// The answer to a command cut short by the end of shutdown's grace period.
-fn shutting_down(code: &str, namespace: &Namespace) -> Frame {
-    error(format!(
-        "{code}: holdfast is shutting down (namespace '{}', backend '{}')",
-        namespace.name,
-        namespace.backend.name()
-    ))
-}
-
-/// The failure of a request sent ahead that a later request of its pipeline overtook: it is
-/// not retried (see `ahead.rs`).
-fn overtaken(error: BackendError) -> Failure<BackendError> {
-    match bound_failure(error) {
-        Failure::Unavailable(g) => Failure::Unavailable(GaveUp {
-            why: Why::Overtaken,
-            ..g
-        }),
-        Failure::InDoubt(g) => Failure::InDoubt(GaveUp {
-            why: Why::Overtaken,
-            ..g
-        }),
-        answer => answer,
-    }
-}
-
-/// The failure of a single, never-retried dispatch on a dedicated connection.
-fn bound_failure(error: BackendError) -> Failure<BackendError> {
-    let class = classify(&error);
-    let gave_up = |last| GaveUp {
-        last,
-        class,
-        attempts: 1,
-        elapsed: Duration::ZERO,
-        why: Why::MustNotRepeat,
-    };
-    match class {
-        ErrorClass::Other => Failure::Answer(error, 0),
-        ErrorClass::NotAttempted => Failure::Unavailable(gave_up(error)),
-        ErrorClass::Transient => Failure::InDoubt(gave_up(error)),
-    }
-}
-
-/// The reply and the metric outcome of a request's result.
-fn failure_reply(
-    result: Result<Frame, Failure<BackendError>>,
-    namespace: &Namespace,
-) -> (Frame, &'static str) {
-    match result {
-        Ok(frame) => (frame, "ok"),
-        // An error answered to a retry after a dispatch that may have been applied: the
-        // bare error would read "not applied" (an `OOM` set between the two, a pool closed
-        // under a move to a standby).
-        Err(Failure::Answer(answer, maybe_applied)) if maybe_applied > 0 => (
-            error(format!(
-                "INDOUBT may have been applied: a retry was answered with an error after a dispatch that may have been applied (namespace '{}', backend '{}', answer: {})",
-                namespace.name,
-                namespace.backend.name(),
-                answer_text(&answer)
-            )),
-            "indoubt",
-        ),
-        Err(Failure::Answer(BackendError::Reply { frame, .. }, _)) => (*frame, "error_reply"),
-        Err(Failure::Answer(other, _)) => (
-            error(format!("ERR holdfast: {}", chain(&other))),
-            "error_reply",
-        ),
-        Err(Failure::Unavailable(g)) => (
-            error(gave_up_text("UNAVAILABLE", "not applied", &g, namespace)),
-            "unavailable",
-        ),
-        Err(Failure::InDoubt(g)) => (
-            error(gave_up_text(
-                "INDOUBT",
-                "may have been applied",
-                &g,
-                namespace,
-            )),
-            "indoubt",
-        ),
-    }
-}
-
-fn gave_up_text(code: &str, what: &str, g: &GaveUp<BackendError>, namespace: &Namespace) -> String {
-    let class = match g.class {
-        ErrorClass::NotAttempted => "not attempted",
-        ErrorClass::Transient => "may have been applied",
-        ErrorClass::Other => "answered",
-    };
-    let why = match g.why {
-        Why::Exhausted => "retry budget exhausted",
-        Why::MustNotRepeat => "not retried",
-        Why::ShuttingDown => "holdfast is shutting down",
-        Why::Overtaken => "not retried, a later pipelined command having taken effect,",
-    };
-    format!(
-        "{code} {what}: {why} after {} attempt{} in {:.1}s (namespace '{}', backend '{}', last failure {class}: {})",
-        g.attempts,
-        if g.attempts == 1 { "" } else { "s" },
-        g.elapsed.as_secs_f64(),
-        namespace.name,
-        namespace.backend.name(),
-        chain(&g.last)
-    )
-}
-
-/// The text of a backend's answer: an error reply as the backend wrote it, any other error
-/// with its sources.
-fn answer_text(answer: &BackendError) -> String {
-    match answer {
-        BackendError::Reply { frame, .. } => match &**frame {
-            Frame::SimpleError { data, .. } => data.to_string(),
-            Frame::BlobError { data, .. } => String::from_utf8_lossy(data).into_owned(),
-            _ => chain(answer),
-        },
-        other => chain(other),
-    }
-    .replace(['\r', '\n'], " ")
-}
-
-/// An error and its sources on one line (an error reply cannot hold a newline).
-fn chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(e) = source {
-        let _ = write!(text, ": {e}");
-        source = e.source();
-    }
-    text.replace(['\r', '\n'], " ")
-}
-
 /// A command's first key: on a Cluster, the node a connection-bound command goes to.
 pub(super) fn first_key(command: &Command) -> Option<&[u8]> {
     command.keys().next().map(|k| k.as_ref())
@@ -1239,50 +730,6 @@ pub(super) fn first_key(command: &Command) -> Option<&[u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn spec(name: &str) -> &'static Spec {
-        table::lookup(name.as_bytes()).expect("a row of the table")
-    }
-
-    /// `Conn::read` takes a settling read's row from the table (its metrics label and where
-    /// it may go) and settles nothing without one.
-    #[test]
-    fn every_settling_read_is_a_row_of_the_table() {
-        let commands: [&[&str]; 12] = [
-            &["DEL", "k"],
-            &["HDEL", "k", "f"],
-            &["SREM", "k", "m"],
-            &["ZREM", "k", "m"],
-            &["SADD", "k", "m"],
-            &["HSET", "k", "f", "v"],
-            &["ZADD", "k", "1", "m"],
-            &["SETNX", "k", "v"],
-            &["HSETNX", "k", "f", "v"],
-            &["SET", "k", "v", "NX"],
-            &["XADD", "k", "1-1", "f", "v"],
-            &["MSETNX", "a", "1", "b", "2"],
-        ];
-        let replies = [
-            Frame::Null,
-            number(0),
-            error("ERR The ID specified in XADD is equal or smaller"),
-        ];
-        let mut reads = 0;
-        for command in commands {
-            let args: Vec<Bytes> = command.iter().map(|a| Bytes::from(*a)).collect();
-            let class = spec(command[0]).class_of(&args);
-            let Plan::Settled(settle) = settle::plan(ReplyMode::Settled, &args, class, true) else {
-                panic!("{command:?} is settled");
-            };
-            let post = replies.iter().filter_map(|reply| settle.post_read(reply));
-            for read in settle.pre_read().into_iter().chain(post) {
-                let name = read.first().map(|n| n.as_ref()).unwrap_or_default();
-                assert!(table::lookup(name).is_some(), "{command:?} reads {read:?}");
-                reads += 1;
-            }
-        }
-        assert!(reads >= commands.len(), "{reads} reads");
-    }
 
     /// A command whose client closed: dropped at once while it waits between attempts; left
     /// to finish while a dispatch is in flight, and then nothing more; never watched before a
@@ -1324,22 +771,5 @@ mod tests {
         let quiet = async { Flow::Continue };
         let ended = until_gone(std::pin::pin!(quiet), &activity, &mut socket, &mut input).await;
         assert_eq!(ended, Some(Flow::Continue));
-    }
-
-    #[test]
-    fn wait_stays_pinned_reads_join_and_writes_take_the_pin_along() {
-        let pin = AtomicU64::new(7);
-        let wait = placement(spec("WAIT"), spec("WAIT").class, &pin);
-        assert!(matches!(wait, Placement::Pinned), "{wait:?}");
-        let get = placement(spec("GET"), Idempotence::Read, &pin);
-        assert!(matches!(get, Placement::Joins), "{get:?}");
-        for class in [
-            Idempotence::Idempotent,
-            Idempotence::IdempotentEffect,
-            Idempotence::NonIdempotent,
-        ] {
-            let write = placement(spec("SET"), class, &pin);
-            assert!(matches!(write, Placement::Moves(_)), "{write:?}");
-        }
     }
 }

@@ -7,8 +7,9 @@
 //! What the client hears is decided here without I/O ([`took_effect`],
 //! [`transaction_took_effect`], [`acknowledged`]); [`Conn::replicated`] only sends the `WAIT`.
 
-use super::{bound_failure, Conn};
+use super::Conn;
 use crate::backend::BackendError;
+use crate::exec::bound_failure;
 use crate::namespace::Namespace;
 use crate::retry::Failure;
 use bytes::Bytes;
@@ -163,7 +164,7 @@ mod tests {
             Ok(reply) => format!("ok {reply:?}"),
             Err(Failure::InDoubt(g)) => format!("indoubt {}", g.last),
             Err(Failure::Unavailable(g)) => format!("unavailable {}", g.last),
-            Err(Failure::Answer(e, _)) => format!("answer {e}"),
+            Err(Failure::Answer(e, ..)) => format!("answer {e}"),
         };
         assert!(heard(Ok(frame("2"))).starts_with("ok "));
         assert!(heard(Ok(frame("3"))).starts_with("ok "));

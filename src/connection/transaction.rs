@@ -26,14 +26,14 @@ impl Conn {
         if result.is_ok() {
             self.watching = true;
         }
-        failure_reply(result.map_err(bound_failure), &namespace).0
+        failure_reply(result.map_err(bound_failure), &*namespace).0
     }
 
     pub(super) async fn unwatch(&mut self) {
         if self.watching {
             if let Some((_, dedicated)) = &self.dedicated {
                 let args = [Bytes::from_static(b"UNWATCH")];
-                let request = Request::new(&args, self.proto, self.id);
+                let request = Request::new(&args, self.exec.proto, self.id);
                 let _ = dedicated.send(&request).await;
             }
         }
@@ -110,8 +110,13 @@ impl Conn {
         let frame = match result {
             Ok(frame) => frame,
             Err(failure) => {
-                let (frame, outcome) = failure_reply(Err(failure), &namespace);
-                m::request(&namespace.name, "EXEC", outcome, started.elapsed());
+                let (frame, outcome) = failure_reply(Err(failure), &*namespace);
+                m::request(
+                    &namespace.name,
+                    "EXEC",
+                    outcome.ended.label(),
+                    started.elapsed(),
+                );
                 self.reply(out, &frame);
                 return Flow::Continue;
             }
@@ -130,7 +135,7 @@ impl Conn {
             _ => encode_reply(
                 out,
                 &frame,
-                self.proto,
+                self.exec.proto,
                 Nils {
                     top: true,
                     nested: None,
@@ -175,13 +180,14 @@ impl Conn {
 /// A failure before EXEC was sent: a transaction that never reached EXEC applied nothing.
 pub(super) fn not_applied(error: BackendError) -> Failure<BackendError> {
     match classify(&error) {
-        ErrorClass::Other => Failure::Answer(error, 0),
+        ErrorClass::Other => Failure::Answer(error, 0, 1),
         class => Failure::Unavailable(GaveUp {
             last: error,
             class,
             attempts: 1,
             elapsed: Duration::ZERO,
             why: Why::MustNotRepeat,
+            maybe_applied: 0,
         }),
     }
 }

@@ -7,7 +7,6 @@
 pub mod backoff;
 pub mod budget;
 pub mod policy;
-pub mod settle;
 
 use crate::command::table::Idempotence;
 use crate::error::ErrorClass;
@@ -26,14 +25,17 @@ pub struct Done<T> {
     pub value: T,
     /// Earlier dispatches that may have been applied.
     pub maybe_applied: u32,
+    /// Attempts made, skipped ones (retry budget empty) included.
+    pub attempts: u32,
 }
 
 /// How a request that did not succeed ended.
 #[derive(Debug)]
 pub enum Failure<E> {
     /// The backend's answer (class Other): the client gets it as it is. With it, how many
-    /// earlier dispatches may have been applied (an answer to a retry may be about them).
-    Answer(E, u32),
+    /// earlier dispatches may have been applied (an answer to a retry may be about them), and
+    /// the attempts made.
+    Answer(E, u32, u32),
     /// Gave up, and no dispatch may have been applied: safe for the client to retry.
     Unavailable(GaveUp<E>),
     /// Gave up after a dispatch that may have been applied.
@@ -53,6 +55,8 @@ pub struct GaveUp<E> {
     pub elapsed: Duration,
     /// Why it stopped.
     pub why: Why,
+    /// Dispatches that may have been applied (0 for an `Unavailable` give-up).
+    pub maybe_applied: u32,
 }
 
 /// Why the loop gave up.
@@ -148,6 +152,7 @@ where
                     return Ok(Done {
                         value,
                         maybe_applied,
+                        attempts,
                     });
                 }
                 Err(error) => {
@@ -199,7 +204,7 @@ where
                         attempts,
                         start,
                         Why::ShuttingDown,
-                        maybe_applied > 0,
+                        maybe_applied,
                     ));
                 }
                 dispatch = budget.withdraw();
@@ -215,7 +220,7 @@ where
                     continue;
                 };
                 if stop == Stop::Answer {
-                    return Err(Failure::Answer(error, maybe_applied));
+                    return Err(Failure::Answer(error, maybe_applied, attempts));
                 }
                 let why = if stop == Stop::Exhausted {
                     Why::Exhausted
@@ -229,7 +234,7 @@ where
                     attempts,
                     start,
                     why,
-                    maybe_applied > 0,
+                    maybe_applied,
                 ));
             }
         }
@@ -244,7 +249,7 @@ fn give_up<E, H: Hooks>(
     attempts: u32,
     start: Instant,
     why: Why,
-    maybe_applied: bool,
+    maybe_applied: u32,
 ) -> Failure<E> {
     let elapsed = start.elapsed();
     hooks.gave_up(class, attempts, elapsed, why);
@@ -254,8 +259,9 @@ fn give_up<E, H: Hooks>(
         attempts,
         elapsed,
         why,
+        maybe_applied,
     };
-    if maybe_applied {
+    if maybe_applied > 0 {
         Failure::InDoubt(gave_up)
     } else {
         Failure::Unavailable(gave_up)

@@ -191,7 +191,7 @@ async fn an_answer_is_passed_on_at_once() {
     let script = Script::new(vec![reply("WRONGTYPE Operation against a key"), pong()]);
     let mut hooks = Recorder::default();
     match drive(&script, Read, 15, &mut hooks).await {
-        Err(Failure::Answer(BackendError::Reply { prefix, .. }, _)) => {
+        Err(Failure::Answer(BackendError::Reply { prefix, .. }, ..)) => {
             assert_eq!(prefix, "WRONGTYPE")
         }
         other => panic!("expected the answer, got {other:?}"),

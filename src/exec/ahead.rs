@@ -27,20 +27,18 @@
 //! When the connection dies, every request behind the failure fails too, so in a failover the
 //! whole pipeline is held and retried in order, exactly as when requests are sent one by one.
 
-use super::{placement, Conn};
+use super::{placement, Dispatch, Session};
 use crate::backend::{BackendError, Reply, Request};
 use crate::command::table::Idempotence;
-use crate::command::{Command, CommandError};
+use crate::command::Command;
 use crate::error::classify;
-use crate::namespace::Namespace;
 use crate::retry::policy::Policy;
-use crate::retry::settle::Plan;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::time::Duration;
 
 /// What a request's first dispatch, sent ahead with its neighbours, left for it.
 #[derive(Debug)]
-pub(super) enum Ahead<T, E> {
+pub enum Ahead<T, E> {
     /// Its first dispatch's result: the retry loop goes on from there.
     First(Result<T, E>),
     /// It failed while a later request of the pipeline took effect: retrying it now would
@@ -55,7 +53,7 @@ pub(super) enum Ahead<T, E> {
 /// this module. `reads[i]` says whether request `i` is a read; `again(e, i)` whether request
 /// `i`, failed with `e`, may be sent again. `None`: send it again afresh (a read that
 /// succeeded too early).
-pub(super) fn order<T, E>(
+pub fn order<T, E>(
     results: Vec<Result<T, E>>,
     reads: &[bool],
     again: impl Fn(&E, usize) -> bool,
@@ -100,96 +98,40 @@ pub(super) fn order<T, E>(
         .collect()
 }
 
-impl Conn {
-    /// The namespace a command's first dispatch may be sent ahead to: a plain forwarded
-    /// command, answered in fast mode by a backend that pipelines, that changes nothing about
-    /// this connection and waits for no replica.
-    fn pipelinable(&self, command: &Command) -> Option<Arc<Namespace>> {
-        if !self.authed
-            || self.multi.is_some()
-            || command.local().is_some()
-            || command.spec.every_backend
-            || command.class == Idempotence::ConnectionBound
-            || *self.give_up.borrow()
-        {
-            return None;
-        }
-        self.permit(command).ok()?;
-        // Walked twice rather than collected: no allocation per request.
-        if command.keys().count() > self.state.config.server.max_keys_per_command {
-            return None;
-        }
-        let keys = command.keys().map(|k| k.as_ref());
-        let namespace = self.state.router.route(keys).ok()?;
-        if !namespace.backend.pipelines()
-            || (namespace.replicas.is_some() && command.class != Idempotence::Read)
-            || !matches!(self.plan(namespace, command), Plan::Fast)
-        {
-            return None;
-        }
-        Some(namespace.clone())
-    }
-
-    /// Sends ahead the first dispatches of the leading run of `items` that may go together
-    /// (at least two, on one backend, all reads or all writes), and returns what each of them
-    /// left, with the namespace it was routed to, in order; empty when nothing was sent
-    /// ahead. The backend may send only the run's leading part (a Cluster cuts it where the
-    /// node changes): then only that part is returned, and the rest is handled after it.
-    pub(super) async fn send_ahead<'c>(
+impl Session {
+    /// Sends the first dispatches of `run` (at least two requests of this client, all for
+    /// `backend`, all reads or all writes, each to be answered in fast mode) together, and
+    /// returns what each of them left, in order; empty when nothing was sent together. The
+    /// backend may send only the run's leading part (a Cluster cuts it where the node
+    /// changes): then only that part is returned, and the rest is handled after it.
+    pub async fn send_ahead<B: Dispatch>(
         &self,
-        items: impl Iterator<Item = &'c Result<Command, CommandError>>,
-    ) -> Vec<Option<(Arc<Namespace>, Ahead<Reply, BackendError>)>> {
-        let mut run: Vec<(&Command, Arc<Namespace>)> = Vec::new();
-        for item in items {
-            let Ok(command) = item else { break };
-            let Some(namespace) = self.pipelinable(command) else {
-                break;
-            };
-            if let Some((first_command, first)) = run.first() {
-                let read = command.class == Idempotence::Read;
-                if !Arc::ptr_eq(&first.backend, &namespace.backend)
-                    || read != (first_command.class == Idempotence::Read)
-                {
-                    break;
-                }
-            }
-            run.push((command, namespace));
-        }
-        let Some((_, namespace)) = run.first() else {
-            return Vec::new();
-        };
+        backend: &B,
+        acquire_timeout: Duration,
+        run: &[&Command],
+    ) -> Vec<Option<Ahead<Reply, BackendError>>> {
         if run.len() < 2 {
             return Vec::new();
         }
         let requests: Vec<Request<'_>> = run
             .iter()
-            .map(|(command, _)| Request {
+            .map(|command| Request {
                 raw: command.raw.as_ref(),
                 placement: placement(command.spec, command.class, &self.pin),
                 ..Request::new(&command.args, self.proto, self.pin.load(Ordering::Relaxed))
             })
             .collect();
-        let Some(results) = namespace
-            .backend
-            .dispatch_batch(&requests, namespace.acquire_timeout)
-            .await
-        else {
+        let Some(results) = backend.dispatch_batch(&requests, acquire_timeout).await else {
             return Vec::new();
         };
         let reads: Vec<bool> = run
             .iter()
-            .map(|(command, _)| command.class == Idempotence::Read)
+            .map(|command| command.class == Idempotence::Read)
             .collect();
-        let classes: Vec<Idempotence> = run.iter().map(|(command, _)| command.class).collect();
-        let ordered = order(results, &reads, |e, i| {
-            classes
-                .get(i)
-                .is_some_and(|class| Policy::retryable(classify(e), *class).is_ok())
-        });
-        run.into_iter()
-            .zip(ordered)
-            .map(|((_, namespace), ahead)| ahead.map(|ahead| (namespace, ahead)))
-            .collect()
+        order(results, &reads, |e, i| {
+            run.get(i)
+                .is_some_and(|command| Policy::retryable(classify(e), command.class).is_ok())
+        })
     }
 }
 

@@ -1,6 +1,6 @@
 //! Reply modes: what a request's reply is when an earlier dispatch of it may have been
-//! applied (DESIGN.md section 4). No I/O: the connection runs the reads this module asks for
-//! and hands their replies back, and the unit tests drive the same functions.
+//! applied (the README's "Reply modes"). No I/O: the executor runs the reads this module asks
+//! for and hands their replies back, and the unit tests drive the same functions.
 //!
 //! - **fast**: the successful dispatch's reply, as it is. When an earlier dispatch of an
 //!   IdempotentEffect command may have been applied, that reply may under-count; the caller

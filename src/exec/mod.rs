@@ -1,0 +1,707 @@
+//! The request executor: a parsed command, routed to its namespace, in; the reply frame and
+//! its [`Outcome`] out. Everything between the two that decides what a client hears after a
+//! fault lives here:
+//!
+//! - the reply mode's plan (`settle.rs`: fast, settled with reads, exact with a token);
+//! - the retry loop's attempt (one dispatch through the [`Dispatch`] seam), the retry
+//!   budget, and the abandon of a dispatch still in flight when shutdown's grace is over;
+//! - pipelined first dispatches sent ahead together and the order rule for their failures
+//!   (`ahead.rs`);
+//! - the text of `UNAVAILABLE` and `INDOUBT` (`reply.rs`) and the per-request metrics hooks
+//!   (`hooks.rs`).
+//!
+//! Backends are reached through [`Dispatch`], statically dispatched: holdfast's own
+//! [`Backend`], and in tests a simulated world (`tests/simulation.rs`). Connection-bound
+//! commands (a client's own backend connection) are the connection's; this module lends it
+//! [`bound_failure`] and [`failure_reply`] so they are answered in the same words.
+
+pub mod ahead;
+mod hooks;
+mod reply;
+pub mod settle;
+
+pub use ahead::Ahead;
+pub use hooks::RequestHooks;
+pub use reply::{chain, failure_reply, shutting_down};
+
+use crate::backend::Proto;
+use crate::backend::{Backend, BackendError, Placement, Reply, Request};
+use crate::command::table::{self, Idempotence, Spec};
+use crate::command::Command;
+use crate::config::ReplyMode;
+use crate::error::{classify, ErrorClass};
+use crate::metrics as m;
+use crate::namespace::Namespace;
+use crate::retry::budget::RetryBudget;
+use crate::retry::{self, Done, Failure, GaveUp, Why};
+use bytes::Bytes;
+use redis_protocol::resp3::types::BytesFrame as Frame;
+use settle::{Plan, Settle};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// What the executor needs of a backend: the seam a simulated world stands in for in tests.
+/// Statically dispatched: the connection's executor is built for [`Backend`] alone.
+pub trait Dispatch: Send + Sync + 'static {
+    /// The configured name (error texts, metric labels).
+    fn name(&self) -> &str;
+
+    /// Whether a command of `argc` arguments can run in exact mode here; if not, it is
+    /// settled instead.
+    fn takes_token(&self, argc: usize) -> bool;
+
+    /// Whether [`Dispatch::dispatch_batch`] sends requests together.
+    fn pipelines(&self) -> bool;
+
+    /// Sends one request; `acquire_timeout` bounds the wait for a connected connection.
+    fn dispatch(
+        &self,
+        request: &Request<'_>,
+        acquire_timeout: Duration,
+    ) -> impl Future<Output = Result<Reply, BackendError>> + Send;
+
+    /// First attempts of a client's pipelined requests, sent together in order: all of them,
+    /// or a leading part, with one result each; None when nothing was sent together.
+    fn dispatch_batch(
+        &self,
+        requests: &[Request<'_>],
+        acquire_timeout: Duration,
+    ) -> impl Future<Output = Option<Vec<Result<Reply, BackendError>>>> + Send;
+}
+
+impl Dispatch for Backend {
+    fn name(&self) -> &str {
+        Backend::name(self)
+    }
+
+    fn takes_token(&self, argc: usize) -> bool {
+        Backend::takes_token(self, argc)
+    }
+
+    fn pipelines(&self) -> bool {
+        Backend::pipelines(self)
+    }
+
+    fn dispatch(
+        &self,
+        request: &Request<'_>,
+        acquire_timeout: Duration,
+    ) -> impl Future<Output = Result<Reply, BackendError>> + Send {
+        Backend::dispatch(self, request, acquire_timeout)
+    }
+
+    fn dispatch_batch(
+        &self,
+        requests: &[Request<'_>],
+        acquire_timeout: Duration,
+    ) -> impl Future<Output = Option<Vec<Result<Reply, BackendError>>>> + Send {
+        Backend::dispatch_batch(self, requests, acquire_timeout)
+    }
+}
+
+/// How a request ended, as metrics and logs label it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// A reply (an error reply of the command's own included when the command was not
+    /// retried into it: see [`Ended::Answer`]).
+    Ok,
+    /// The backend's error reply (or holdfast's, for a command it cannot serve), passed on.
+    Answer,
+    /// `UNAVAILABLE`: nothing was applied.
+    Unavailable,
+    /// `INDOUBT`: a dispatch may have been applied.
+    InDoubt,
+}
+
+impl Ended {
+    /// The metric label (`holdfast_requests_total{outcome}`).
+    pub fn label(self) -> &'static str {
+        match self {
+            Ended::Ok => "ok",
+            Ended::Answer => "error_reply",
+            Ended::Unavailable => "unavailable",
+            Ended::InDoubt => "indoubt",
+        }
+    }
+}
+
+/// A request's outcome: how it ended, the dispatches it took (skipped ones, the retry budget
+/// being empty, included) and how many of them may have been applied without their reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// How it ended.
+    pub ended: Ended,
+    /// Attempts made (0: answered without one, as a settled `DEL` of nothing is).
+    pub attempts: u32,
+    /// Dispatches that failed after they may have been applied.
+    pub maybe_applied: u32,
+}
+
+impl Outcome {
+    fn of(ended: Ended) -> Outcome {
+        Outcome {
+            ended,
+            attempts: 0,
+            maybe_applied: 0,
+        }
+    }
+}
+
+/// What a request handled by one client connection is doing, as the connection needs to know
+/// it to notice a client that closes while its command is held.
+#[derive(Default)]
+pub struct Activity {
+    /// A dispatch has failed: the command may be held for a while.
+    pub failed: AtomicBool,
+    /// A dispatch is in flight.
+    pub in_flight: AtomicBool,
+}
+
+/// How long a dispatch in flight when shutdown's grace period ends may still take.
+const IN_FLIGHT_AT_SHUTDOWN: Duration = Duration::from_secs(1);
+
+/// A wait that ends [`IN_FLIGHT_AT_SHUTDOWN`] after shutdown's grace period is over.
+type Abandon = Pin<Box<dyn Future<Output = ()> + Send + Sync>>;
+
+fn abandon_after(mut give_up: watch::Receiver<bool>) -> Abandon {
+    Box::pin(async move {
+        if give_up.wait_for(|stop| *stop).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+        tokio::time::sleep(IN_FLIGHT_AT_SHUTDOWN).await;
+    })
+}
+
+/// This process, in exact-mode tokens: random at start, so two holdfasts (or two runs of
+/// one) never share a token.
+fn instance() -> u64 {
+    static ID: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *ID.get_or_init(rand::random)
+}
+
+/// Which shared backend connection a request may take: a read any, a write any (and the
+/// client's pin goes with it), a command about its connection (`WAIT`) the pinned one.
+pub fn placement<'a>(spec: &Spec, class: Idempotence, pin: &'a AtomicU64) -> Placement<'a> {
+    if spec.pinned {
+        Placement::Pinned
+    } else if class == Idempotence::Read {
+        Placement::Joins
+    } else {
+        Placement::Moves(pin)
+    }
+}
+
+/// One client's executor: what its requests share.
+pub struct Session {
+    /// The client's id (`CLIENT ID`): part of its exact-mode tokens.
+    id: u64,
+    /// The client's protocol: replies come back in it.
+    pub proto: Proto,
+    /// Which of a backend's shared connections this client is pinned to: its id at first,
+    /// then wherever its last write went ([`Placement`]).
+    pin: AtomicU64,
+    /// Requests sent in exact mode so far: the last part of their tokens.
+    sequence: u64,
+    /// Turns true when shutdown's grace period is over.
+    give_up: watch::Receiver<bool>,
+    /// Ends [`IN_FLIGHT_AT_SHUTDOWN`] after `give_up` turns true: what abandons a dispatch in
+    /// flight then. Made on the first dispatch and kept for the session, because waiting on
+    /// the channel anew for each request cost 5% of an unpipelined request's instructions.
+    abandon: Option<Abandon>,
+    /// What the request being executed is doing.
+    activity: Arc<Activity>,
+}
+
+/// What one request's retry loop needs to know about it.
+struct Attempted<'a> {
+    args: &'a [Bytes],
+    /// `args` as the client encoded them.
+    raw: Option<&'a Bytes>,
+    class: Idempotence,
+    spec: &'static Spec,
+    token: Option<&'a [u8]>,
+}
+
+/// How a retried dispatch ended when it did not succeed.
+enum Stopped {
+    /// The retry loop's failure.
+    Failed(Failure<BackendError>),
+    /// Shutdown abandoned it in flight: the reply and how it ended.
+    Abandoned(Frame, Ended),
+}
+
+impl Session {
+    /// The executor of client `id`; `give_up` turns true when shutdown's grace is over.
+    pub fn new(id: u64, give_up: watch::Receiver<bool>) -> Session {
+        Session {
+            id,
+            proto: Proto::Resp2,
+            pin: AtomicU64::new(id),
+            sequence: 0,
+            give_up,
+            abandon: None,
+            activity: Arc::default(),
+        }
+    }
+
+    /// What the request being executed is doing, for the connection to watch.
+    pub fn activity(&self) -> Arc<Activity> {
+        self.activity.clone()
+    }
+
+    /// Whether shutdown's grace period is over: nothing new is sent.
+    pub fn giving_up(&self) -> bool {
+        *self.give_up.borrow()
+    }
+
+    /// Executes `command` on `namespace`'s backend under the namespace's reply mode, going on
+    /// from what its first dispatch, sent ahead with its pipeline, left (`sent`). Not for
+    /// connection-bound commands, which are the connection's.
+    pub async fn execute<B: Dispatch>(
+        &mut self,
+        budget: &RetryBudget,
+        namespace: &Namespace<B>,
+        command: &Command,
+        sent: Option<Ahead<Reply, BackendError>>,
+    ) -> (Reply, Outcome) {
+        let label = command.label();
+        // Once shutdown's grace period is over, nothing new is sent.
+        if self.giving_up() {
+            let frame = shutting_down("UNAVAILABLE not applied", namespace);
+            return (frame.into(), Outcome::of(Ended::Unavailable));
+        }
+        let result = match self.plan(namespace, command) {
+            Plan::Fast => {
+                let attempted = Attempted {
+                    args: &command.args,
+                    raw: command.raw.as_ref(),
+                    class: command.class,
+                    spec: command.spec,
+                    token: None,
+                };
+                let result = match sent {
+                    Some(Ahead::Overtaken(e)) => Err(Stopped::Failed(overtaken(e))),
+                    Some(Ahead::First(first)) => {
+                        self.retried(budget, namespace, attempted, Some(first), None)
+                            .await
+                    }
+                    Some(Ahead::Again(prior)) => {
+                        self.retried(budget, namespace, attempted, None, Some(prior))
+                            .await
+                    }
+                    None => self.retried(budget, namespace, attempted, None, None).await,
+                };
+                if let Ok(done) = &result {
+                    if done.maybe_applied > 0 && command.class == Idempotence::IdempotentEffect {
+                        m::uncertain_reply(&namespace.name, label);
+                    }
+                }
+                result
+            }
+            Plan::Exact => {
+                self.sequence += 1;
+                let token = format!("{:016x}:{}:{}", instance(), self.id, self.sequence);
+                // With its token, every dispatch of the request may be repeated: the backend
+                // applies it once and answers the first application's reply.
+                let attempted = Attempted {
+                    args: &command.args,
+                    raw: None,
+                    class: Idempotence::Idempotent,
+                    spec: command.spec,
+                    token: Some(token.as_bytes()),
+                };
+                let result = self.retried(budget, namespace, attempted, None, None).await;
+                if let Ok(done) = &result {
+                    if done.maybe_applied > 0 {
+                        m::reply_correction(&namespace.name, label, "exact");
+                    }
+                }
+                result
+            }
+            Plan::Settled(settle) => {
+                self.settled(budget, namespace, command, &settle)
+                    .await
+                    .map(|done| Done {
+                        value: Reply::from(done.value),
+                        maybe_applied: done.maybe_applied,
+                        attempts: done.attempts,
+                    })
+            }
+        };
+        match result {
+            Ok(done) => (
+                done.value,
+                Outcome {
+                    ended: Ended::Ok,
+                    attempts: done.attempts,
+                    maybe_applied: done.maybe_applied,
+                },
+            ),
+            Err(Stopped::Failed(failure)) => {
+                let (frame, outcome) = failure_reply(Err(failure), namespace);
+                (frame.into(), outcome)
+            }
+            Err(Stopped::Abandoned(frame, ended)) => (frame.into(), Outcome::of(ended)),
+        }
+    }
+
+    /// How a command is answered in its namespace's reply mode.
+    pub fn plan<B: Dispatch>(&self, namespace: &Namespace<B>, command: &Command) -> Plan {
+        // Exact mode's token goes with one key, the first argument (checked only in that
+        // mode: the other modes need no look at the keys here), on a backend that can keep
+        // the token for this command (a Redis script takes a bounded number of arguments; an
+        // evicting Redis could lose it).
+        let single_key = namespace.reply_mode == ReplyMode::Exact
+            && matches!(command.spec.keys, table::Keys::Range { first: 1, .. })
+            && command.keys().all(|k| command.args.get(1) == Some(k))
+            && namespace.backend.takes_token(command.args.len());
+        settle::plan(
+            namespace.reply_mode,
+            &command.args,
+            command.class,
+            single_key,
+        )
+    }
+
+    /// Settled mode: a read before the first dispatch, and the reply rebuilt from it (and
+    /// from a read after) when an earlier dispatch may have been applied.
+    async fn settled<B: Dispatch>(
+        &mut self,
+        budget: &RetryBudget,
+        namespace: &Namespace<B>,
+        command: &Command,
+        settle: &Settle,
+    ) -> Result<Done<Frame>, Stopped> {
+        let pre = match settle.pre_read() {
+            Some(read) => self.read(budget, namespace, read).await?,
+            None => None,
+        };
+        if let Some(answer) = pre.as_ref().and_then(|p| settle.without_dispatch(p)) {
+            // The refusal of an XADD below the stream's top is an error reply, and answered
+            // as one.
+            return match BackendError::check_reply(answer) {
+                Ok(value) => Ok(Done {
+                    value,
+                    maybe_applied: 0,
+                    attempts: 0,
+                }),
+                Err(error) => Err(Stopped::Failed(Failure::Answer(error, 0, 0))),
+            };
+        }
+        // An error reply to a retry may be about an earlier dispatch (XADD's "equal or
+        // smaller" for the entry it appended itself): it is settled like any reply.
+        let attempted = Attempted {
+            args: &command.args,
+            raw: None,
+            class: command.class,
+            spec: command.spec,
+            token: None,
+        };
+        let (reply, maybe_applied, attempts) =
+            match self.retried(budget, namespace, attempted, None, None).await {
+                Ok(done) if done.maybe_applied == 0 => {
+                    return Ok(Done {
+                        value: done.value.into_frame(),
+                        maybe_applied: 0,
+                        attempts: done.attempts,
+                    })
+                }
+                Ok(done) => (done.value.into_frame(), done.maybe_applied, done.attempts),
+                Err(Stopped::Failed(Failure::Answer(
+                    BackendError::Reply { frame, .. },
+                    n,
+                    attempts,
+                ))) if n > 0 => (*frame, n, attempts),
+                Err(other) => return Err(other),
+            };
+        let post = match settle.post_read(&reply) {
+            Some(read) => {
+                let found = self.read(budget, namespace, read).await.ok().flatten();
+                if found.is_none() {
+                    // The read that would settle it failed: the reply stands, and may be
+                    // the second application's.
+                    m::uncertain_reply(&namespace.name, command.label());
+                }
+                found
+            }
+            None => None,
+        };
+        let settled = settle.settle(pre.as_ref(), reply.clone(), post.as_ref());
+        if settled != reply {
+            m::reply_correction(&namespace.name, command.label(), "settled");
+        }
+        match BackendError::check_reply(settled) {
+            Ok(value) => Ok(Done {
+                value,
+                maybe_applied,
+                attempts,
+            }),
+            Err(error) => Err(Stopped::Failed(Failure::Answer(
+                error,
+                maybe_applied,
+                attempts,
+            ))),
+        }
+    }
+
+    /// A read for settled mode, held like any read. An error reply (the key holds another
+    /// kind) is no answer to settle with: None, and the command runs as in fast mode.
+    async fn read<B: Dispatch>(
+        &mut self,
+        budget: &RetryBudget,
+        namespace: &Namespace<B>,
+        args: &[Bytes],
+    ) -> Result<Option<Frame>, Stopped> {
+        let name = args.first().map(|n| n.as_ref()).unwrap_or_default();
+        // The settling reads are holdfast's own, all in the table.
+        let Some(spec) = table::lookup(name) else {
+            return Ok(None);
+        };
+        let attempted = Attempted {
+            args,
+            raw: None,
+            class: Idempotence::Read,
+            spec,
+            token: None,
+        };
+        match self.retried(budget, namespace, attempted, None, None).await {
+            Ok(done) => Ok(Some(done.value.into_frame())),
+            Err(Stopped::Failed(Failure::Answer(..))) => Ok(None),
+            Err(other) => Err(other),
+        }
+    }
+
+    /// One request through the retry loop, abandoned when shutdown's grace is over. `first`
+    /// is its first dispatch's result when that was sent ahead with the client's pipeline;
+    /// `prior` a first dispatch sent ahead that failed behind another request that waited
+    /// the outage out (counted as the first attempt, and dispatched again at once).
+    async fn retried<B: Dispatch>(
+        &mut self,
+        budget: &RetryBudget,
+        namespace: &Namespace<B>,
+        attempted: Attempted<'_>,
+        mut first: Option<Result<Reply, BackendError>>,
+        prior: Option<BackendError>,
+    ) -> Result<Done<Reply>, Stopped> {
+        if prior.is_some() {
+            self.activity.failed.store(true, Ordering::Relaxed);
+        }
+        let Attempted {
+            args,
+            raw,
+            class,
+            spec,
+            token,
+        } = attempted;
+        let request = Request {
+            args,
+            proto: self.proto,
+            pin: self.pin.load(Ordering::Relaxed),
+            placement: placement(spec, class, &self.pin),
+            blocking: false,
+            token,
+            // A read has nothing to replicate.
+            replicas: if class == Idempotence::Read {
+                None
+            } else {
+                namespace.replicas
+            },
+            // fred hashes the first argument, and follows a MOVED where it was not a key.
+            route: None,
+            raw,
+        };
+        let mut hooks = RequestHooks::new(&namespace.name, namespace.backend.name(), spec.name);
+        if let Some(Ok(_)) = &first {
+            // Sent ahead and answered: what the loop does with a first dispatch that
+            // succeeds, without building it.
+            if let Some(Ok(value)) = first.take() {
+                budget.deposit();
+                hooks.dispatched_ok();
+                return Ok(Done {
+                    value,
+                    maybe_applied: 0,
+                    attempts: 1,
+                });
+            }
+        }
+        // The session's wait serves while the grace is not over; once it is, a request
+        // started after that gets its own, so it too has the whole moment.
+        let mut own;
+        let abandon = if self.giving_up() {
+            own = abandon_after(self.give_up.clone());
+            own.as_mut()
+        } else {
+            let give_up = &self.give_up;
+            self.abandon
+                .get_or_insert_with(|| abandon_after(give_up.clone()))
+                .as_mut()
+        };
+        let activity = &*self.activity;
+        let retried = retry::run(
+            &namespace.policy,
+            budget,
+            class,
+            |e: &BackendError| classify(e),
+            &mut hooks,
+            &mut self.give_up,
+            prior,
+            || {
+                let first = first.take();
+                let (backend, request) = (&namespace.backend, &request);
+                async move {
+                    let result = match first {
+                        Some(result) => result,
+                        None => {
+                            activity.in_flight.store(true, Ordering::Relaxed);
+                            let result = backend.dispatch(request, namespace.acquire_timeout).await;
+                            activity.in_flight.store(false, Ordering::Relaxed);
+                            result
+                        }
+                    };
+                    if result.is_err() {
+                        activity.failed.store(true, Ordering::Relaxed);
+                    }
+                    result
+                }
+            },
+        );
+        // The loop stops by itself when shutdown's grace is over while it waits between
+        // attempts; a dispatch still in flight a moment later is abandoned, and the client
+        // told it may have been applied (a read: that it was not).
+        let result = tokio::select! {
+            // The reply first: it is what is almost always ready.
+            biased;
+            result = retried => result,
+            () = abandon => {
+                drop(hooks);
+                let (code, ended) = if class == Idempotence::Read {
+                    ("UNAVAILABLE not applied", Ended::Unavailable)
+                } else {
+                    ("INDOUBT may have been applied", Ended::InDoubt)
+                };
+                return Err(Stopped::Abandoned(shutting_down(code, namespace), ended));
+            }
+        };
+        if result.is_ok() {
+            hooks.dispatched_ok();
+        }
+        result.map_err(Stopped::Failed)
+    }
+}
+
+/// The failure of a request sent ahead that a later request of its pipeline overtook: it is
+/// not retried (see `ahead.rs`).
+fn overtaken(error: BackendError) -> Failure<BackendError> {
+    match bound_failure(error) {
+        Failure::Unavailable(g) => Failure::Unavailable(GaveUp {
+            why: Why::Overtaken,
+            ..g
+        }),
+        Failure::InDoubt(g) => Failure::InDoubt(GaveUp {
+            why: Why::Overtaken,
+            ..g
+        }),
+        answer => answer,
+    }
+}
+
+/// The failure of a single, never-retried dispatch (a client's own connection, a request
+/// overtaken in its pipeline).
+pub fn bound_failure(error: BackendError) -> Failure<BackendError> {
+    let class = classify(&error);
+    let gave_up = |last| GaveUp {
+        last,
+        class,
+        attempts: 1,
+        elapsed: Duration::ZERO,
+        why: Why::MustNotRepeat,
+        maybe_applied: u32::from(class == ErrorClass::Transient),
+    };
+    match class {
+        ErrorClass::Other => Failure::Answer(error, 0, 1),
+        ErrorClass::NotAttempted => Failure::Unavailable(gave_up(error)),
+        ErrorClass::Transient => Failure::InDoubt(gave_up(error)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Proto;
+
+    fn spec(name: &str) -> &'static Spec {
+        table::lookup(name.as_bytes()).expect("a row of the table")
+    }
+
+    fn number(n: i64) -> Frame {
+        Frame::Number {
+            data: n,
+            attributes: None,
+        }
+    }
+
+    /// The executor takes a settling read's row from the table (its metrics label and where
+    /// it may go) and settles nothing without one.
+    #[test]
+    fn every_settling_read_is_a_row_of_the_table() {
+        let commands: [&[&str]; 12] = [
+            &["DEL", "k"],
+            &["HDEL", "k", "f"],
+            &["SREM", "k", "m"],
+            &["ZREM", "k", "m"],
+            &["SADD", "k", "m"],
+            &["HSET", "k", "f", "v"],
+            &["ZADD", "k", "1", "m"],
+            &["SETNX", "k", "v"],
+            &["HSETNX", "k", "f", "v"],
+            &["SET", "k", "v", "NX"],
+            &["XADD", "k", "1-1", "f", "v"],
+            &["MSETNX", "a", "1", "b", "2"],
+        ];
+        let replies = [
+            Frame::Null,
+            number(0),
+            Frame::SimpleError {
+                data: "ERR The ID specified in XADD is equal or smaller".into(),
+                attributes: None,
+            },
+        ];
+        let mut reads = 0;
+        for command in commands {
+            let args: Vec<Bytes> = command.iter().map(|a| Bytes::from(*a)).collect();
+            let class = spec(command[0]).class_of(&args);
+            let Plan::Settled(settle) = settle::plan(ReplyMode::Settled, &args, class, true) else {
+                panic!("{command:?} is settled");
+            };
+            let post = replies.iter().filter_map(|reply| settle.post_read(reply));
+            for read in settle.pre_read().into_iter().chain(post) {
+                let name = read.first().map(|n| n.as_ref()).unwrap_or_default();
+                assert!(table::lookup(name).is_some(), "{command:?} reads {read:?}");
+                reads += 1;
+            }
+        }
+        assert!(reads >= commands.len(), "{reads} reads");
+    }
+
+    #[test]
+    fn wait_stays_pinned_reads_join_and_writes_take_the_pin_along() {
+        let pin = AtomicU64::new(7);
+        let wait = placement(spec("WAIT"), spec("WAIT").class, &pin);
+        assert!(matches!(wait, Placement::Pinned), "{wait:?}");
+        let get = placement(spec("GET"), Idempotence::Read, &pin);
+        assert!(matches!(get, Placement::Joins), "{get:?}");
+        for class in [
+            Idempotence::Idempotent,
+            Idempotence::IdempotentEffect,
+            Idempotence::NonIdempotent,
+        ] {
+            let write = placement(spec("SET"), class, &pin);
+            assert!(matches!(write, Placement::Moves(_)), "{write:?}");
+        }
+        let _ = Proto::Resp3;
+    }
+}
