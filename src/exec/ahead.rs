@@ -15,7 +15,10 @@
 //!   settled, so it sees that request's effect;
 //! - a later write that succeeded has taken effect and cannot be taken back, so every failed
 //!   request before it is answered its failure instead of being retried after it
-//!   (`UNAVAILABLE not applied`, or `INDOUBT` when it may have landed);
+//!   (`UNAVAILABLE not applied`, or `INDOUBT` when it may have landed). So has a later write
+//!   whose reply was lost and that will not be sent again (an `INCR`: it is answered
+//!   `INDOUBT`): it may have taken effect, and an earlier write retried now could land after
+//!   it (a `SET` of the key it incremented would erase it; simulation seed 27 found this);
 //! - the first failed request after the last successful write is retried, going on from its
 //!   first dispatch's result (its backoff waits out the outage); the failed ones behind it
 //!   are sent again at once when it is settled if their failure allows a retry at all (a
@@ -31,7 +34,7 @@ use super::{placement, Dispatch, Session};
 use crate::backend::{BackendError, Reply, Request};
 use crate::command::table::Idempotence;
 use crate::command::Command;
-use crate::error::classify;
+use crate::error::{classify, ErrorClass};
 use crate::retry::policy::Policy;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -49,24 +52,43 @@ pub enum Ahead<T, E> {
     Again(E),
 }
 
+/// What may become of a request sent ahead whose first dispatch failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Again {
+    /// It may be sent again (a `NotAttempted`, or a lost reply of a command that may be
+    /// repeated).
+    Yes,
+    /// It will not be sent again, and nothing of it was applied (an answer).
+    No,
+    /// It will not be sent again, and it may have been applied (a lost `INCR`).
+    NoButLanded,
+}
+
 /// Sorts the results of requests dispatched together, in order, by the rule at the top of
-/// this module. `reads[i]` says whether request `i` is a read; `again(e, i)` whether request
-/// `i`, failed with `e`, may be sent again. `None`: send it again afresh (a read that
-/// succeeded too early).
+/// this module. `reads[i]` says whether request `i` is a read; `again(e, i)` what may become
+/// of request `i`, failed with `e`. `None`: send it again afresh (a read that succeeded too
+/// early).
 pub fn order<T, E>(
     results: Vec<Result<T, E>>,
     reads: &[bool],
-    again: impl Fn(&E, usize) -> bool,
+    again: impl Fn(&E, usize) -> Again,
 ) -> Vec<Option<Ahead<T, E>>> {
     let Some(first_failure) = results.iter().position(Result::is_err) else {
         return results.into_iter().map(|r| Some(Ahead::First(r))).collect();
     };
-    // The last write that took effect after the first failure: failures before it are final.
+    // The last write after the first failure that took effect, or may have and will not be
+    // sent again: failures before it are final.
     let last_write = results
         .iter()
         .enumerate()
         .skip(first_failure + 1)
-        .filter(|(i, r)| r.is_ok() && !reads.get(*i).copied().unwrap_or(false))
+        .filter(|(i, r)| {
+            !reads.get(*i).copied().unwrap_or(false)
+                && match r {
+                    Ok(_) => true,
+                    Err(e) => again(e, *i) == Again::NoButLanded,
+                }
+        })
         .map(|(i, _)| i)
         .last();
     // The failure that waits out the outage: the first one after the last such write.
@@ -91,7 +113,7 @@ pub fn order<T, E>(
                 Err(e) if last_write.is_some_and(|w| i < w) => Some(Ahead::Overtaken(e)),
                 // The first failure after the last write waits out the outage; the ones
                 // behind it need not wait again.
-                Err(e) if i > waits && again(&e, i) => Some(Ahead::Again(e)),
+                Err(e) if i > waits && again(&e, i) == Again::Yes => Some(Ahead::Again(e)),
                 Err(e) => Some(Ahead::First(Err(e))),
             }
         })
@@ -129,8 +151,17 @@ impl Session {
             .map(|command| command.class == Idempotence::Read)
             .collect();
         order(results, &reads, |e, i| {
-            run.get(i)
-                .is_some_and(|command| Policy::retryable(classify(e), command.class).is_ok())
+            let Some(command) = run.get(i) else {
+                return Again::No;
+            };
+            let class = classify(e);
+            if Policy::retryable(class, command.class).is_ok() {
+                Again::Yes
+            } else if class == ErrorClass::Transient && command.class != Idempotence::Read {
+                Again::NoButLanded
+            } else {
+                Again::No
+            }
         })
     }
 }
@@ -151,8 +182,8 @@ mod tests {
             .collect()
     }
 
-    fn always(_: &&str, _: usize) -> bool {
-        true
+    fn always(_: &&str, _: usize) -> Again {
+        Again::Yes
     }
 
     #[test]
@@ -172,9 +203,30 @@ mod tests {
             ["ok 1", "retry io", "again after io", "again after io"]
         );
         // A failure that must not be repeated (an INCR's lost reply) goes on from its result.
-        let results = vec![Err("io"), Err("io"), Err("io")];
-        let out = order::<u32, &str>(results, &[false; 3], |_, i| i != 1);
-        assert_eq!(shape(&out), ["retry io", "retry io", "again after io"]);
+        let results = vec![Err("io"), Err("answer"), Err("io")];
+        let out = order::<u32, &str>(results, &[false; 3], |_, i| {
+            if i == 1 {
+                Again::No
+            } else {
+                Again::Yes
+            }
+        });
+        assert_eq!(shape(&out), ["retry io", "retry answer", "again after io"]);
+    }
+
+    #[test]
+    fn a_later_write_that_may_have_landed_and_stays_makes_the_failures_before_it_final() {
+        // SET (lost), INCR (lost: may have landed, never sent again), SET (lost). Retrying
+        // the first SET would land it after the INCR (seed 27 of tests/simulation.rs).
+        let results: Vec<Result<u32, &str>> = vec![Err("io"), Err("io"), Err("io")];
+        let out = order::<u32, &str>(results, &[false; 3], |_, i| {
+            if i == 1 {
+                Again::NoButLanded
+            } else {
+                Again::Yes
+            }
+        });
+        assert_eq!(shape(&out), ["final io", "retry io", "retry io"]);
     }
 
     #[test]

@@ -269,11 +269,18 @@ impl Session {
         sent: Option<Ahead<Reply, BackendError>>,
     ) -> (Reply, Outcome) {
         let label = command.label();
-        // Once shutdown's grace period is over, nothing new is sent.
-        if self.giving_up() {
-            let frame = shutting_down("UNAVAILABLE not applied", namespace);
-            return (frame.into(), Outcome::of(Ended::Unavailable));
-        }
+        // Once shutdown's grace period is over, nothing new is sent. A request sent ahead
+        // with its pipeline was sent already: it goes on from what that left, and is not
+        // sent again (simulation seed 655 found one answered "not applied" after its first
+        // dispatch had been).
+        let sent = match sent {
+            None if self.giving_up() => {
+                let frame = shutting_down("UNAVAILABLE not applied", namespace);
+                return (frame.into(), Outcome::of(Ended::Unavailable));
+            }
+            Some(Ahead::Again(prior)) if self.giving_up() => Some(Ahead::First(Err(prior))),
+            sent => sent,
+        };
         let result = match self.plan(namespace, command) {
             Plan::Fast => {
                 let attempted = Attempted {
@@ -376,8 +383,10 @@ impl Session {
         command: &Command,
         settle: &Settle,
     ) -> Result<Done<Frame>, Stopped> {
+        let started = tokio::time::Instant::now();
         let pre = match settle.pre_read() {
-            Some(read) => self.read(budget, namespace, read).await?,
+            // Nothing there to settle with: the command runs as in fast mode.
+            Some(read) => self.settling_read(budget, namespace, read).await?,
             None => None,
         };
         if let Some(answer) = pre.as_ref().and_then(|p| settle.without_dispatch(p)) {
@@ -419,15 +428,27 @@ impl Session {
                 Err(other) => return Err(other),
             };
         let post = match settle.post_read(&reply) {
-            Some(read) => {
-                let found = self.read(budget, namespace, read).await.ok().flatten();
-                if found.is_none() {
-                    // The read that would settle it failed: the reply stands, and may be
-                    // the second application's.
-                    m::uncertain_reply(&namespace.name, command.label());
+            // The read that would settle it failed, or found another kind there: the reply
+            // may be the second application's, and the first's is unknown, so the client
+            // hears that it may have been applied (simulation seed 274 found the second
+            // application's "not set" answered for an `MSETNX` that had set its keys).
+            Some(read) => match self.settling_read(budget, namespace, read).await {
+                Ok(Some(found)) => Some(found),
+                Ok(None) => {
+                    let last = BackendError::Unsupported {
+                        what: "the read found another kind of value".to_string(),
+                    };
+                    return Err(unsettled(last, maybe_applied, attempts, started));
                 }
-                found
-            }
+                Err(Stopped::Failed(failure)) => {
+                    let last = match failure {
+                        Failure::Answer(e, ..) => e,
+                        Failure::Unavailable(g) | Failure::InDoubt(g) => g.last,
+                    };
+                    return Err(unsettled(last, maybe_applied, attempts, started));
+                }
+                Err(abandoned) => return Err(abandoned),
+            },
             None => None,
         };
         let settled = settle.settle(pre.as_ref(), reply.clone(), post.as_ref());
@@ -449,8 +470,8 @@ impl Session {
     }
 
     /// A read for settled mode, held like any read. An error reply (the key holds another
-    /// kind) is no answer to settle with: None, and the command runs as in fast mode.
-    async fn read<B: Dispatch>(
+    /// kind) is no answer to settle with: None.
+    async fn settling_read<B: Dispatch>(
         &mut self,
         budget: &RetryBudget,
         namespace: &Namespace<B>,
@@ -591,6 +612,24 @@ impl Session {
         }
         result.map_err(Stopped::Failed)
     }
+}
+
+/// A settled request whose reply may be a later application's, and whose read to settle it
+/// failed: in doubt, with the read's failure as the last.
+fn unsettled(
+    last: BackendError,
+    maybe_applied: u32,
+    attempts: u32,
+    started: tokio::time::Instant,
+) -> Stopped {
+    Stopped::Failed(Failure::InDoubt(GaveUp {
+        class: classify(&last),
+        last,
+        attempts,
+        elapsed: started.elapsed(),
+        why: Why::Unsettled,
+        maybe_applied,
+    }))
 }
 
 /// The failure of a request sent ahead that a later request of its pipeline overtook: it is

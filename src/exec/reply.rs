@@ -95,6 +95,7 @@ fn gave_up_text<B: Dispatch>(
         Why::MustNotRepeat => "not retried",
         Why::ShuttingDown => "holdfast is shutting down",
         Why::Overtaken => "not retried, a later pipelined command having taken effect,",
+        Why::Unsettled => "the read that would settle its reply failed",
     };
     format!(
         "{code} {what}: {why} after {} attempt{} in {:.1}s (namespace '{}', backend '{}', last failure {class}: {})",

@@ -71,6 +71,9 @@ pub enum Why {
     /// A later request of the client's pipeline already took effect, so this one, retried
     /// now, would take effect out of order (set by the caller, not the loop).
     Overtaken,
+    /// The reply may be a later dispatch's, and the read that would have rebuilt the first
+    /// one's failed (settled mode; set by the caller).
+    Unsettled,
 }
 
 /// Observes the loop, for metrics and logs. Every method has a no-op default.
