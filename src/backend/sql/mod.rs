@@ -46,17 +46,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use store::{simple, Ctx, Dialect, Fail};
 use tokio::sync::OnceCell;
 
-/// Where in a command's transaction a database failure happened.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SqlStage {
-    /// Getting a connection (connecting, migrating): nothing was sent.
-    Connect,
-    /// Inside the transaction, before COMMIT: the transaction is rolled back by the
-    /// database if the connection dies, so nothing was applied.
-    Work,
-    /// COMMIT was sent and its answer did not arrive: it may have been applied.
-    Commit,
-}
+pub use crate::error::SqlStage;
 
 /// libpq's multi-host URL (`postgres://u@h1:5432,h2:5433/db`) as one single-host URL per
 /// host, in order.
