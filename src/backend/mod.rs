@@ -19,28 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use crate::error::BackendError;
-
-/// The protocol version the client speaks, and so the one its replies must be in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Proto {
-    /// RESP2 (the default until `HELLO 3`).
-    Resp2,
-    /// RESP3.
-    Resp3,
-}
-
-/// How the backend spells a RESP3 double, which the decoded value no longer shows.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum DoubleStyle {
-    /// `%.17g`, as Redis up to 7.1 writes it: `0.10000000000000001`.
-    #[default]
-    G17,
-    /// The shortest digits that read back as the same double, as Redis 7.2 on writes them.
-    Shortest,
-    /// Fixed, 17 decimals, trailing zeros dropped: Redis's "human" long double, used for
-    /// geo coordinates (`13.36138933897018433`).
-    Human,
-}
+pub use crate::resp::{DoubleStyle, Proto};
 
 /// A backend's reply.
 ///
