@@ -18,6 +18,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use crate::config::TOKEN_TTL;
 pub use crate::error::BackendError;
 pub use crate::resp::{DoubleStyle, Proto};
 
@@ -146,9 +147,6 @@ pub enum Placement<'a> {
     /// write, so that the client's next `WAIT` is sent after it.
     Moves(&'a AtomicU64),
 }
-
-/// How long a recorded reply is kept: longer than any retry budget holds a request.
-pub const TOKEN_TTL: Duration = Duration::from_secs(15 * 60);
 
 /// A configured backend.
 pub enum Backend {
