@@ -39,6 +39,7 @@ pub mod namespace;
 pub mod resp;
 pub mod retry;
 pub mod server;
+pub mod shared;
 pub mod tls;
 
 use std::future::Future;
