@@ -1,6 +1,9 @@
 //! Configuration: figment layers (built-in defaults → TOML file → `HOLDFAST_` environment),
-//! the typed shape of DESIGN.md section 10, and `validate()`, which runs before any port is
-//! bound so a bad configuration exits with a message naming the offending key.
+//! the typed shape the README's "Configuration" section lists, and `validate()`, which runs
+//! before any port is bound so a bad configuration exits with a message naming the offending
+//! key. It also owns what validation reads: the retry schedule's checks and arithmetic
+//! ([`RetryConfig::check`], [`InvalidBackoff`]), exact mode's [`TOKEN_TTL`], and the address
+//! parsers the backends dial with ([`host_port`], [`postgres_hosts`]).
 
 use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;
@@ -249,6 +252,39 @@ impl Default for RetryConfig {
     }
 }
 
+/// A retry configuration that cannot produce a sane schedule.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum InvalidBackoff {
+    /// `max_attempts` is 0 or absurdly large.
+    #[error("must be between 1 and 1000")]
+    MaxAttempts,
+    /// `min_delay` is zero or above `max_delay`.
+    #[error("must be above zero and at most max_delay")]
+    MinDelay,
+    /// `max_delay` over ten minutes.
+    #[error("must be at most 600s")]
+    MaxDelay,
+    /// `multiplier` below 1 or not finite.
+    #[error("must be a finite number between 1 and 100")]
+    Multiplier,
+    /// `jitter` outside `[0, 1]`.
+    #[error("must be between 0 and 1")]
+    Jitter,
+}
+
+impl InvalidBackoff {
+    /// The configuration key at fault.
+    pub fn key(&self) -> &'static str {
+        match self {
+            InvalidBackoff::MaxAttempts => "max_attempts",
+            InvalidBackoff::MinDelay => "min_delay",
+            InvalidBackoff::MaxDelay => "max_delay",
+            InvalidBackoff::Multiplier => "multiplier",
+            InvalidBackoff::Jitter => "jitter",
+        }
+    }
+}
+
 /// A namespace's partial override of `[defaults.retry]`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -279,6 +315,50 @@ pub struct RetryOverride {
 }
 
 impl RetryConfig {
+    /// Whether this configuration makes a sane schedule (the retry loop's `Backoff` is built
+    /// only from one that does).
+    ///
+    /// # Errors
+    /// [`InvalidBackoff`] naming the first bad key.
+    pub fn check(&self) -> Result<(), InvalidBackoff> {
+        if self.max_attempts == 0 || self.max_attempts > 1000 {
+            return Err(InvalidBackoff::MaxAttempts);
+        }
+        if self.max_delay > Duration::from_secs(600) {
+            return Err(InvalidBackoff::MaxDelay);
+        }
+        if self.min_delay.is_zero() || self.min_delay > self.max_delay {
+            return Err(InvalidBackoff::MinDelay);
+        }
+        if !self.multiplier.is_finite() || !(1.0..=100.0).contains(&self.multiplier) {
+            return Err(InvalidBackoff::Multiplier);
+        }
+        if !self.jitter.is_finite() || !(0.0..=1.0).contains(&self.jitter) {
+            return Err(InvalidBackoff::Jitter);
+        }
+        Ok(())
+    }
+
+    /// The delay after attempt number `attempt` (1-based) failed, before jitter.
+    pub fn base_delay(&self, attempt: u32) -> Duration {
+        let exponent = attempt.saturating_sub(1).min(1000) as i32;
+        let secs = self.min_delay.as_secs_f64() * self.multiplier.powi(exponent);
+        let capped = secs.min(self.max_delay.as_secs_f64());
+        Duration::from_secs_f64(capped)
+    }
+
+    /// Sum of the delays between all attempts, before jitter: how long a request is held at
+    /// most, not counting the attempts themselves.
+    pub fn total_before_jitter(&self) -> Duration {
+        (1..self.max_attempts).map(|a| self.base_delay(a)).sum()
+    }
+
+    /// Sum of the delays between all attempts with every jitter draw at its upper bound: the
+    /// longest the delays can hold a request.
+    pub fn total_at_most(&self) -> Duration {
+        self.total_before_jitter().mul_f64(1.0 + self.jitter)
+    }
+
     fn overridden(&self, o: &RetryOverride) -> RetryConfig {
         RetryConfig {
             max_attempts: o.max_attempts.unwrap_or(self.max_attempts),
@@ -548,7 +628,7 @@ fn check_addresses(
         return Err(invalid(format!("{key}.{field}"), "names no address"));
     }
     for addr in addrs {
-        if crate::backend::redis::host_port(addr).is_none() {
+        if host_port(addr).is_none() {
             return Err(invalid(
                 format!("{key}.{field}"),
                 format!("`{addr}` is not host:port"),
@@ -833,7 +913,7 @@ impl Config {
                             "must be between 1 and 1024",
                         ));
                     }
-                    if let Err(e) = crate::backend::sql::postgres_hosts(&pg.url) {
+                    if let Err(e) = postgres_hosts(&pg.url) {
                         return Err(invalid(format!("{key}.url"), e));
                     }
                     check_response(&format!("{key}.response_timeout"), pg.response_timeout)?;
@@ -1046,18 +1126,59 @@ pub fn redact_url(url: &str) -> String {
     format!("{}{user}:<redacted>{}", &url[..scheme_end + 3], &rest[at..])
 }
 
+/// `host:port` (an IPv6 host in brackets) as its two parts.
+pub fn host_port(addr: &str) -> Option<(String, u16)> {
+    let (host, port) = addr.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        return None;
+    }
+    Some((host.to_string(), port.parse().ok()?))
+}
+
+/// libpq's multi-host URL (`postgres://u@h1:5432,h2:5433/db`) as one single-host URL per
+/// host, in order.
+///
+/// # Errors
+/// Which part of the URL is wrong.
+pub fn postgres_hosts(url: &str) -> Result<Vec<String>, String> {
+    let rest = url
+        .strip_prefix("postgres://")
+        .or_else(|| url.strip_prefix("postgresql://"))
+        .ok_or("must start with postgres://")?;
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let (userinfo, hosts) = match authority.rfind('@') {
+        Some(at) => (&authority[..=at], &authority[at + 1..]),
+        None => ("", authority),
+    };
+    let mut out = Vec::new();
+    for host in hosts.split(',') {
+        if host.is_empty() {
+            return Err("a host in the list is empty".to_string());
+        }
+        let single = format!("postgres://{userinfo}{host}{tail}");
+        single
+            .parse::<sqlx::postgres::PgConnectOptions>()
+            .map_err(|e| format!("{host}: {e}"))?;
+        out.push(single);
+    }
+    Ok(out)
+}
+
 fn check_retry(key: &str, retry: &RetryConfig) -> Result<(), ConfigError> {
-    crate::retry::backoff::Backoff::new(retry)
-        .map(|_| ())
+    retry
+        .check()
         .map_err(|e| invalid(format!("{key}.{}", e.key()), e.to_string()))
 }
 
 /// A namespace that retries must be able to outlast one blackholed attempt: an acquire
 /// timeout longer than the whole backoff schedule would spend the budget on a single wait.
 fn check_fits(key: &str, policy: &EffectivePolicy) -> Result<(), ConfigError> {
-    let Ok(backoff) = crate::retry::backoff::Backoff::new(&policy.retry) else {
+    let backoff = &policy.retry;
+    if backoff.check().is_err() {
         return Ok(());
-    };
+    }
     let schedule = backoff.total_before_jitter();
     if backoff.max_attempts > 1 && policy.acquire_timeout > schedule {
         return Err(invalid(
@@ -1071,6 +1192,10 @@ fn check_fits(key: &str, policy: &EffectivePolicy) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// How long exact mode keeps a recorded reply: longer than any retry budget holds a request
+/// (`validate()` refuses a schedule that could outlast it).
+pub const TOKEN_TTL: Duration = Duration::from_secs(15 * 60);
+
 /// Exact mode: a retry must find its token, so the token must be kept longer than the
 /// longest a request can be retried after its first dispatch applied it. That is every delay
 /// with its jitter at the upper bound, plus every attempt's longest wait: the connection
@@ -1082,9 +1207,10 @@ fn check_token_outlives_retries(
     policy: &EffectivePolicy,
     backends: &BTreeMap<String, BackendConfig>,
 ) -> Result<(), ConfigError> {
-    let Ok(backoff) = crate::retry::backoff::Backoff::new(&policy.retry) else {
+    let backoff = &policy.retry;
+    if backoff.check().is_err() {
         return Ok(());
-    };
+    }
     let (response, response_what) = match backends.get(&ns.backend) {
         // The script's EVALSHA, then the EVAL after NOSCRIPT (src/backend/redis.rs).
         Some(BackendConfig::Redis(r)) => (r.response_timeout * 2, "2 × response_timeout"),
@@ -1102,7 +1228,7 @@ fn check_token_outlives_retries(
     let per_attempt = policy.acquire_timeout + response + replicas;
     let delays = backoff.total_at_most();
     let worst = delays + per_attempt * backoff.max_attempts;
-    let ttl = crate::backend::TOKEN_TTL;
+    let ttl = TOKEN_TTL;
     if worst <= ttl {
         return Ok(());
     }

@@ -4,8 +4,10 @@
 use super::*;
 use figment::Jail;
 
-/// DESIGN.md section 10, verbatim: the product's interface must parse as written.
-const SECTION_10: &str = r#"
+/// Every kind of backend and a namespace override, in the shape the README's "Configuration"
+/// section lists (`config/holdfast.toml` is its commented example): the product's interface
+/// must parse as written.
+const DOCUMENTED: &str = r#"
 [server]
 listen = "127.0.0.1:6380"          # the Redis endpoint clients connect to
 metrics_listen = "127.0.0.1:9380"  # /metrics, /healthz, /readyz
@@ -64,7 +66,7 @@ fn err(text: &str) -> String {
 
 #[test]
 fn the_documented_configuration_parses() {
-    let config = Config::from_toml(SECTION_10).unwrap();
+    let config = Config::from_toml(DOCUMENTED).unwrap();
     assert_eq!(config.backends.len(), 5);
     let workers = config.namespaces[0].effective(&config.defaults);
     assert_eq!(workers.reply_mode, ReplyMode::Exact);
@@ -369,4 +371,22 @@ fn a_token_db_that_is_the_datas_database_is_refused() {
     Config::from_toml(&redis("redis://127.0.0.1:6379/15", "token_db = 14")).unwrap();
     let sentinel = "[backends.r]\nkind = \"sentinel\"\nmaster_name = \"m\"\nsentinels = [\"127.0.0.1:26379\"]\ntoken_db = 0\n[[namespaces]]\nname = \"n\"\nbackend = \"r\"\n";
     assert!(err(sentinel).starts_with("backends.r.token_db:"));
+}
+
+#[test]
+fn a_multi_host_url_is_one_url_per_host() {
+    assert_eq!(
+        postgres_hosts("postgres://u:p@h1:5432,h2:5433/db?sslmode=disable").unwrap(),
+        vec![
+            "postgres://u:p@h1:5432/db?sslmode=disable",
+            "postgres://u:p@h2:5433/db?sslmode=disable"
+        ]
+    );
+    assert_eq!(
+        postgres_hosts("postgres://h/db").unwrap(),
+        vec!["postgres://h/db"]
+    );
+    assert!(postgres_hosts("postgres://u@h1,/db").is_err());
+    assert!(postgres_hosts("mysql://h/db").is_err());
+    assert!(postgres_hosts("postgres://u@h1:notaport/db").is_err());
 }

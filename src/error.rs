@@ -1,15 +1,21 @@
-//! The three classes of failure and `classify`, the only place that assigns one.
+//! The three classes of failure, the [`BackendError`] a backend fails with (and the
+//! [`SqlStage`] a database failure happened in), and `classify`, the only place that assigns
+//! a class.
 //!
-//! The class decides what the retry policy may do (DESIGN.md section 2). It is read from typed
-//! facts only: which [`BackendError`] variant the adapter returned (it knows whether the
-//! request had been handed to a connection), fred's `ErrorKind`, the first word of a
-//! Redis error reply, a PostgreSQL SQLSTATE, a SQLite result code, and the stage of a SQL
-//! transaction the failure happened in. Message text is never matched.
+//! The class decides what the retry policy may do (README, "What happens when a backend
+//! fails"): NotAttempted is retried for every command, Transient only for commands that may
+//! be repeated, Other never. It is read from typed facts only: which [`BackendError`] variant
+//! the adapter returned (it knows whether the request had been handed to a connection),
+//! fred's `ErrorKind`, the first word of a Redis error reply, a PostgreSQL SQLSTATE, a SQLite
+//! result code, and the stage of a SQL transaction the failure happened in. Message text is
+//! never matched.
 
-use crate::backend::sql::SqlStage;
-use crate::backend::BackendError;
+use bytes::Bytes;
 use fred::error::ErrorKind;
+use redis_protocol::resp3::types::BytesFrame as Frame;
 use std::error::Error as StdError;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// What a failure says about whether the request may have been applied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -31,6 +37,138 @@ impl ErrorClass {
             ErrorClass::Other => "other",
         }
     }
+}
+
+/// Why a backend did not produce a reply. The variant, not the text, carries the meaning.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// No connected backend connection within the acquire timeout: nothing was sent.
+    #[error("no backend connection within {waited:?}")]
+    AcquireTimeout {
+        /// How long the attempt waited.
+        waited: Duration,
+    },
+    /// Connecting (or the connection handshake) failed: nothing was sent.
+    #[error("cannot connect to the backend")]
+    Connect {
+        /// The client library's error.
+        #[source]
+        source: fred::error::Error,
+    },
+    /// The request was handed to a connection and then failed: it may have been applied.
+    #[error("the backend connection failed after the request was sent")]
+    Sent {
+        /// The client library's error.
+        #[source]
+        source: fred::error::Error,
+    },
+    /// The backend answered with an error reply.
+    #[error("backend replied with an error: {prefix}")]
+    Reply {
+        /// The first word of the reply (`WRONGTYPE`, `READONLY`, ...).
+        prefix: String,
+        /// The reply itself, passed to the client unchanged when it is an answer (boxed:
+        /// errors travel often and should be small).
+        frame: Box<Frame>,
+    },
+    /// A SQL database failed; the stage says whether COMMIT had been sent.
+    #[error("the database failed ({stage:?})")]
+    Sql {
+        /// Where in the command's transaction it failed.
+        stage: SqlStage,
+        /// sqlx's error.
+        #[source]
+        source: sqlx::Error,
+    },
+    /// A SQL operation got no answer within the backend's `response_timeout`; its connection
+    /// was closed, never reused. The stage says whether COMMIT had been sent.
+    #[error("no answer from the database within {waited:?} ({stage:?})")]
+    SqlTimeout {
+        /// Where in the command's transaction the deadline passed.
+        stage: SqlStage,
+        /// The deadline.
+        waited: Duration,
+        /// The timer's error.
+        #[source]
+        source: tokio::time::error::Elapsed,
+    },
+    /// The write was applied on the primary, but fewer replicas than required confirmed it
+    /// in time: a failover may still lose it.
+    #[error("the write reached {got} replicas of the {wanted} required")]
+    NotReplicated {
+        /// Replicas required (`min_replicas_ack`).
+        wanted: u32,
+        /// Replicas that confirmed it.
+        got: i64,
+    },
+    /// The write was applied on the primary, and the `WAIT` sent after it to count its
+    /// replicas failed: how many have it is unknown, and a failover may still lose it.
+    #[error("the write was applied, but waiting for {wanted} replicas failed")]
+    WaitFailed {
+        /// Replicas required (`min_replicas_ack`).
+        wanted: u32,
+        /// Why `WAIT` failed.
+        #[source]
+        source: Box<BackendError>,
+    },
+    /// One failure shared by several requests (a group commit that failed as a whole).
+    #[error(transparent)]
+    Shared(Arc<BackendError>),
+    /// The backend cannot serve this command or kind at all.
+    #[error("{what}")]
+    Unsupported {
+        /// What is not supported.
+        what: String,
+    },
+}
+
+impl BackendError {
+    /// An error reply with text `text` (without the leading `-`).
+    pub fn reply(text: Bytes) -> BackendError {
+        let prefix = error_prefix(&text);
+        let frame = Frame::SimpleError {
+            data: bytes_utils::Str::from_inner(text.clone()).unwrap_or_else(|_| {
+                bytes_utils::Str::from(String::from_utf8_lossy(&text).into_owned())
+            }),
+            attributes: None,
+        };
+        BackendError::Reply {
+            prefix,
+            frame: Box::new(frame),
+        }
+    }
+
+    /// Turns an error reply frame into [`BackendError::Reply`]; other frames pass.
+    pub fn check_reply(frame: Frame) -> Result<Frame, BackendError> {
+        let text = match &frame {
+            Frame::SimpleError { data, .. } => data.as_bytes(),
+            Frame::BlobError { data, .. } => data,
+            _ => return Ok(frame),
+        };
+        let prefix = error_prefix(text);
+        Err(BackendError::Reply {
+            prefix,
+            frame: Box::new(frame),
+        })
+    }
+}
+
+/// The first word of an error reply (`WRONGTYPE`, `READONLY`, ...): what `classify` reads.
+fn error_prefix(text: &[u8]) -> String {
+    let word = text.split(|b| *b == b' ').next().unwrap_or_default();
+    String::from_utf8_lossy(word).into_owned()
+}
+
+/// Where in a command's transaction a database failure happened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SqlStage {
+    /// Getting a connection (connecting, migrating): nothing was sent.
+    Connect,
+    /// Inside the transaction, before COMMIT: the transaction is rolled back by the
+    /// database if the connection dies, so nothing was applied.
+    Work,
+    /// COMMIT was sent and its answer did not arrive: it may have been applied.
+    Commit,
 }
 
 /// Redis error-reply prefixes that mean "turned away, nothing executed".
@@ -177,8 +315,6 @@ pub fn reply_prefix(prefix: &str) -> ErrorClass {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::BackendError;
-    use bytes::Bytes;
     use fred::error::Error as FredError;
     use std::time::Duration;
 

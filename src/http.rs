@@ -3,7 +3,7 @@
 //! secrets redacted). A deliberately tiny HTTP/1.1 responder: one
 //! request per connection, GET only, no body.
 
-use crate::server::Shared;
+use crate::shared::Shared;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

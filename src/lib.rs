@@ -4,28 +4,34 @@
 //!
 //! # Layout
 //!
-//! A request flows down this list; no module calls one above it.
+//! A request flows down this list; no module uses one above it.
 //!
-//! - [`server`]: accept loop, connection limit, graceful drain.
-//! - [`connection`]: one client: framing, HELLO/AUTH/CLIENT/MULTI, its own backend connection,
-//!   reply encoding, in-order execution.
+//! - [`server`]: accept loop, connection limit, one task per client, graceful drain.
+//! - [`http`]: the metrics port (`/metrics`, `/healthz`, `/readyz`, `/config`) and the
+//!   background probe that keeps `holdfast_backend_up` current.
+//! - [`connection`]: one client: framing, HELLO/AUTH/CLIENT/MULTI, its own backend connection
+//!   (blocking commands, transactions), reply encoding, in-order execution.
+//! - [`shared`]: what every connection shares: the configuration generation (router and
+//!   backends, swapped whole on reload), the retry budget, client ids and the give-up signal.
 //! - [`exec`]: the request executor: a routed command in, its reply and outcome out; reply
 //!   modes (`exec::settle`), retries through `retry`, pipelined first dispatches, the
 //!   backend seam ([`exec::Dispatch`]).
-//! - [`resp`]: request decoding with limits, reply encoding in RESP2 or RESP3.
-//! - [`command`]: the command table (name, arity, keys, idempotence) and parsing against it.
 //! - [`namespace`]: key prefix → namespace → backend and retry policy.
 //! - [`retry`]: the retry loop, its policy (no I/O), backoff and the process-wide budget.
-//! - [`error`]: the three failure classes and `classify`, the only place that assigns one.
 //! - [`backend`]: Redis: a standalone server's shared connections are holdfast's own
 //!   (`backend::link`: many clients' commands in one write), Sentinel, Cluster, TLS and a
 //!   client's own connection go through fred; exact mode's Redis script, its token keys and
 //!   reply repair (`backend::exact`); PostgreSQL and SQLite through sqlx (the Redis data
 //!   model on tables, group commit, batched GETs, exact-mode tokens); a scripted fake for
 //!   unit tests.
-//! - [`metrics`] and [`http`]: every metric declared in one place; `/metrics`, `/healthz`,
-//!   `/readyz`.
-//! - [`config`]: figment layers and validation.
+//! - [`resp`]: request decoding with limits, reply encoding in RESP2 or RESP3, the client's
+//!   protocol version and a backend's spelling of doubles.
+//! - [`command`]: the command table (name, arity, keys, idempotence) and parsing against it.
+//! - [`metrics`]: every metric declared in one place.
+//! - [`error`]: the three failure classes, `BackendError` and `classify`, the only place that
+//!   assigns a class.
+//! - [`config`]: figment layers and validation, with what validation reads: the retry
+//!   schedule, exact mode's token lifetime, backend addresses.
 //! - [`tls`]: the client listener's acceptor and backend trust roots (off by default).
 
 #![forbid(unsafe_code)]
@@ -43,6 +49,7 @@ pub mod namespace;
 pub mod resp;
 pub mod retry;
 pub mod server;
+pub mod shared;
 pub mod tls;
 
 use std::future::Future;
@@ -56,7 +63,7 @@ pub const REDIS_VERSION: &str = "7.0.0";
 #[derive(Clone)]
 pub struct Holdfast {
     /// What connections share.
-    shared: Arc<server::Shared>,
+    shared: Arc<shared::Shared>,
 }
 
 impl Holdfast {
@@ -64,20 +71,20 @@ impl Holdfast {
     /// backend connections are dialled in the background.
     ///
     /// # Errors
-    /// [`server::StartError`] when backends or namespaces cannot be built.
-    pub fn new(config: config::Config) -> Result<Holdfast, server::StartError> {
+    /// [`shared::StartError`] when backends or namespaces cannot be built.
+    pub fn new(config: config::Config) -> Result<Holdfast, shared::StartError> {
         metrics::install();
         Ok(Holdfast {
-            shared: Arc::new(server::Shared::build(config)?),
+            shared: Arc::new(shared::Shared::build(config)?),
         })
     }
 
     /// Applies a new, validated configuration between commands (see
-    /// [`server::Shared::reload`]) and returns the new generation.
+    /// [`shared::Shared::reload`]) and returns the new generation.
     ///
     /// # Errors
-    /// [`server::StartError`]; the running configuration stays.
-    pub fn reload(&self, config: config::Config) -> Result<u64, server::StartError> {
+    /// [`shared::StartError`]; the running configuration stays.
+    pub fn reload(&self, config: config::Config) -> Result<u64, shared::StartError> {
         self.shared.reload(config)
     }
 
@@ -100,13 +107,13 @@ impl Holdfast {
 /// Builds and serves one configuration until `shutdown` completes.
 ///
 /// # Errors
-/// [`server::StartError`] when backends or namespaces cannot be built.
+/// [`shared::StartError`] when backends or namespaces cannot be built.
 pub async fn run(
     config: config::Config,
     listener: TcpListener,
     metrics_listener: Option<TcpListener>,
     shutdown: impl Future<Output = ()>,
-) -> Result<(), server::StartError> {
+) -> Result<(), shared::StartError> {
     Holdfast::new(config)?
         .serve(listener, metrics_listener, shutdown)
         .await;

@@ -1,5 +1,6 @@
 //! Differential tests: what a client gets from holdfast must equal, byte for byte, what the same
-//! client gets from the same redis-server directly (DESIGN.md sections 1, 3 and 7).
+//! client gets from the same redis-server directly (README, "Decisions where the design is
+//! silent": replies pass through unchanged).
 //!
 //! Method: every test starts its own redis-server (a few milliseconds) and a holdfast in front
 //! of it. A script of commands runs first against Redis directly and its raw replies are
@@ -485,8 +486,9 @@ fn one_mb() -> Vec<u8> {
         .collect()
 }
 
-/// The command set of DESIGN.md section 7 plus the usual string, list and key commands,
-/// their error replies and binary-safe values.
+/// The core data commands (strings, hashes, sets, sorted sets, streams as an append-only log,
+/// `WAIT`) plus the usual string, list and key commands, their error replies and binary-safe
+/// values.
 fn core_script() -> Script {
     let mut s = Script::new();
     let mut crlf_value = b"a\r\nb\r\n$3\r\n*1\r\n".to_vec();
@@ -879,7 +881,7 @@ fn doubles_script() -> Script {
     s
 }
 
-/// Commands past DESIGN.md section 7 whose replies have shapes that are easy to get wrong:
+/// Commands beyond `core_script`'s whose replies have shapes that are easy to get wrong:
 /// nulls nested in arrays, maps, doubles from Lua and geo commands.
 fn extras_script() -> Script {
     let mut s = Script::new();

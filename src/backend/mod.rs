@@ -18,27 +18,9 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The protocol version the client speaks, and so the one its replies must be in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Proto {
-    /// RESP2 (the default until `HELLO 3`).
-    Resp2,
-    /// RESP3.
-    Resp3,
-}
-
-/// How the backend spells a RESP3 double, which the decoded value no longer shows.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum DoubleStyle {
-    /// `%.17g`, as Redis up to 7.1 writes it: `0.10000000000000001`.
-    #[default]
-    G17,
-    /// The shortest digits that read back as the same double, as Redis 7.2 on writes them.
-    Shortest,
-    /// Fixed, 17 decimals, trailing zeros dropped: Redis's "human" long double, used for
-    /// geo coordinates (`13.36138933897018433`).
-    Human,
-}
+pub use crate::config::TOKEN_TTL;
+pub use crate::error::BackendError;
+pub use crate::resp::{DoubleStyle, Proto};
 
 /// A backend's reply.
 ///
@@ -164,129 +146,6 @@ pub enum Placement<'a> {
     /// As [`Placement::Joins`], and the client's pin moves to the connection taken: a
     /// write, so that the client's next `WAIT` is sent after it.
     Moves(&'a AtomicU64),
-}
-
-/// How long a recorded reply is kept: longer than any retry budget holds a request.
-pub const TOKEN_TTL: Duration = Duration::from_secs(15 * 60);
-
-/// Why a backend did not produce a reply. The variant, not the text, carries the meaning.
-#[derive(Debug, thiserror::Error)]
-pub enum BackendError {
-    /// No connected backend connection within the acquire timeout: nothing was sent.
-    #[error("no backend connection within {waited:?}")]
-    AcquireTimeout {
-        /// How long the attempt waited.
-        waited: Duration,
-    },
-    /// Connecting (or the connection handshake) failed: nothing was sent.
-    #[error("cannot connect to the backend")]
-    Connect {
-        /// The client library's error.
-        #[source]
-        source: fred::error::Error,
-    },
-    /// The request was handed to a connection and then failed: it may have been applied.
-    #[error("the backend connection failed after the request was sent")]
-    Sent {
-        /// The client library's error.
-        #[source]
-        source: fred::error::Error,
-    },
-    /// The backend answered with an error reply.
-    #[error("backend replied with an error: {prefix}")]
-    Reply {
-        /// The first word of the reply (`WRONGTYPE`, `READONLY`, ...).
-        prefix: String,
-        /// The reply itself, passed to the client unchanged when it is an answer (boxed:
-        /// errors travel often and should be small).
-        frame: Box<Frame>,
-    },
-    /// A SQL database failed; the stage says whether COMMIT had been sent.
-    #[error("the database failed ({stage:?})")]
-    Sql {
-        /// Where in the command's transaction it failed.
-        stage: sql::SqlStage,
-        /// sqlx's error.
-        #[source]
-        source: sqlx::Error,
-    },
-    /// A SQL operation got no answer within the backend's `response_timeout`; its connection
-    /// was closed, never reused. The stage says whether COMMIT had been sent.
-    #[error("no answer from the database within {waited:?} ({stage:?})")]
-    SqlTimeout {
-        /// Where in the command's transaction the deadline passed.
-        stage: sql::SqlStage,
-        /// The deadline.
-        waited: Duration,
-        /// The timer's error.
-        #[source]
-        source: tokio::time::error::Elapsed,
-    },
-    /// The write was applied on the primary, but fewer replicas than required confirmed it
-    /// in time: a failover may still lose it.
-    #[error("the write reached {got} replicas of the {wanted} required")]
-    NotReplicated {
-        /// Replicas required (`min_replicas_ack`).
-        wanted: u32,
-        /// Replicas that confirmed it.
-        got: i64,
-    },
-    /// The write was applied on the primary, and the `WAIT` sent after it to count its
-    /// replicas failed: how many have it is unknown, and a failover may still lose it.
-    #[error("the write was applied, but waiting for {wanted} replicas failed")]
-    WaitFailed {
-        /// Replicas required (`min_replicas_ack`).
-        wanted: u32,
-        /// Why `WAIT` failed.
-        #[source]
-        source: Box<BackendError>,
-    },
-    /// One failure shared by several requests (a group commit that failed as a whole).
-    #[error(transparent)]
-    Shared(Arc<BackendError>),
-    /// The backend cannot serve this command or kind at all.
-    #[error("{what}")]
-    Unsupported {
-        /// What is not supported.
-        what: String,
-    },
-}
-
-impl BackendError {
-    /// An error reply with text `text` (without the leading `-`).
-    pub fn reply(text: Bytes) -> BackendError {
-        let prefix = error_prefix(&text);
-        let frame = Frame::SimpleError {
-            data: bytes_utils::Str::from_inner(text.clone()).unwrap_or_else(|_| {
-                bytes_utils::Str::from(String::from_utf8_lossy(&text).into_owned())
-            }),
-            attributes: None,
-        };
-        BackendError::Reply {
-            prefix,
-            frame: Box::new(frame),
-        }
-    }
-
-    /// Turns an error reply frame into [`BackendError::Reply`]; other frames pass.
-    pub fn check_reply(frame: Frame) -> Result<Frame, BackendError> {
-        let text = match &frame {
-            Frame::SimpleError { data, .. } => data.as_bytes(),
-            Frame::BlobError { data, .. } => data,
-            _ => return Ok(frame),
-        };
-        let prefix = error_prefix(text);
-        Err(BackendError::Reply {
-            prefix,
-            frame: Box::new(frame),
-        })
-    }
-}
-
-/// The first word of an error reply (`WRONGTYPE`, `READONLY`, ...): what `classify` reads.
-fn error_prefix(text: &[u8]) -> String {
-    let word = text.split(|b| *b == b' ').next().unwrap_or_default();
-    String::from_utf8_lossy(word).into_owned()
 }
 
 /// A configured backend.

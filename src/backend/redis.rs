@@ -33,6 +33,8 @@ use std::time::Duration;
 use tokio::sync::{watch, Mutex, OnceCell};
 use tokio::task::JoinHandle;
 
+pub use crate::config::host_port;
+
 /// Builds a fresh fred client for each dial.
 type Factory = Arc<dyn Fn() -> Client + Send + Sync>;
 
@@ -1198,16 +1200,6 @@ fn servers(
             Ok(fred::types::config::Server::new(host, port))
         })
         .collect()
-}
-
-/// `host:port` (an IPv6 host in brackets) as its two parts.
-pub fn host_port(addr: &str) -> Option<(String, u16)> {
-    let (host, port) = addr.rsplit_once(':')?;
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    if host.is_empty() {
-        return None;
-    }
-    Some((host.to_string(), port.parse().ok()?))
 }
 
 #[cfg(test)]

@@ -1,7 +1,9 @@
 //! The rows of the command table, one per command holdfast serves.
 //!
 //! Arity and key positions are Redis 7.0's, as `COMMAND INFO` reports them; the idempotence
-//! class follows DESIGN.md section 3. To add a command, add one row to its group below:
+//! class is what repeating the command does ([`Idempotence`]: README, "What happens when a
+//! backend fails", says which failures each class is retried after). To add a command, add
+//! one row to its group below:
 //! `Spec::new(name, arity, keys, class)` for a forwarded command, `Spec::local` for one the
 //! connection answers, `Spec::container` plus `NAME|SUB` rows for a command with subcommands.
 //! If some arguments change the class, add `.refine(f)`: `f` reads the arguments (index 0 is

@@ -29,7 +29,7 @@ use crate::metrics as m;
 use crate::namespace::Namespace;
 use crate::resp::{encode_reply, Limits, Nils, Output, ProtocolError, Sink};
 use crate::retry::{Failure, GaveUp, Why};
-use crate::server::{Shared, State};
+use crate::shared::{Shared, State};
 use bytes::{Bytes, BytesMut};
 use redis_protocol::resp3::types::BytesFrame as Frame;
 use std::collections::VecDeque;

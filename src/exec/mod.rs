@@ -24,7 +24,6 @@ pub use ahead::Ahead;
 pub use hooks::RequestHooks;
 pub use reply::{chain, failure_reply, shutting_down};
 
-use crate::backend::Proto;
 use crate::backend::{Backend, BackendError, Placement, Reply, Request};
 use crate::command::table::{self, Idempotence, Spec};
 use crate::command::Command;
@@ -32,6 +31,7 @@ use crate::config::ReplyMode;
 use crate::error::{classify, ErrorClass};
 use crate::metrics as m;
 use crate::namespace::Namespace;
+use crate::resp::Proto;
 use crate::retry::budget::RetryBudget;
 use crate::retry::{self, Done, Failure, GaveUp, Why};
 use bytes::Bytes;
@@ -670,7 +670,7 @@ pub fn bound_failure(error: BackendError) -> Failure<BackendError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::Proto;
+    use crate::resp::Proto;
 
     fn spec(name: &str) -> &'static Spec {
         table::lookup(name.as_bytes()).expect("a row of the table")

@@ -1,13 +1,36 @@
 //! RESP framing for the client side: requests in (multibulk or inline), replies out in the
 //! client's protocol version. Frames are parsed by `redis-protocol`; this module only bounds
 //! what a client may make holdfast buffer, and converts RESP3 reply frames to RESP2.
+//! [`Proto`] (the client's protocol version) and [`DoubleStyle`] (how a backend spells a
+//! double, which a reply encoded here keeps) are defined here; backends use them too.
 
-use crate::backend::{DoubleStyle, Proto};
 use crate::command::table::NilPath;
 use bytes::{Bytes, BytesMut};
 use redis_protocol::resp2::types::BytesFrame as Frame2;
 pub use redis_protocol::resp3::types::BytesFrame as Frame;
 use redis_protocol::resp3::types::VerbatimStringFormat;
+
+/// The protocol version the client speaks, and so the one its replies must be in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Proto {
+    /// RESP2 (the default until `HELLO 3`).
+    Resp2,
+    /// RESP3.
+    Resp3,
+}
+
+/// How the backend spells a RESP3 double, which the decoded value no longer shows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DoubleStyle {
+    /// `%.17g`, as Redis up to 7.1 writes it: `0.10000000000000001`.
+    #[default]
+    G17,
+    /// The shortest digits that read back as the same double, as Redis 7.2 on writes them.
+    Shortest,
+    /// Fixed, 17 decimals, trailing zeros dropped: Redis's "human" long double, used for
+    /// geo coordinates (`13.36138933897018433`).
+    Human,
+}
 
 /// Longest inline command line, as Redis allows.
 const MAX_INLINE: usize = 64 * 1024;

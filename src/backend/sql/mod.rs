@@ -46,47 +46,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use store::{simple, Ctx, Dialect, Fail};
 use tokio::sync::OnceCell;
 
-/// Where in a command's transaction a database failure happened.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SqlStage {
-    /// Getting a connection (connecting, migrating): nothing was sent.
-    Connect,
-    /// Inside the transaction, before COMMIT: the transaction is rolled back by the
-    /// database if the connection dies, so nothing was applied.
-    Work,
-    /// COMMIT was sent and its answer did not arrive: it may have been applied.
-    Commit,
-}
-
-/// libpq's multi-host URL (`postgres://u@h1:5432,h2:5433/db`) as one single-host URL per
-/// host, in order.
-///
-/// # Errors
-/// Which part of the URL is wrong.
-pub fn postgres_hosts(url: &str) -> Result<Vec<String>, String> {
-    let rest = url
-        .strip_prefix("postgres://")
-        .or_else(|| url.strip_prefix("postgresql://"))
-        .ok_or("must start with postgres://")?;
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    let (userinfo, hosts) = match authority.rfind('@') {
-        Some(at) => (&authority[..=at], &authority[at + 1..]),
-        None => ("", authority),
-    };
-    let mut out = Vec::new();
-    for host in hosts.split(',') {
-        if host.is_empty() {
-            return Err("a host in the list is empty".to_string());
-        }
-        let single = format!("postgres://{userinfo}{host}{tail}");
-        single
-            .parse::<sqlx::postgres::PgConnectOptions>()
-            .map_err(|e| format!("{host}: {e}"))?;
-        out.push(single);
-    }
-    Ok(out)
-}
+pub use crate::config::postgres_hosts;
+pub use crate::error::SqlStage;
 
 /// A pooled connection that may be inside a transaction or a statement. Dropped before its
 /// user finished it (a COMMIT or ROLLBACK, or a lone statement, that answered) — an acquire
@@ -1084,28 +1045,5 @@ impl SqlDedicated {
                 BackendError::check_reply(replies.pop().unwrap_or(Frame::Null))
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::postgres_hosts;
-
-    #[test]
-    fn a_multi_host_url_is_one_url_per_host() {
-        assert_eq!(
-            postgres_hosts("postgres://u:p@h1:5432,h2:5433/db?sslmode=disable").unwrap(),
-            vec![
-                "postgres://u:p@h1:5432/db?sslmode=disable",
-                "postgres://u:p@h2:5433/db?sslmode=disable"
-            ]
-        );
-        assert_eq!(
-            postgres_hosts("postgres://h/db").unwrap(),
-            vec!["postgres://h/db"]
-        );
-        assert!(postgres_hosts("postgres://u@h1,/db").is_err());
-        assert!(postgres_hosts("mysql://h/db").is_err());
-        assert!(postgres_hosts("postgres://u@h1:notaport/db").is_err());
     }
 }
