@@ -224,6 +224,8 @@ struct Attempted<'a> {
     class: Idempotence,
     spec: &'static Spec,
     token: Option<&'a [u8]>,
+    /// Attempts the request made already (a settled request's read before its command).
+    made: u32,
 }
 
 /// How a retried dispatch ended when it did not succeed.
@@ -289,6 +291,7 @@ impl Session {
                     class: command.class,
                     spec: command.spec,
                     token: None,
+                    made: 0,
                 };
                 let result = match sent {
                     Some(Ahead::Overtaken(e)) => Err(Stopped::Failed(overtaken(e))),
@@ -320,6 +323,7 @@ impl Session {
                     class: Idempotence::Idempotent,
                     spec: command.spec,
                     token: Some(token.as_bytes()),
+                    made: 0,
                 };
                 let result = self.retried(budget, namespace, attempted, None, None).await;
                 if let Ok(done) = &result {
@@ -384,11 +388,28 @@ impl Session {
         settle: &Settle,
     ) -> Result<Done<Frame>, Stopped> {
         let started = tokio::time::Instant::now();
-        let pre = match settle.pre_read() {
+        // The reads and the command share the request's attempts, so that together they
+        // hold it no longer than one retry schedule (simulation seed 8168 found a settled
+        // `SADD` answered past it).
+        let cap = namespace.policy.backoff.max_attempts;
+        let (pre, made) = match settle.pre_read() {
             // Nothing there to settle with: the command runs as in fast mode.
-            Some(read) => self.settling_read(budget, namespace, read).await?,
-            None => None,
+            Some(read) => self.settling_read(budget, namespace, read, 0).await?,
+            None => (None, 0),
         };
+        if made >= cap {
+            // The read used every attempt: nothing was dispatched.
+            return Err(Stopped::Failed(Failure::Unavailable(GaveUp {
+                last: BackendError::Unsupported {
+                    what: "the read before the command used every attempt".to_string(),
+                },
+                class: ErrorClass::NotAttempted,
+                attempts: made,
+                elapsed: started.elapsed(),
+                why: Why::Exhausted,
+                maybe_applied: 0,
+            })));
+        }
         if let Some(answer) = pre.as_ref().and_then(|p| settle.without_dispatch(p)) {
             // The refusal of an XADD below the stream's top is an error reply, and answered
             // as one.
@@ -409,6 +430,7 @@ impl Session {
             class: command.class,
             spec: command.spec,
             token: None,
+            made,
         };
         let (reply, maybe_applied, attempts) =
             match self.retried(budget, namespace, attempted, None, None).await {
@@ -432,9 +454,15 @@ impl Session {
             // may be the second application's, and the first's is unknown, so the client
             // hears that it may have been applied (simulation seed 274 found the second
             // application's "not set" answered for an `MSETNX` that had set its keys).
-            Some(read) => match self.settling_read(budget, namespace, read).await {
-                Ok(Some(found)) => Some(found),
-                Ok(None) => {
+            Some(_) if attempts >= cap => {
+                let last = BackendError::Unsupported {
+                    what: "no attempt was left for the read".to_string(),
+                };
+                return Err(unsettled(last, maybe_applied, attempts, started));
+            }
+            Some(read) => match self.settling_read(budget, namespace, read, attempts).await {
+                Ok((Some(found), _)) => Some(found),
+                Ok((None, _)) => {
                     let last = BackendError::Unsupported {
                         what: "the read found another kind of value".to_string(),
                     };
@@ -469,18 +497,20 @@ impl Session {
         }
     }
 
-    /// A read for settled mode, held like any read. An error reply (the key holds another
-    /// kind) is no answer to settle with: None.
+    /// A read for settled mode, held like any read, after `made` attempts of its request;
+    /// with the attempts made so far. An error reply (the key holds another kind) is no
+    /// answer to settle with: None.
     async fn settling_read<B: Dispatch>(
         &mut self,
         budget: &RetryBudget,
         namespace: &Namespace<B>,
         args: &[Bytes],
-    ) -> Result<Option<Frame>, Stopped> {
+        made: u32,
+    ) -> Result<(Option<Frame>, u32), Stopped> {
         let name = args.first().map(|n| n.as_ref()).unwrap_or_default();
         // The settling reads are holdfast's own, all in the table.
         let Some(spec) = table::lookup(name) else {
-            return Ok(None);
+            return Ok((None, made));
         };
         let attempted = Attempted {
             args,
@@ -488,10 +518,11 @@ impl Session {
             class: Idempotence::Read,
             spec,
             token: None,
+            made,
         };
         match self.retried(budget, namespace, attempted, None, None).await {
-            Ok(done) => Ok(Some(done.value.into_frame())),
-            Err(Stopped::Failed(Failure::Answer(..))) => Ok(None),
+            Ok(done) => Ok((Some(done.value.into_frame()), done.attempts)),
+            Err(Stopped::Failed(Failure::Answer(_, _, attempts))) => Ok((None, attempts)),
             Err(other) => Err(other),
         }
     }
@@ -517,6 +548,7 @@ impl Session {
             class,
             spec,
             token,
+            made,
         } = attempted;
         let request = Request {
             args,
@@ -545,7 +577,7 @@ impl Session {
                 return Ok(Done {
                     value,
                     maybe_applied: 0,
-                    attempts: 1,
+                    attempts: made + 1,
                 });
             }
         }
@@ -570,6 +602,7 @@ impl Session {
             &mut hooks,
             &mut self.give_up,
             prior,
+            made,
             || {
                 let first = first.take();
                 let (backend, request) = (&namespace.backend, &request);

@@ -101,6 +101,10 @@ pub trait Hooks {
 /// Runs `attempt` until it succeeds, its failure is an answer, or the policy stops. While it
 /// waits between attempts it also stops when `stop` turns true (shutdown's grace is over).
 ///
+/// `made` counts attempts the same request made already in earlier loops (a settled
+/// request's read before its command): they count toward the policy's cap and its delays,
+/// so a request's loops together hold it no longer than one.
+///
 /// `prior` is the failure of a first dispatch made elsewhere (sent ahead with a client's
 /// pipeline): the loop counts it as its first attempt, a dispatch that may have been applied
 /// if its class says so, and dispatches again at once, without a backoff step (the request
@@ -117,6 +121,7 @@ pub async fn run<T, E, F, Fut, C, H>(
     hooks: &mut H,
     stop: &mut watch::Receiver<bool>,
     prior: Option<E>,
+    made: u32,
     mut attempt: F,
 ) -> Result<Done<T>, Failure<E>>
 where
@@ -127,7 +132,7 @@ where
 {
     budget.deposit();
     let start = Instant::now();
-    let mut attempts = 0u32;
+    let mut attempts = made;
     let mut maybe_applied = 0u32;
     let mut dispatch = true;
     let mut holding = false;

@@ -105,6 +105,7 @@ async fn drive_done(
         hooks,
         stop,
         None,
+        0,
         || script.dispatch(),
     )
     .await
@@ -263,6 +264,7 @@ async fn an_empty_budget_skips_dispatches_but_keeps_the_schedule() {
         &mut hooks,
         &mut stop,
         None,
+        0,
         || script.dispatch(),
     )
     .await;
@@ -304,6 +306,7 @@ async fn shutdown_ends_the_wait_with_a_clear_failure() {
         &mut hooks,
         &mut stop,
         None,
+        0,
         || script.dispatch(),
     )
     .await;
@@ -340,6 +343,7 @@ async fn a_prior_failure_counts_and_the_next_dispatch_does_not_wait() {
             &mut hooks,
             &mut stop,
             prior,
+            0,
             || script.dispatch(),
         )
         .await;
