@@ -199,6 +199,8 @@ def main():
     parser.add_argument("--only", help="run only the workloads whose name contains this")
     parser.add_argument("--instructions", action="store_true",
                         help="holdfast's instructions per request under callgrind (repeatable)")
+    parser.add_argument("--against", metavar="BINARY",
+                        help="another holdfast build (a baseline) measured in the same rounds")
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.requests = 1, 50_000
@@ -241,6 +243,15 @@ def main():
 
         targets = [("direct", redis_port, None), ("twemproxy", twem_port, twem.pid),
                    ("holdfast", hf_port, proc.pid)]
+        if args.against:
+            # A baseline build, interleaved with this one in every round: a change's cost
+            # shows as the ratio of the two, free of the run-to-run noise between runs.
+            base, base_port = holdfast_on(os.path.abspath(args.against), tmp, "baseline",
+                                          redis_backend(redis_port), log,
+                                          server="max_clients = 20000")
+            procs.append(base)
+            wait_port(base_port)
+            targets.append(("baseline", base_port, base.pid))
         mget = ["MGET"] + [f"key:__rand_int__" for _ in range(10)]
         # (name, test, pipeline depth, value size, connections). The one-connection runs
         # measure the latency a proxy adds to a request that does not queue behind others;
@@ -300,6 +311,18 @@ def main():
             c = "/".join(f"{statistics.median(cpu[(name, x)]):.2f}" if (name, x) in cpu else "n/a"
                          for x in ("twemproxy", "holdfast"))
             print(f"{name:14} {d:>10.0f} {t:>10.0f} {h:>10.0f} {h / d:>9.2f} {h / t:>8.2f}  {c:>15}  {p50:21} {p99}")
+        if args.against:
+            print()
+            print(f"{'workload':14} {'holdfast':>10} {'baseline':>10} {'hf/base':>8}  "
+                  f"{'CPU us/req h/b':>15}  spread hf/base over rounds")
+            for name, *_ in workloads:
+                h, b = (med(name, x, "rps") for x in ("holdfast", "baseline"))
+                c = "/".join(f"{statistics.median(cpu[(name, x)]):.2f}" if (name, x) in cpu
+                             else "n/a" for x in ("holdfast", "baseline"))
+                ratios = sorted(float(x["rps"]) / float(y["rps"]) for x, y in
+                                zip(results[(name, "holdfast")], results[(name, "baseline")]))
+                print(f"{name:14} {h:>10.0f} {b:>10.0f} {h / b:>8.2f}  {c:>15}  "
+                      f"{ratios[0]:.2f}-{ratios[-1]:.2f}")
         print()
         print("CPU us/req: CPU seconds per million requests, the proxy process only.")
         # Where each proxy's CPU goes: the kernel's socket work, or its own code.
@@ -501,19 +524,24 @@ def instructions_main(args):
         ]:
             if args.only and args.only not in name:
                 continue
-            out = os.path.join(tmp, f"callgrind-{test}-{pipeline}.out")
-            proc, port = holdfast_on(binary, tmp, "callgrind", redis_backend(redis_port), log,
-                                     wrap=("valgrind", "--tool=callgrind",
-                                           f"--callgrind-out-file={out}"))
-            procs.append(proc)
-            wait_port(port, limit=60.0)
-            bench(port, test, 50, pipeline, 100, requests, 10_000)
-            proc.send_signal(2)  # SIGINT: a clean exit, so callgrind writes its totals
-            proc.wait(timeout=120)
-            with open(out) as f:
-                total = next(int(line.split()[1]) for line in f
-                             if line.startswith(("summary:", "totals:")))
-            print(f"{name:14} {total / requests:>8.0f} instructions per request", flush=True)
+            builds = [("holdfast", binary)]
+            if args.against:
+                builds.append(("baseline", os.path.abspath(args.against)))
+            for label, build in builds:
+                out = os.path.join(tmp, f"callgrind-{label}-{test}-{pipeline}.out")
+                proc, port = holdfast_on(build, tmp, "callgrind", redis_backend(redis_port), log,
+                                         wrap=("valgrind", "--tool=callgrind",
+                                               f"--callgrind-out-file={out}"))
+                procs.append(proc)
+                wait_port(port, limit=60.0)
+                bench(port, test, 50, pipeline, 100, requests, 10_000)
+                proc.send_signal(2)  # SIGINT: a clean exit, so callgrind writes its totals
+                proc.wait(timeout=120)
+                with open(out) as f:
+                    total = next(int(line.split()[1]) for line in f
+                                 if line.startswith(("summary:", "totals:")))
+                print(f"{name:14} {label:9} {total / requests:>8.0f} instructions per request",
+                      flush=True)
 
 
 if __name__ == "__main__":

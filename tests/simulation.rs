@@ -295,7 +295,7 @@ fn args_text(args: &[Bytes]) -> String {
 }
 
 /// Runs one seed; Err names what broke.
-fn run_seed(seed: u64, trace: bool) -> Result<usize, String> {
+fn run_seed(seed: u64, trace: bool) -> Result<Tally, String> {
     let mut rng = StdRng::seed_from_u64(seed);
     let setup = setup(&mut rng);
     let hold = longest_hold(&setup);
@@ -505,7 +505,27 @@ fn run_seed(seed: u64, trace: bool) -> Result<usize, String> {
         }
         println!("{text}");
     }
-    Ok(records.len())
+    let mut tally = Tally::default();
+    for r in &records {
+        tally.requests += 1;
+        match r.outcome.ended {
+            Ended::Ok if r.outcome.maybe_applied > 0 => tally.after_doubt += 1,
+            Ended::Unavailable => tally.unavailable += 1,
+            Ended::InDoubt => tally.indoubt += 1,
+            _ => {}
+        }
+    }
+    Ok(tally)
+}
+
+/// What the requests of some seeds ended as: proof the faults were felt.
+#[derive(Default)]
+struct Tally {
+    requests: usize,
+    /// Answered after a dispatch that may have been applied.
+    after_doubt: usize,
+    unavailable: usize,
+    indoubt: usize,
 }
 
 fn env(name: &str) -> Option<u64> {
@@ -516,7 +536,10 @@ fn env(name: &str) -> Option<u64> {
 fn the_promise_holds_in_every_simulated_world() {
     if let Some(seed) = env("HF_SIM_SEED") {
         match run_seed(seed, true) {
-            Ok(n) => println!("seed {seed}: {n} requests, every one as promised"),
+            Ok(t) => println!(
+                "seed {seed}: {} requests, every one as promised",
+                t.requests
+            ),
             Err(e) => panic!("{e}"),
         }
         return;
@@ -524,11 +547,16 @@ fn the_promise_holds_in_every_simulated_world() {
     let from = env("HF_SIM_FROM").unwrap_or(0);
     let seeds = env("HF_SIM_SEEDS").unwrap_or(3_000);
     let started = std::time::Instant::now();
-    let mut requests = 0;
+    let mut total = Tally::default();
     let mut failed = Vec::new();
     for seed in from..from + seeds {
         match run_seed(seed, false) {
-            Ok(n) => requests += n,
+            Ok(t) => {
+                total.requests += t.requests;
+                total.after_doubt += t.after_doubt;
+                total.unavailable += t.unavailable;
+                total.indoubt += t.indoubt;
+            }
             Err(e) => {
                 if failed.is_empty() {
                     eprintln!("{e}");
@@ -541,9 +569,20 @@ fn the_promise_holds_in_every_simulated_world() {
         }
     }
     println!(
-        "{seeds} seeds from {from}, {requests} requests, in {:.1}s",
+        "{seeds} seeds from {from}, {} requests ({} answered after a dispatch that may have been applied, {} UNAVAILABLE, {} INDOUBT), in {:.1}s",
+        total.requests,
+        total.after_doubt,
+        total.unavailable,
+        total.indoubt,
         started.elapsed().as_secs_f64()
     );
+    // The worlds must be faulty enough to test anything.
+    if seeds >= 1_000 {
+        assert!(
+            total.after_doubt > total.requests / 200 && total.indoubt > 0 && total.unavailable > 0,
+            "the simulated faults were hardly felt"
+        );
+    }
     assert!(
         failed.is_empty(),
         "failing seeds (rerun one with HF_SIM_SEED=n): {failed:?}"
