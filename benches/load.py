@@ -278,7 +278,10 @@ def main():
                 # 10 KB values, and one connection's requests, are fewer: the same number
                 # would take minutes.
                 requests = args.requests // 10 if size > 1000 or clients == 1 else args.requests
-                for target, port, pid in targets:
+                # With a baseline, the two builds swap places every other round, so neither
+                # always runs in the other's wake.
+                order = targets if rnd % 2 == 0 else targets[:-2] + targets[-2:][::-1]
+                for target, port, pid in (order if args.against else targets):
                     if test == "mixed" and target == "twemproxy":
                         continue  # twemproxy does not proxy streams: it closes the connection
                     used = cpu_times(pid) if pid else (0.0, 0.0)

@@ -475,7 +475,12 @@ impl Session {
                     };
                     return Err(unsettled(last, maybe_applied, attempts, started));
                 }
-                Err(abandoned) => return Err(abandoned),
+                // Shutdown abandoned the read: the command before it may have been applied
+                // (simulation seed 1843103 found it answered "not applied", as a read is).
+                Err(Stopped::Abandoned(..)) => {
+                    let frame = shutting_down("INDOUBT may have been applied", namespace);
+                    return Err(Stopped::Abandoned(frame, Ended::InDoubt));
+                }
             },
             None => None,
         };
