@@ -106,8 +106,7 @@ impl Dispatch for Backend {
 /// How a request ended, as metrics and logs label it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ended {
-    /// A reply (an error reply of the command's own included when the command was not
-    /// retried into it: see [`Ended::Answer`]).
+    /// The backend's reply, not an error.
     Ok,
     /// The backend's error reply (or holdfast's, for a command it cannot serve), passed on.
     Answer,
@@ -135,7 +134,8 @@ impl Ended {
 pub struct Outcome {
     /// How it ended.
     pub ended: Ended,
-    /// Attempts made (0: answered without one, as a settled `DEL` of nothing is).
+    /// Attempts as the retry schedule counts them: every dispatch of the command, and the
+    /// failed ones of a settled request's reads (0: refused at shutdown before any).
     pub attempts: u32,
     /// Dispatches that failed after they may have been applied.
     pub maybe_applied: u32,
@@ -224,7 +224,7 @@ struct Attempted<'a> {
     class: Idempotence,
     spec: &'static Spec,
     token: Option<&'a [u8]>,
-    /// Attempts the request made already (a settled request's read before its command).
+    /// Failed attempts the request made already (a settled request's reads).
     made: u32,
 }
 
@@ -388,28 +388,16 @@ impl Session {
         settle: &Settle,
     ) -> Result<Done<Frame>, Stopped> {
         let started = tokio::time::Instant::now();
-        // The reads and the command share the request's attempts, so that together they
-        // hold it no longer than one retry schedule (simulation seed 8168 found a settled
-        // `SADD` answered past it).
-        let cap = namespace.policy.backoff.max_attempts;
+        // The reads and the command share the request's retries: a failed attempt of one
+        // counts for the others, so that together they hold it no longer than one retry
+        // schedule and an attempt's wait for each read (simulation seed 8168 found a settled
+        // `SADD` answered past three schedules). The attempt that succeeds is not counted:
+        // with `max_attempts = 1` the command is still sent once after its read.
         let (pre, made) = match settle.pre_read() {
             // Nothing there to settle with: the command runs as in fast mode.
             Some(read) => self.settling_read(budget, namespace, read, 0).await?,
             None => (None, 0),
         };
-        if made >= cap {
-            // The read used every attempt: nothing was dispatched.
-            return Err(Stopped::Failed(Failure::Unavailable(GaveUp {
-                last: BackendError::Unsupported {
-                    what: "the read before the command used every attempt".to_string(),
-                },
-                class: ErrorClass::NotAttempted,
-                attempts: made,
-                elapsed: started.elapsed(),
-                why: Why::Exhausted,
-                maybe_applied: 0,
-            })));
-        }
         if let Some(answer) = pre.as_ref().and_then(|p| settle.without_dispatch(p)) {
             // The refusal of an XADD below the stream's top is an error reply, and answered
             // as one.
@@ -417,9 +405,9 @@ impl Session {
                 Ok(value) => Ok(Done {
                     value,
                     maybe_applied: 0,
-                    attempts: 0,
+                    attempts: made,
                 }),
-                Err(error) => Err(Stopped::Failed(Failure::Answer(error, 0, 0))),
+                Err(error) => Err(Stopped::Failed(Failure::Answer(error, 0, made))),
             };
         }
         // An error reply to a retry may be about an earlier dispatch (XADD's "equal or
@@ -454,13 +442,10 @@ impl Session {
             // may be the second application's, and the first's is unknown, so the client
             // hears that it may have been applied (simulation seed 274 found the second
             // application's "not set" answered for an `MSETNX` that had set its keys).
-            Some(_) if attempts >= cap => {
-                let last = BackendError::Unsupported {
-                    what: "no attempt was left for the read".to_string(),
-                };
-                return Err(unsettled(last, maybe_applied, attempts, started));
-            }
-            Some(read) => match self.settling_read(budget, namespace, read, attempts).await {
+            Some(read) => match self
+                .settling_read(budget, namespace, read, attempts.saturating_sub(1))
+                .await
+            {
                 Ok((Some(found), _)) => Some(found),
                 Ok((None, _)) => {
                     let last = BackendError::Unsupported {
@@ -502,9 +487,9 @@ impl Session {
         }
     }
 
-    /// A read for settled mode, held like any read, after `made` attempts of its request;
-    /// with the attempts made so far. An error reply (the key holds another kind) is no
-    /// answer to settle with: None.
+    /// A read for settled mode, held like any read, after `made` failed attempts of its
+    /// request; with the failed attempts so far. An error reply (the key holds another kind)
+    /// is no answer to settle with: None.
     async fn settling_read<B: Dispatch>(
         &mut self,
         budget: &RetryBudget,
@@ -526,8 +511,13 @@ impl Session {
             made,
         };
         match self.retried(budget, namespace, attempted, None, None).await {
-            Ok(done) => Ok((Some(done.value.into_frame()), done.attempts)),
-            Err(Stopped::Failed(Failure::Answer(_, _, attempts))) => Ok((None, attempts)),
+            Ok(done) => Ok((
+                Some(done.value.into_frame()),
+                done.attempts.saturating_sub(1),
+            )),
+            Err(Stopped::Failed(Failure::Answer(_, _, attempts))) => {
+                Ok((None, attempts.saturating_sub(1)))
+            }
             Err(other) => Err(other),
         }
     }

@@ -47,6 +47,25 @@ pub struct Faults {
 }
 
 impl Faults {
+    /// Whether this world injects nothing at all: then every request must get its answer.
+    pub fn calm(&self) -> bool {
+        self.outages.is_empty()
+            && [
+                self.refused,
+                self.blackholed,
+                self.turned_away,
+                self.applied_lost,
+                self.lost_unapplied,
+                self.stalled,
+                self.oom_on_retry,
+                self.batch_cut,
+            ]
+            .iter()
+            .all(|p| *p == 0.0)
+    }
+}
+
+impl Faults {
     pub fn draw(rng: &mut StdRng, horizon: Duration) -> Faults {
         // Calm worlds, stormy worlds, and everything between.
         let storm = match rng.gen_range(0..4) {
