@@ -147,6 +147,27 @@ pub const POOL_WAITING: Def = def(
     &["backend"],
     "Attempts waiting for a pooled backend connection to be dialled.",
 );
+/// Primaries a Sentinel backend followed to a new address.
+pub const PRIMARY_CHANGES: Def = def(
+    "holdfast_primary_changes_total",
+    Counter,
+    &["backend"],
+    "Times a Sentinel backend's primary moved (+switch-master, or a sentinel naming another).",
+);
+/// Connections closed because their primary moved or was declared down.
+pub const FENCED: Def = def(
+    "holdfast_connections_fenced_total",
+    Counter,
+    &["backend"],
+    "Backend connections closed because the sentinels moved their primary or held it objectively down.",
+);
+/// From a primary's move being heard to the first request the new one served.
+pub const FAILOVER_SECONDS: Def = def(
+    "holdfast_failover_seconds",
+    Histogram,
+    &["backend"],
+    "From hearing that a Sentinel backend's primary moved to the first request served by the new one.",
+);
 /// The configuration generation: 1 at start, one more per applied reload.
 pub const CONFIG_GENERATION: Def = def(
     "holdfast_config_generation",
@@ -210,6 +231,9 @@ pub const CATALOGUE: &[Def] = &[
     BACKEND_UP,
     POOL_CONNECTED,
     POOL_WAITING,
+    PRIMARY_CHANGES,
+    FENCED,
+    FAILOVER_SECONDS,
     CONFIG_GENERATION,
     CONFIG_RELOADS,
     LIMITS,
@@ -567,6 +591,23 @@ pub fn pool_connected(backend: &str, up: bool) {
     } else {
         g.decrement(1.0);
     }
+}
+
+/// A Sentinel backend's primary moved.
+pub fn primary_changed(backend: &str) {
+    counter!(PRIMARY_CHANGES.name, "backend" => backend.to_string()).increment(1);
+}
+
+/// A backend connection was fenced (its primary moved or is down).
+pub fn connection_fenced(backend: &str) {
+    if !backend.is_empty() {
+        counter!(FENCED.name, "backend" => backend.to_string()).increment(1);
+    }
+}
+
+/// The new primary served its first request, `took` after the move was heard.
+pub fn primary_served(backend: &str, took: Duration) {
+    histogram!(FAILOVER_SECONDS.name, "backend" => backend.to_string()).record(took.as_secs_f64());
 }
 
 /// An attempt starts (true) or stops (false) waiting for a dial.

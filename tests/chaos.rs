@@ -9,7 +9,8 @@
 //! means applied twice, below means lost), deleted keys are absent. Errors the clients saw are
 //! counted, and the longest hold is reported next to the fault's own duration.
 //!
-//! Faults: a Sentinel-managed master SIGKILLed, and one demoted by `SENTINEL FAILOVER`; a
+//! Faults: a Sentinel-managed master SIGKILLed, one demoted by `SENTINEL FAILOVER`, one
+//! frozen 4 s (the "zombie"), and a switch while the old master stays a master; a
 //! Cluster primary SIGKILLed; a PostgreSQL
 //! primary killed and its standby promoted; PostgreSQL restarted in place, frozen (SIGSTOP)
 //! and blackholed for 5 s; the backend blackholed for 10 s; an outage longer than the failover budget (clean errors during it,
@@ -54,6 +55,11 @@ fn env_number(name: &str, default: u64) -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
+}
+
+/// The load's client connections.
+fn clients() -> usize {
+    env_number("HF_CHAOS_CLIENTS", 4) as usize
 }
 
 /// Seconds of load before each fault, and again after it has healed.
@@ -290,7 +296,7 @@ impl Load {
     fn start(addr: &str) -> Load {
         let started = Instant::now();
         let stop = Arc::new(AtomicBool::new(false));
-        let clients = (0..env_number("HF_CHAOS_CLIENTS", 4) as usize)
+        let clients = (0..clients())
             .map(|id| {
                 let addr = addr.to_string();
                 let stop = stop.clone();
@@ -629,16 +635,27 @@ impl Report {
 
     /// Through the fault: no error, no wrong reply, nothing lost, nothing applied twice.
     fn assert_held(&self) {
+        self.assert_held_losing_at_most(0);
+    }
+
+    /// As `assert_held`, but up to `lost` acknowledged writes may be missing: those Redis's
+    /// asynchronous replication had not carried to the replica when its primary stopped
+    /// taking them (`min_replicas_ack = 0`).
+    fn assert_held_losing_at_most(&self, lost: usize) {
         assert!(
             self.errors.is_empty(),
             "{}: client-visible errors: {:?}",
             self.fault,
             &self.errors[..self.errors.len().min(10)]
         );
-        self.assert_consistent();
+        self.assert_consistent_losing_at_most(lost);
     }
 
     fn assert_consistent(&self) {
+        self.assert_consistent_losing_at_most(0);
+    }
+
+    fn assert_consistent_losing_at_most(&self, lost: usize) {
         assert!(
             self.wrong.is_empty(),
             "{}: wrong replies: {:?}",
@@ -646,8 +663,8 @@ impl Report {
             &self.wrong[..self.wrong.len().min(10)]
         );
         assert!(
-            self.lost.is_empty(),
-            "{}: lost: {:?}",
+            self.lost.len() <= lost,
+            "{}: lost (at most {lost} allowed): {:?}",
             self.fault,
             self.lost
         );
@@ -678,10 +695,27 @@ fn quoted(addrs: &[String]) -> String {
         .join(", ")
 }
 
-/// A master, its replica and three sentinels that know each other, and holdfast on them
-/// with `min_replicas_ack = 1`.
-async fn sentinel_setup(backend: &str) -> (RedisServer, RedisServer, Vec<Sentinel>, Proxy) {
-    let master = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
+/// A master (started with `master_args` too), its replica and three sentinels that know each
+/// other, and holdfast on them with `min_replicas_ack = acks`, a 2 s `response_timeout` and
+/// 100 attempts.
+async fn sentinel_setup(
+    backend: &str,
+    acks: u32,
+    master_args: &[&str],
+) -> (RedisServer, RedisServer, Vec<Sentinel>, Proxy) {
+    sentinel_setup_waiting(backend, acks, master_args, (2, 100)).await
+}
+
+/// As `sentinel_setup`, with `response_timeout` and the attempts given.
+async fn sentinel_setup_waiting(
+    backend: &str,
+    acks: u32,
+    master_args: &[&str],
+    (response_secs, attempts): (u64, u32),
+) -> (RedisServer, RedisServer, Vec<Sentinel>, Proxy) {
+    let mut args = vec!["--repl-diskless-sync-delay", "0"];
+    args.extend_from_slice(master_args);
+    let master = RedisServer::start_with(&args);
     let port = master.port().to_string();
     let replica = RedisServer::start_with(&[
         "--repl-diskless-sync-delay",
@@ -712,9 +746,9 @@ async fn sentinel_setup(backend: &str) -> (RedisServer, RedisServer, Vec<Sentine
     // before the master's death can be missing on the promoted replica.
     let proxy = Proxy::start(&format!(
         "{}[backends.{backend}]\nkind = \"sentinel\"\nmaster_name = \"mymaster\"\n\
-         sentinels = [{}]\npool_size = 2\nresponse_timeout = \"2s\"\n\
+         sentinels = [{}]\npool_size = 2\nresponse_timeout = \"{response_secs}s\"\n\
          [[namespaces]]\nname = \"{backend}\"\nbackend = \"{backend}\"\n",
-        policy(100, "min_replicas_ack = 1"),
+        policy(attempts, &format!("min_replicas_ack = {acks}")),
         quoted(&addrs)
     ))
     .await;
@@ -724,7 +758,7 @@ async fn sentinel_setup(backend: &str) -> (RedisServer, RedisServer, Vec<Sentine
 #[test]
 fn sentinel_master_sigkilled() {
     run(async {
-        let (mut master, replica, sentinels, proxy) = sentinel_setup("ha").await;
+        let (mut master, replica, sentinels, proxy) = sentinel_setup("ha", 1, &[]).await;
         let load = Load::warmed_up(&proxy.addr).await;
 
         let began = load.now();
@@ -760,7 +794,7 @@ fn sentinel_master_sigkilled() {
 #[test]
 fn sentinel_failover_demotes_the_master() {
     run(async {
-        let (master, replica, sentinels, proxy) = sentinel_setup("demoted").await;
+        let (master, replica, sentinels, proxy) = sentinel_setup("demoted", 1, &[]).await;
         let load = Load::warmed_up(&proxy.addr).await;
 
         let began = load.now();
@@ -785,6 +819,133 @@ fn sentinel_failover_demotes_the_master() {
             .settled("sentinel failover, master demoted", began, healed, detail)
             .await;
         report.assert_held();
+        proxy.stop().await;
+    });
+}
+
+/// The "zombie": the master frozen (SIGSTOP) long enough for Sentinel to promote its replica,
+/// then woken. Without `min_replicas_ack`, whatever the woken master acknowledges before
+/// Sentinel demotes it is erased by its resync. holdfast closes its connections to it when a
+/// sentinel declares it objectively down (or announces the switch), while it is still frozen,
+/// so no reply it writes on waking is read, and dials wait for the new primary. The reply
+/// timeout (8 s) outlasts the freeze, as the default (10 s) does: with a shorter one the
+/// requests in flight would time out before the master wakes, hiding the zombie.
+#[test]
+fn sentinel_master_frozen() {
+    run(async {
+        let (master, replica, sentinels, proxy) =
+            sentinel_setup_waiting("zombie", 0, &[], (8, 30)).await;
+        let load = Load::warmed_up(&proxy.addr).await;
+
+        let began = load.now();
+        master.pause();
+        let replica_port = replica.port();
+        until(Duration::from_secs(60), "the replica's promotion", || {
+            sentinels[0].names_master(replica_port)
+        })
+        .await;
+        let promoted = load.now();
+        // Frozen 4 s in all (longer when the promotion took longer).
+        sleep(Duration::from_secs_f64((4.0 - (promoted - began)).max(0.0))).await;
+        master.resume();
+        let woke = load.now();
+        synced(&master, Duration::from_secs(60), "the old master to resync").await;
+        let healed = load.now();
+        let detail = format!(
+            "promoted after {:.1} s, woken after {:.1} s, a replica again after {:.1} s",
+            promoted - began,
+            woke - began,
+            healed - began
+        );
+        let report = load
+            .settled("sentinel master frozen 4 s (zombie)", began, healed, detail)
+            .await;
+        // Each sequential client may have had one write acknowledged in the instant before
+        // the freeze, not yet on the replica: the number is in the report.
+        report.assert_held_losing_at_most(clients());
+        proxy.stop().await;
+    });
+}
+
+/// The load's commands a server ran, from its `INFO commandstats` (Sentinel sends none of
+/// these).
+fn data_commands_on(server: &RedisServer) -> u64 {
+    let stats = server.cmd(&["INFO", "commandstats"]);
+    let load = [
+        "set", "incr", "incrby", "sadd", "del", "setnx", "hset", "evalsha", "eval", "get",
+    ];
+    stats
+        .lines()
+        .filter_map(|line| {
+            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            if !load.contains(&name) {
+                return None;
+            }
+            rest.split(',')
+                .find_map(|field| field.strip_prefix("calls="))
+                .and_then(|calls| calls.parse::<u64>().ok())
+        })
+        .sum()
+}
+
+/// The sentinels move the primary while the old one is alive and cannot be demoted (its
+/// `REPLICAOF` renamed away: a split brain, the worst case). holdfast fences its
+/// connections to the old primary when the switch is heard: from then on nothing reaches it,
+/// and everything acknowledged is on the new one.
+#[test]
+fn nothing_reaches_the_old_primary_after_the_switch_is_heard() {
+    run(async {
+        let no_demotion = [
+            "--rename-command",
+            "SLAVEOF",
+            "",
+            "--rename-command",
+            "REPLICAOF",
+            "",
+        ];
+        let (master, _replica, sentinels, proxy) = sentinel_setup("split", 0, &no_demotion).await;
+        let load = Load::warmed_up(&proxy.addr).await;
+        let before = data_commands_on(&master);
+        assert!(before > 0, "the load reached the first primary");
+
+        let began = load.now();
+        let ordered = sentinels[0]
+            .query(&["SENTINEL", "FAILOVER", "mymaster"])
+            .await;
+        assert_eq!(ordered.as_deref(), Some("+OK\r\n"));
+        until(
+            Duration::from_secs(60),
+            "holdfast to hear the switch",
+            || async {
+                proxy
+                    .metric("holdfast_primary_changes_total{backend=\"split\"}")
+                    .await
+                    >= 1.0
+            },
+        )
+        .await;
+        let heard = load.now();
+        // What was in flight when it was heard has reached the old primary by now.
+        sleep(Duration::from_millis(200)).await;
+        let at_switch = data_commands_on(&master);
+        sleep(load_secs()).await;
+        let after = data_commands_on(&master);
+        assert!(
+            master.cmd(&["ROLE"]).contains("master"),
+            "the old primary is still a primary (it cannot be demoted)"
+        );
+        assert_eq!(
+            after, at_switch,
+            "data commands reached the old primary after the switch was heard"
+        );
+        let healed = load.now();
+        let detail = format!("switch heard after {:.1} s", heard - began);
+        let report = load
+            .settled("sentinel switch, old primary alive", began, healed, detail)
+            .await;
+        // Fenced when the promotion began; what the old primary acknowledged between the
+        // replica's promotion and that moment is not on the new one (in the report).
+        report.assert_held_losing_at_most(clients());
         proxy.stop().await;
     });
 }

@@ -56,12 +56,17 @@ impl Target {
         if config.tls.is_some() {
             return None;
         }
-        let fred::types::config::ServerConfig::Centralized { server } = &config.server else {
-            return None;
+        let (host, port) = match &config.server {
+            fred::types::config::ServerConfig::Centralized { server } => {
+                (server.host.to_string(), server.port)
+            }
+            // The primary the sentinels name, given at each dial (`at`).
+            fred::types::config::ServerConfig::Sentinel { .. } => (String::new(), 0),
+            _ => return None,
         };
         Some(Target {
-            host: server.host.to_string(),
-            port: server.port,
+            host,
+            port,
             username: config.username.clone(),
             password: config.password.clone(),
             database: config.database,
@@ -69,6 +74,17 @@ impl Target {
             connection_timeout,
             response_timeout,
         })
+    }
+}
+
+impl Target {
+    /// The same target at another address (the primary Sentinel named for this dial).
+    pub fn at(&self, (host, port): &(String, u16)) -> Target {
+        Target {
+            host: host.clone(),
+            port: *port,
+            ..self.clone()
+        }
     }
 }
 
@@ -323,7 +339,7 @@ fn put_command(out: &mut Output, args: &[Bytes], raw: Option<&Bytes>) {
 }
 
 /// Appends `args` as a RESP multibulk; large arguments by reference.
-fn encode(out: &mut Output, args: &[Bytes]) {
+pub(super) fn encode(out: &mut Output, args: &[Bytes]) {
     let mut number = itoa::Buffer::new();
     out.extend_from_slice(b"*");
     out.extend_from_slice(number.format(args.len()).as_bytes());
@@ -473,7 +489,7 @@ pub fn restore_map_order(frame: Frame) -> Frame {
 
 /// Takes one complete reply off the front of `buf`, in the connection's protocol, as a RESP3
 /// frame (RESP2 replies converted as fred converts them).
-fn decode(buf: &mut BytesMut, proto: Proto) -> Result<Option<Frame>, Error> {
+pub(super) fn decode(buf: &mut BytesMut, proto: Proto) -> Result<Option<Frame>, Error> {
     let protocol = |e: redis_protocol::error::RedisProtocolError| {
         Error::new(ErrorKind::Protocol, format!("undecodable reply: {e}"))
     };
@@ -524,6 +540,18 @@ pub struct Server {
     /// The whole `INFO` reply (its default sections: the version, and the memory section
     /// exact mode reads its eviction policy from).
     pub info: String,
+}
+
+impl Server {
+    /// Whether its `INFO` says it is a primary (`role:master` in its replication section).
+    pub fn is_primary(&self) -> bool {
+        is_primary(&self.info)
+    }
+}
+
+/// Whether an `INFO` reply's replication section says `role:master`.
+pub fn is_primary(info: &str) -> bool {
+    info.lines().any(|line| line.trim_end() == "role:master")
 }
 
 /// Introduces the connection: AUTH, HELLO 3 for RESP3, SELECT, then INFO for the version and

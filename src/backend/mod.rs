@@ -8,6 +8,7 @@ pub mod exact;
 pub mod fake;
 pub mod link;
 pub mod redis;
+pub mod sentinel;
 pub mod sql;
 
 use crate::config::{BackendConfig, Config};

@@ -16,6 +16,7 @@
 //! promoted replica is found.
 
 use super::exact::{self, TokenDb};
+use super::sentinel::{Addr, Follower, Watch};
 use super::{link, BackendError, DoubleStyle, Placement, Proto, Reply, Request};
 use crate::config::{ClusterConfig, RedisConfig, SentinelConfig};
 use arc_swap::ArcSwapOption;
@@ -35,8 +36,8 @@ use tokio::task::JoinHandle;
 
 pub use crate::config::host_port;
 
-/// Builds a fresh fred client for each dial.
-type Factory = Arc<dyn Fn() -> Client + Send + Sync>;
+/// Builds a fresh fred client for each dial (at the primary Sentinel named, when given).
+type Factory = Arc<dyn Fn(Option<&Addr>) -> Client + Send + Sync>;
 
 /// Resolves when a dialled connection's task ends.
 type Ended = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
@@ -69,11 +70,18 @@ struct Live {
     /// after a reply is lost on the way (a network that drops it) each later command would
     /// get an earlier one's reply. The connection takes no new command and is closed.
     retired: AtomicBool,
+    /// Under Sentinel: the view it was dialled in, and its generation. Live only while that
+    /// generation stands (see `src/backend/sentinel.rs`).
+    fence: Option<(Arc<Watch>, u64)>,
 }
 
 impl Live {
     fn is_up(&self) -> bool {
-        !*self.ended.borrow() && !self.retired.load(Ordering::Acquire)
+        !*self.ended.borrow()
+            && !self.retired.load(Ordering::Acquire)
+            && self.fence.as_ref().map_or(true, |(watch, generation)| {
+                watch.generation() == *generation
+            })
     }
 
     /// Takes the connection out of service and closes it (in the background: QUIT may wait
@@ -180,6 +188,8 @@ struct Slot {
     /// True while the link of this slot holds commands not yet written (kept across its
     /// dials; a fred connection never sets it).
     unwritten: Arc<AtomicBool>,
+    /// Under Sentinel: the view of the primary each dial asks, and whose changes fence it.
+    follow: Option<Arc<Watch>>,
 }
 
 impl Slot {
@@ -189,6 +199,7 @@ impl Slot {
         backend: Arc<str>,
         redirections: u32,
         tokens: Tokens,
+        follow: Option<Arc<Watch>>,
     ) -> Arc<Slot> {
         Arc::new(Slot {
             dialer,
@@ -199,6 +210,7 @@ impl Slot {
             redirections,
             tokens,
             unwritten: Arc::new(AtomicBool::new(false)),
+            follow,
         })
     }
 
@@ -214,10 +226,26 @@ impl Slot {
         let slot = self.clone();
         tokio::spawn(async move {
             let pooled = !slot.backend.is_empty();
+            // Under Sentinel, the primary the view names, and the generation the connection
+            // will belong to.
+            let fence = match &slot.follow {
+                Some(watch) => Some((watch.clone(), watch.primary().await?)),
+                None => None,
+            };
+            let primary = fence.as_ref().map(|(_, (addr, _))| addr);
             let (conn, task, version) = match &slot.dialer {
                 Dialer::Fred(factory) => {
-                    let client = factory();
+                    let client = factory(primary);
                     let task = client.init().await?;
+                    if primary.is_some() {
+                        let role = client
+                            .info::<String>(Some(fred::types::InfoKind::Replication))
+                            .await;
+                        if !role.is_ok_and(|info| link::is_primary(&info)) {
+                            let _ = client.quit().await;
+                            return Err(not_primary(&slot.follow, primary));
+                        }
+                    }
                     let version = client
                         .server_version()
                         .map(|v| (v.major as u32, v.minor as u32));
@@ -241,8 +269,16 @@ impl Slot {
                     (Conn::Fred(client), task, version)
                 }
                 Dialer::Link(target) => {
+                    let target = match primary {
+                        Some(addr) => Arc::new(target.at(addr)),
+                        None => target.clone(),
+                    };
                     let (link, task, server) =
-                        link::Link::connect(target, slot.unwritten.clone()).await?;
+                        link::Link::connect(&target, slot.unwritten.clone()).await?;
+                    if primary.is_some() && !server.is_primary() {
+                        link.close();
+                        return Err(not_primary(&slot.follow, primary));
+                    }
                     if pooled {
                         slot.tokens.learn(&slot.backend, &server.info);
                     }
@@ -257,19 +293,48 @@ impl Slot {
                 slot.doubles.store(version >= (7, 2), Ordering::Relaxed);
             }
             let (ended_tx, ended) = watch::channel(false);
-            slot.live.store(Some(Arc::new(Live {
+            let fence = fence.map(|(watch, (_, generation))| (watch, generation));
+            let live = Arc::new(Live {
                 conn,
                 ended,
                 redirections: slot.redirections,
                 tokens: slot.tokens.db,
                 retired: AtomicBool::new(false),
-            })));
+                fence: fence.clone(),
+            });
+            if !live.is_up() {
+                // Fenced while it was dialled.
+                live.retire();
+                return Err(fred::error::Error::new(
+                    fred::error::ErrorKind::IO,
+                    "the primary changed while dialling",
+                ));
+            }
+            let weak = Arc::downgrade(&live);
+            slot.live.store(Some(live));
             if pooled {
                 crate::metrics::pool_connected(&slot.backend, true);
             }
             let backend = slot.backend.clone();
             tokio::spawn(async move {
-                let _ = task.await;
+                let fenced = async {
+                    match &fence {
+                        Some((watch, generation)) => watch.fenced(*generation).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    _ = task => {}
+                    () = fenced => {
+                        // The primary moved or is down: close at once, failing what is in
+                        // flight (Transient), so nothing more reaches the old primary and
+                        // no reply it writes later is read.
+                        if let Some(live) = weak.upgrade() {
+                            live.retire();
+                        }
+                        crate::metrics::connection_fenced(&backend);
+                    }
+                }
                 let _ = ended_tx.send(true);
                 if pooled {
                     crate::metrics::pool_connected(&backend, false);
@@ -387,6 +452,8 @@ pub struct RedisBackend {
     flavor: Flavor,
     /// Exact mode's tokens.
     tokens: Tokens,
+    /// Under Sentinel: the sentinels' view of the primary, followed as it changes.
+    follower: Option<Follower>,
 }
 
 impl RedisBackend {
@@ -524,6 +591,21 @@ impl RedisBackend {
             },
             ..ConnectionConfig::default()
         };
+        let follower = match (flavor, &parsed.server) {
+            (
+                Flavor::Sentinel,
+                fred::types::config::ServerConfig::Sentinel {
+                    hosts,
+                    service_name,
+                },
+            ) => Some(Follower::start(
+                name,
+                service_name,
+                hosts.iter().map(|s| (s.host.to_string(), s.port)).collect(),
+                connection_timeout,
+            )),
+            _ => None,
+        };
         let mut backend = RedisBackend {
             name: name.to_string(),
             config: parsed,
@@ -538,6 +620,7 @@ impl RedisBackend {
                 db: tokens,
                 evicting: Arc::new(AtomicBool::new(false)),
             },
+            follower,
         };
         backend.resp2 = backend.open_pool(RespVersion::RESP2);
         for slot in &backend.resp2.slots {
@@ -556,12 +639,18 @@ impl RedisBackend {
         // re-dialled by `ensure_connected`, with a new client.
         config.fail_fast = true;
         let connection = self.connection.clone();
-        Arc::new(move || {
+        Arc::new(move |primary: Option<&Addr>| {
             let perf = PerformanceConfig {
                 default_command_timeout: Duration::ZERO,
                 ..PerformanceConfig::default()
             };
-            Client::new(config.clone(), Some(perf), Some(connection.clone()), None)
+            let mut config = config.clone();
+            if let Some((host, port)) = primary {
+                config.server = fred::types::config::ServerConfig::Centralized {
+                    server: fred::types::config::Server::new(host.as_str(), *port),
+                };
+            }
+            Client::new(config, Some(perf), Some(connection.clone()), None)
         })
     }
 
@@ -572,7 +661,7 @@ impl RedisBackend {
             RespVersion::RESP3 => Proto::Resp3,
             RespVersion::RESP2 => Proto::Resp2,
         };
-        let target = (self.flavor == Flavor::Standalone)
+        let target = (!matches!(self.flavor, Flavor::Cluster(_)))
             .then(|| {
                 let timeouts = (self.connection.connection_timeout, self.response_timeout);
                 link::Target::of(&self.config, proto, timeouts)
@@ -593,6 +682,7 @@ impl RedisBackend {
                     self.name.as_str().into(),
                     self.redirections(),
                     self.tokens.clone(),
+                    self.follow(),
                 )
             })
             .collect();
@@ -605,6 +695,11 @@ impl RedisBackend {
     /// The `[backends]` key.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Under Sentinel, the view of the primary its connections follow.
+    fn follow(&self) -> Option<Arc<Watch>> {
+        self.follower.as_ref().map(|f| f.watch().clone())
     }
 
     fn redirections(&self) -> u32 {
@@ -682,14 +777,26 @@ impl RedisBackend {
         result
     }
 
+    /// Under Sentinel: a request served after a switch ends its measure.
+    fn served(&self, result: &Result<Reply, BackendError>) {
+        if let (Some(follower), Ok(_)) = (&self.follower, result) {
+            follower.watch().served();
+        }
+    }
+
     /// Looks at a result for what it says about its connection: under Sentinel or on a
     /// Cluster a `READONLY` is a demoted primary (nothing ran; NotAttempted), so the
     /// connection is retired and the next attempt dials again and finds the new primary.
     fn after(&self, live: &Live, result: &Result<Reply, BackendError>) {
+        self.served(result);
         if self.flavor != Flavor::Standalone {
             if let Err(BackendError::Reply { prefix, .. }) = result {
                 if prefix == "READONLY" {
                     live.retire();
+                    // The sentinels may know of a switch we have not heard.
+                    if let Some(watch) = &live.fence {
+                        watch.0.requery();
+                    }
                 }
             }
         }
@@ -738,6 +845,7 @@ impl RedisBackend {
                     .collect();
                 for result in &results {
                     live.after_send(result);
+                    self.after(&live, result);
                 }
                 return Some(results);
             }
@@ -823,6 +931,7 @@ impl RedisBackend {
             "".into(),
             0,
             self.tokens.clone(),
+            self.follow(),
         );
         let live = ensure_connected(&slot, acquire_timeout).await?;
         Ok(DedicatedRedis {
@@ -1177,6 +1286,18 @@ async fn wait_replicas(
     }
 }
 
+/// A dial under Sentinel reached a server that is not a primary: the sentinels are asked
+/// again, and nothing was sent.
+fn not_primary(follow: &Option<Arc<Watch>>, primary: Option<&Addr>) -> fred::error::Error {
+    if let Some(watch) = follow {
+        watch.requery();
+    }
+    fred::error::Error::new(
+        fred::error::ErrorKind::IO,
+        format!("the server the sentinels named ({primary:?}) is not a primary"),
+    )
+}
+
 /// The password in `backends.NAME.password_file`.
 fn password_from(name: &str, path: &std::path::Path) -> Result<String, BackendError> {
     let key = format!("backends.{name}.password_file");
@@ -1223,6 +1344,7 @@ mod tests {
                         "test".into(),
                         0,
                         Tokens::default(),
+                        None,
                     )
                 })
                 .collect(),
