@@ -5,7 +5,7 @@ throughput, p50/p99 latency and holdfast/direct and holdfast/twemproxy ratios.
 
 Starts its own redis-server, nutcracker and holdfast (release build) on free loopback ports and
 stops them by PID. Usage: benches/load.py [--rounds N] [--requests N] [--quick] [--only NAME]
-[--sql] [--modes] [--instructions]
+[--sql] [--modes] [--instructions] [--ha]
 
 Workloads: SET and GET with 50 connections, without pipelining and with 16-deep pipelines,
 100-byte and 10 KB values; MGET of 10 keys; and a mixed executor-like load (HSET, HGETALL,
@@ -24,6 +24,11 @@ With --sql it also starts PostgreSQL (initdb into a temporary directory, as the 
 user when run as root) and runs SET and GET, with and without pipelining, through holdfast on
 SQLite (synchronous full and normal) and on PostgreSQL (default durability), reported as
 ratios to direct Redis measured in the same rounds.
+
+With --ha it also starts a replica and a sentinel, and compares holdfast on a `sentinel`
+backend, and on a `redis` backend with `min_replicas_ack = 1`, with holdfast on a plain
+`redis` backend, all on the same master (SET and GET, 50 connections, with and without
+16-deep pipelines).
 
 On a 2-core machine the benchmark client, the proxy and Redis share the two cores: read the
 ratios, not the absolute figures.
@@ -199,6 +204,8 @@ def main():
     parser.add_argument("--only", help="run only the workloads whose name contains this")
     parser.add_argument("--instructions", action="store_true",
                         help="holdfast's instructions per request under callgrind (repeatable)")
+    parser.add_argument("--ha", action="store_true",
+                        help="a Sentinel backend and min_replicas_ack against a plain Redis backend")
     parser.add_argument("--against", metavar="BINARY",
                         help="another holdfast build (a baseline) measured in the same rounds")
     args = parser.parse_args()
@@ -210,6 +217,8 @@ def main():
         return modes_main(args)
     if args.instructions:
         return instructions_main(args)
+    if args.ha:
+        return ha_main(args)
 
     # The proxies inherit this limit: 10,000 idle clients need as many descriptors.
     import resource
@@ -386,9 +395,10 @@ def redis_backend(port):
     return f'kind = "redis"\nurl = "redis://127.0.0.1:{port}"'
 
 
-def holdfast_on(binary, tmp, name, backend, log, mode="fast", server="", wrap=()):
+def holdfast_on(binary, tmp, name, backend, log, mode="fast", server="", wrap=(), defaults=""):
     """A holdfast with one catch-all namespace on `backend` (its TOML body); (process, port).
-    `server` is added to its [server] table; `wrap` goes before the binary (valgrind)."""
+    `server` is added to its [server] table, `defaults` to [defaults]; `wrap` goes before the
+    binary (valgrind)."""
     port, metrics = free_port(), free_port()
     conf = os.path.join(tmp, f"holdfast-{name}.toml")
     with open(conf, "w") as f:
@@ -398,6 +408,7 @@ metrics_listen = "127.0.0.1:{metrics}"
 {server}
 [defaults]
 reply_mode = "{mode}"
+{defaults}
 [backends.db]
 {backend}
 [[namespaces]]
@@ -460,6 +471,62 @@ def sql_runs(args, binary, tmp, log, procs, redis_port, pg_port):
         rps = [statistics.median(results[(name, n)]) for n in names]
         ratios = "  ".join(f"{n}={r / rps[0]:.2f}" for n, r in zip(names[1:], rps[1:]))
         print(f"{name:9}" + "".join(f"{r:>15.0f}" for r in rps) + "   " + ratios)
+
+
+def ha_main(args):
+    """Highly available Redis against a plain one, on the same master, interleaved: holdfast
+    with a `redis` backend, with a `sentinel` backend naming that master (one sentinel), and
+    with a `redis` backend and `min_replicas_ack = 1` (one replica)."""
+    with servers() as (binary, tmp, log, procs, redis_port):
+        replica_port, sentinel_port = free_port(), free_port()
+        procs.append(start(["redis-server", "--port", str(replica_port), "--bind", "127.0.0.1",
+                            "--save", "", "--appendonly", "no", "--dir", tmp,
+                            "--replicaof", "127.0.0.1", str(redis_port)], log))
+        conf = os.path.join(tmp, "sentinel.conf")
+        with open(conf, "w") as f:
+            f.write(f"port {sentinel_port}\nbind 127.0.0.1\ndir {tmp}\n"
+                    f"sentinel monitor mymaster 127.0.0.1 {redis_port} 1\n"
+                    "sentinel down-after-milliseconds mymaster 30000\n")
+        procs.append(start(["redis-server", conf, "--sentinel"], log))
+        wait_port(replica_port)
+        wait_port(sentinel_port)
+        sentinel = (f'kind = "sentinel"\nmaster_name = "mymaster"\n'
+                    f'sentinels = ["127.0.0.1:{sentinel_port}"]')
+        targets = [("direct", redis_port)]
+        for name, backend, defaults in [
+            ("redis", redis_backend(redis_port), ""),
+            ("sentinel", sentinel, ""),
+            ("redis-ack1", redis_backend(redis_port), "min_replicas_ack = 1"),
+        ]:
+            proc, port = holdfast_on(binary, tmp, name, backend, log, defaults=defaults)
+            procs.append(proc)
+            targets.append((name, port))
+        for _, port in targets:
+            wait_port(port)
+        time.sleep(2)  # the replica's first sync
+        workloads = [("SET", "set", 1), ("GET", "get", 1), ("SET P16", "set", 16),
+                     ("GET P16", "get", 16)]
+        if args.only:
+            workloads = [w for w in workloads if args.only in w[0]]
+        results = {}
+        for rnd in range(args.rounds):
+            for name, test, pipeline in workloads:
+                for target, port in targets:
+                    row = bench(port, test, 50, pipeline, 100, args.requests, 10_000)
+                    results.setdefault((name, target), []).append(float(row["rps"]))
+                    print(f"round {rnd + 1} {name:8} {target:11} {float(row['rps']):>10.0f} req/s "
+                          f"p50 {row['p50_latency_ms']} ms p99 {row['p99_latency_ms']} ms", flush=True)
+        print()
+        print(f"{'workload':9}" + "".join(f"{n:>12}" for n, _ in targets)
+              + "   sentinel/redis (spread)   ack1/redis (spread)")
+        for name, *_ in workloads:
+            rps = [statistics.median(results[(name, n)]) for n, _ in targets]
+
+            def spread(a, b):
+                r = sorted(x / y for x, y in zip(results[(name, a)], results[(name, b)]))
+                return f"{statistics.median(r):.2f} ({r[0]:.2f}-{r[-1]:.2f})"
+            print(f"{name:9}" + "".join(f"{r:>12.0f}" for r in rps)
+                  + f"   {spread('sentinel', 'redis'):24}  {spread('redis-ack1', 'redis')}")
 
 
 def bench_command(port, clients, requests, command):
