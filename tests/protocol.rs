@@ -688,6 +688,67 @@ async fn a_write_waited_for_by_a_replica_is_applied_once() {
     );
 }
 
+/// Writes that wait for a replica share their `WAIT`s: the shared connection follows each
+/// write it makes with one `WAIT` for every such write in it, so fifty concurrent writers send
+/// far fewer `WAIT`s than writes, and each write is still applied once and acknowledged only
+/// once the replica has it.
+#[tokio::test(flavor = "multi_thread")]
+async fn writes_waiting_for_a_replica_share_one_wait_per_batch() {
+    let master = RedisServer::start();
+    let port = master.port().to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    let proxy = Proxy::start(&one_backend(&master.url(), "acked", "min_replicas_ack = 1")).await;
+    let mut conn = proxy.connect().await;
+    let start = Instant::now();
+    while conn.command(&["SET", "probe", "1"]).await != b"+OK\r\n" {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the replica never synced"
+        );
+        sleep(Duration::from_millis(200)).await;
+    }
+    let calls = |server: &RedisServer, name: &str| -> u64 {
+        server
+            .cmd(&["INFO", "commandstats"])
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:calls=")))
+            .and_then(|rest| rest.split(',').next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    let waits_before = calls(&master, "wait");
+    let (writers, each) = (50, 40);
+    let tasks: Vec<_> = (0..writers)
+        .map(|w| {
+            let addr = proxy.addr.clone();
+            tokio::spawn(async move {
+                let mut conn = connect_when_listening(&addr).await;
+                for i in 0..each {
+                    let reply = conn.command(&["INCR", &format!("w{w}")]).await;
+                    assert_eq!(text(&reply), format!(":{}\r\n", i + 1), "writer {w}");
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("a writer");
+    }
+    let waits = calls(&master, "wait") - waits_before;
+    let writes = writers * each;
+    assert!(
+        waits * 4 < writes,
+        "{waits} WAITs for {writes} writes: not batched"
+    );
+    // Every acknowledged write is on the replica.
+    for w in 0..writers {
+        assert_eq!(
+            replica.cmd(&["GET", &format!("w{w}")]),
+            format!("$2\r\n{each}\r\n"),
+            "writer {w} on the replica"
+        );
+    }
+    proxy.stop().await;
+}
+
 /// A client's `WAIT` is sent on the shared backend connection that carried its last write,
 /// though its writes join whichever connection is gathering other clients' commands. With the
 /// replica frozen, each writer's `WAIT` after its own write finds no acknowledgement (0).

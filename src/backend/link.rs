@@ -32,6 +32,11 @@ use tokio::time::Instant;
 /// A reply, or why none will come.
 type Answer = Result<Reply, Error>;
 
+/// A write's reply, held until the `WAIT` after it answered, with that answer: the replicas
+/// that have it (None for an error reply, which applied nothing and is not held), or why the
+/// count failed. The outer error: the write's own reply never came.
+pub type Acked = Result<(Reply, Result<Option<i64>, Error>), Error>;
+
 /// Where a link connects and how it introduces itself.
 #[derive(Clone, Debug)]
 pub struct Target {
@@ -111,13 +116,54 @@ struct State {
     period: Duration,
     /// No command is taken any more; every slot has been answered with an error.
     closed: bool,
+    /// The `WAIT` the writes queued in `out` want after them (the most replicas, the
+    /// longest wait asked): one for the whole write, not one per write.
+    ack: Option<(u32, Duration)>,
+    /// The reply timeout, added to a `WAIT`'s own wait for its deadline.
+    response_timeout: Duration,
 }
 
 /// Where a command's reply goes, and by when it must come.
 struct Slot {
-    /// None once answered with a timeout; its reply, should it come, is dropped.
-    reply: Option<oneshot::Sender<Answer>>,
+    waiter: Waiter,
     deadline: Option<Instant>,
+}
+
+/// Who waits for a reply.
+enum Waiter {
+    /// A command's sender.
+    Reply(oneshot::Sender<Answer>),
+    /// A write acknowledged only after the `WAIT` that follows it.
+    Acked(oneshot::Sender<Acked>),
+    /// The `WAIT` the link wrote after a batch, holding the replies of its writes.
+    Wait(Vec<(oneshot::Sender<Acked>, Reply)>),
+    /// Answered already (with a timeout): a reply that comes is dropped.
+    Gone,
+}
+
+impl Waiter {
+    fn is_gone(&self) -> bool {
+        matches!(self, Waiter::Gone)
+    }
+
+    /// Answers with an error: `why` is the error of the command, or of the `WAIT` for the
+    /// writes it holds (their replies came: they were applied).
+    fn fail(self, why: impl Fn() -> Error) {
+        match self {
+            Waiter::Reply(tx) => {
+                let _ = tx.send(Err(why()));
+            }
+            Waiter::Acked(tx) => {
+                let _ = tx.send(Err(why()));
+            }
+            Waiter::Wait(held) => {
+                for (tx, reply) in held {
+                    let _ = tx.send(Ok((reply, Err(why()))));
+                }
+            }
+            Waiter::Gone => {}
+        }
+    }
 }
 
 impl Shared {
@@ -139,8 +185,9 @@ impl Shared {
             std::mem::take(&mut state.waiting)
         };
         self.unwritten.store(false, Ordering::Relaxed);
-        for reply in waiting.into_iter().filter_map(|slot| slot.reply) {
-            let _ = reply.send(Err(Error::new(ErrorKind::IO, why.to_string())));
+        for slot in waiting {
+            slot.waiter
+                .fail(|| Error::new(ErrorKind::IO, why.to_string()));
         }
         self.wake.notify_one();
     }
@@ -154,18 +201,17 @@ impl Shared {
             let mut next = now + state.period;
             for slot in state.waiting.iter_mut() {
                 match slot.deadline {
-                    Some(at) if at <= now => expired.extend(slot.reply.take()),
-                    Some(at) if slot.reply.is_some() => next = next.min(at),
+                    Some(at) if at <= now && !slot.waiter.is_gone() => {
+                        expired.push(std::mem::replace(&mut slot.waiter, Waiter::Gone));
+                    }
+                    Some(at) if !slot.waiter.is_gone() => next = next.min(at),
                     _ => {}
                 }
             }
             next
         };
-        for reply in expired {
-            let _ = reply.send(Err(Error::new(
-                ErrorKind::Timeout,
-                "the backend did not reply in time",
-            )));
+        for waiter in expired {
+            waiter.fail(|| Error::new(ErrorKind::Timeout, "the backend did not reply in time"));
         }
         next
     }
@@ -214,6 +260,8 @@ impl Link {
                 waiting: VecDeque::new(),
                 period: target.response_timeout,
                 closed: false,
+                ack: None,
+                response_timeout: target.response_timeout,
             }),
             wake: Notify::new(),
             unwritten,
@@ -244,7 +292,7 @@ impl Link {
             state.queued += 1;
             let (slot, reply) = oneshot::channel();
             state.waiting.push_back(Slot {
-                reply: Some(slot),
+                waiter: Waiter::Reply(slot),
                 deadline: timeout.map(|limit| Instant::now() + limit),
             });
             if let Some(limit) = timeout {
@@ -257,6 +305,49 @@ impl Link {
         // The link's task answers a slot whose deadline passed: one timer for the link, not
         // one per request (6% of a request's instructions).
         settle(reply.await)
+    }
+
+    /// Sends a write whose reply is handed over only once `wanted` replicas may have it: the
+    /// link follows the write it goes in with one `WAIT wanted timeout` for every such write
+    /// in it (`WAIT` counts every write sent before it on its connection), and answers each
+    /// with its reply and that count when the `WAIT` returns.
+    pub async fn send_acked(
+        &self,
+        args: &[Bytes],
+        raw: Option<&Bytes>,
+        timeout: Duration,
+        (wanted, wait): (u32, Duration),
+    ) -> Acked {
+        let reply = {
+            let mut state = self.shared.state();
+            if state.closed {
+                return Err(Error::new(
+                    ErrorKind::IO,
+                    "the connection closed before the request was sent",
+                ));
+            }
+            put_command(&mut state.out, args, raw);
+            state.queued += 1;
+            let (slot, reply) = oneshot::channel();
+            state.waiting.push_back(Slot {
+                waiter: Waiter::Acked(slot),
+                deadline: Some(Instant::now() + timeout),
+            });
+            state.period = state.period.min(timeout);
+            state.ack = Some(match state.ack {
+                Some((n, t)) => (n.max(wanted), t.max(wait)),
+                None => (wanted, wait),
+            });
+            self.shared.unwritten.store(true, Ordering::Relaxed);
+            reply
+        };
+        self.shared.wake.notify_one();
+        reply.await.unwrap_or_else(|_| {
+            Err(Error::new(
+                ErrorKind::IO,
+                "the connection closed with the request in flight",
+            ))
+        })
     }
 
     /// Sends commands back to back (queued under one lock, so nothing comes between them) and
@@ -280,7 +371,7 @@ impl Link {
                     state.queued += 1;
                     let (slot, reply) = oneshot::channel();
                     state.waiting.push_back(Slot {
-                        reply: Some(slot),
+                        waiter: Waiter::Reply(slot),
                         deadline: Some(deadline),
                     });
                     reply
@@ -663,6 +754,21 @@ async fn run(mut stream: TcpStream, shared: Arc<Shared>, proto: Proto) {
                 if state.closed {
                     return "closed".to_string();
                 }
+                if let Some((wanted, wait)) = state.ack.take() {
+                    // One WAIT after every write of this batch that asked for replicas.
+                    let args = [
+                        Bytes::from_static(b"WAIT"),
+                        Bytes::from(wanted.to_string()),
+                        Bytes::from(wait.as_millis().to_string()),
+                    ];
+                    encode(&mut state.out, &args);
+                    state.queued += 1;
+                    let deadline = Instant::now() + wait + state.response_timeout;
+                    state.waiting.push_back(Slot {
+                        waiter: Waiter::Wait(Vec::new()),
+                        deadline: Some(deadline),
+                    });
+                }
                 std::mem::swap(&mut state.out, &mut batch);
                 last = std::mem::take(&mut state.queued);
                 shared.unwritten.store(false, Ordering::Relaxed);
@@ -681,6 +787,8 @@ async fn run(mut stream: TcpStream, shared: Arc<Shared>, proto: Proto) {
         // Both kept between reads, so a batch of replies allocates nothing.
         let mut replies = Vec::new();
         let mut slots: Vec<Slot> = Vec::new();
+        // Writes whose replies came, waiting for their WAIT's.
+        let mut held: Vec<(oneshot::Sender<Acked>, Reply)> = Vec::new();
         // Fires by the earliest deadline of a slot still waiting, or a period later.
         let period = shared.state().period;
         let timer = tokio::time::sleep(period);
@@ -714,8 +822,27 @@ async fn run(mut stream: TcpStream, shared: Arc<Shared>, proto: Proto) {
                 return "the backend sent a reply nobody asked for".to_string();
             }
             for (slot, reply) in slots.drain(..).zip(replies.drain(..)) {
-                if let Some(slot) = slot.reply {
-                    let _ = slot.send(Ok(reply));
+                hand_over(slot.waiter, reply, &mut held);
+            }
+            if !held.is_empty() {
+                // Their WAIT is still on its way: it holds them from now on.
+                let mut state = shared.state();
+                match state
+                    .waiting
+                    .iter_mut()
+                    .find_map(|slot| match &mut slot.waiter {
+                        Waiter::Wait(waiting) => Some(waiting),
+                        _ => None,
+                    }) {
+                    Some(waiting) => waiting.append(&mut held),
+                    None => {
+                        drop(state);
+                        for (tx, reply) in held.drain(..) {
+                            let no_wait =
+                                Error::new(ErrorKind::Unknown, "no WAIT followed the write");
+                            let _ = tx.send(Ok((reply, Err(no_wait))));
+                        }
+                    }
                 }
             }
             // Expired slots: found by the timer's branch, or here while replies keep coming
@@ -738,6 +865,36 @@ async fn run(mut stream: TcpStream, shared: Arc<Shared>, proto: Proto) {
     shared.close(&why);
 }
 
+/// Gives `reply` to whoever waits for it. A write waiting for replicas is held (in `held`,
+/// until the `WAIT` after it answers) unless its reply is an error, which applied nothing; a
+/// `WAIT`'s answer releases the writes it holds and those held before it.
+fn hand_over(waiter: Waiter, reply: Reply, held: &mut Vec<(oneshot::Sender<Acked>, Reply)>) {
+    match waiter {
+        Waiter::Reply(tx) => {
+            let _ = tx.send(Ok(reply));
+        }
+        Waiter::Acked(tx) if reply.is_error() => {
+            let _ = tx.send(Ok((reply, Ok(None))));
+        }
+        Waiter::Acked(tx) => held.push((tx, reply)),
+        Waiter::Wait(mut waiting) => {
+            waiting.append(held);
+            let count = match reply.into_frame() {
+                Frame::Number { data, .. } => Ok(Some(data)),
+                other => Err(Error::new(
+                    ErrorKind::Unknown,
+                    format!("WAIT answered {other:?}"),
+                )),
+            };
+            for (tx, reply) in waiting {
+                let _ = tx.send(Ok((reply, count.clone())));
+            }
+        }
+        // Timed out already: whatever a WAIT held was answered then.
+        Waiter::Gone => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -745,6 +902,48 @@ mod tests {
     use proptest::prelude::*;
     use proptest::test_runner::TestCaseError;
     use tokio::io::AsyncWrite;
+
+    /// A write waiting for replicas is answered when the `WAIT` after it is, with its count;
+    /// an error reply (nothing applied) at once; a `WAIT` that fails or times out answers
+    /// the writes it holds with that failure (they were applied: in doubt, not unsent).
+    #[test]
+    fn a_write_waiting_for_replicas_is_answered_by_the_wait_after_it() {
+        let raw = |bytes: &'static [u8]| Reply::Raw {
+            bytes: Bytes::from_static(bytes),
+            proto: Proto::Resp2,
+        };
+        let error = || {
+            Reply::from(Frame::SimpleError {
+                data: "WRONGTYPE not a string".into(),
+                attributes: None,
+            })
+        };
+        let mut held = Vec::new();
+        let (tx, mut written) = oneshot::channel();
+        hand_over(Waiter::Acked(tx), raw(b"+OK\r\n"), &mut held);
+        assert!(written.try_recv().is_err(), "held until its WAIT answers");
+        let (tx, mut refused) = oneshot::channel();
+        hand_over(Waiter::Acked(tx), error(), &mut held);
+        assert!(matches!(refused.try_recv(), Ok(Ok((_, Ok(None))))));
+        hand_over(Waiter::Wait(Vec::new()), raw(b":1\r\n"), &mut held);
+        assert!(held.is_empty());
+        assert!(matches!(written.try_recv(), Ok(Ok((_, Ok(Some(1)))))));
+
+        let (tx, mut written) = oneshot::channel();
+        hand_over(Waiter::Acked(tx), raw(b":3\r\n"), &mut held);
+        hand_over(Waiter::Wait(Vec::new()), error(), &mut held);
+        assert!(matches!(written.try_recv(), Ok(Ok((_, Err(_))))));
+
+        let (tx, mut written) = oneshot::channel();
+        Waiter::Wait(vec![(tx, raw(b"+OK\r\n"))])
+            .fail(|| Error::new(ErrorKind::Timeout, "the backend did not reply in time"));
+        assert!(
+            matches!(written.try_recv(), Ok(Ok((_, Err(e)))) if *e.kind() == ErrorKind::Timeout)
+        );
+        let (tx, mut unanswered) = oneshot::channel();
+        Waiter::Acked(tx).fail(|| Error::new(ErrorKind::IO, "closed"));
+        assert!(matches!(unanswered.try_recv(), Ok(Err(_))));
+    }
 
     /// Only a refused password fails a dial for good; a server turning connections away
     /// (`max number of clients`, written at accept, so read as the answer to AUTH) heals.

@@ -768,7 +768,9 @@ impl RedisBackend {
         let slot = self.placed(request).await;
         let live = ensure_connected(slot, acquire_timeout).await?;
         let mut result = live.send(request, self.response_timeout).await;
-        if let (Ok(_), Some((wanted, timeout))) = (&result, request.replicas) {
+        // On a link the write waited for its replicas already, with the others of its batch.
+        let counted = matches!(live.conn, Conn::Link(_));
+        if let (Ok(_), Some((wanted, timeout)), false) = (&result, request.replicas, counted) {
             if let Err(e) = Box::pin(wait_replicas(&live, request, wanted, timeout)).await {
                 result = Err(e);
             }
@@ -1153,12 +1155,35 @@ async fn on_link(
     request: &Request<'_>,
     response_timeout: Duration,
 ) -> Result<Reply, BackendError> {
+    if let (Some(replicas), false) = (request.replicas, request.blocking) {
+        let acked = link
+            .send_acked(request.args, request.raw, response_timeout, replicas)
+            .await;
+        return acked_reply(request.proto, replicas.0, acked);
+    }
     // A blocking command waits as long as it asked to.
     let timeout = (!request.blocking).then_some(response_timeout);
     link_reply(
         request.proto,
         link.send(request.args, request.raw, timeout).await,
     )
+}
+
+/// A write's answer on a link with the count of the `WAIT` after it: acknowledged once
+/// `wanted` replicas have it; short of them, or when the count failed, applied but not safe
+/// (see `wait_replicas`, the same rules on fred).
+fn acked_reply(proto: Proto, wanted: u32, acked: link::Acked) -> Result<Reply, BackendError> {
+    match acked {
+        Err(source) => Err(BackendError::Sent { source }),
+        // An error reply applied nothing: nothing to count.
+        Ok((reply, Ok(None))) => link_reply(proto, Ok(reply)),
+        Ok((reply, Ok(Some(got)))) if got >= i64::from(wanted) => link_reply(proto, Ok(reply)),
+        Ok((_, Ok(Some(got)))) => Err(BackendError::NotReplicated { wanted, got }),
+        Ok((_, Err(source))) => Err(BackendError::WaitFailed {
+            wanted,
+            source: Box::new(BackendError::Sent { source }),
+        }),
+    }
 }
 
 /// A link's answer as the backend's result: raw replies pass, decoded ones are checked for
