@@ -10,7 +10,8 @@
 //! counted, and the longest hold is reported next to the fault's own duration.
 //!
 //! Faults: a Sentinel-managed master SIGKILLed, one demoted by `SENTINEL FAILOVER`, one
-//! frozen 4 s (the "zombie"), and a switch while the old master stays a master; a
+//! frozen 4 s (the "zombie", with and without `min_replicas_ack`), and a switch while the
+//! old master stays a master; a
 //! Cluster primary SIGKILLed; a PostgreSQL
 //! primary killed and its standby promoted; PostgreSQL restarted in place, frozen (SIGSTOP)
 //! and blackholed for 5 s; the backend blackholed for 10 s; an outage longer than the failover budget (clean errors during it,
@@ -863,6 +864,46 @@ fn sentinel_master_frozen() {
         // Each sequential client may have had one write acknowledged in the instant before
         // the freeze, not yet on the replica: the number is in the report.
         report.assert_held_losing_at_most(clients());
+        proxy.stop().await;
+    });
+}
+
+/// The zombie again, with `min_replicas_ack = 1`: nothing acknowledged is lost even in the
+/// instant before the freeze, and writes are held until the old master has resynced as a
+/// replica of the new one (the new primary has no other replica to confirm them).
+#[test]
+fn sentinel_master_frozen_with_replica_acks() {
+    run(async {
+        let (master, replica, sentinels, proxy) =
+            sentinel_setup_waiting("zombie_acked", 1, &[], (8, 30)).await;
+        let load = Load::warmed_up(&proxy.addr).await;
+
+        let began = load.now();
+        master.pause();
+        let replica_port = replica.port();
+        until(Duration::from_secs(60), "the replica's promotion", || {
+            sentinels[0].names_master(replica_port)
+        })
+        .await;
+        let promoted = load.now();
+        sleep(Duration::from_secs_f64((4.0 - (promoted - began)).max(0.0))).await;
+        master.resume();
+        synced(&master, Duration::from_secs(60), "the old master to resync").await;
+        let healed = load.now();
+        let detail = format!(
+            "promoted after {:.1} s, a replica again after {:.1} s",
+            promoted - began,
+            healed - began
+        );
+        let report = load
+            .settled(
+                "sentinel master frozen 4 s, min_replicas_ack 1",
+                began,
+                healed,
+                detail,
+            )
+            .await;
+        report.assert_held();
         proxy.stop().await;
     });
 }
