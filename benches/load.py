@@ -27,8 +27,9 @@ ratios to direct Redis measured in the same rounds.
 
 With --ha it also starts a replica and a sentinel, and compares holdfast on a `sentinel`
 backend, and on a `redis` backend with `min_replicas_ack = 1`, with holdfast on a plain
-`redis` backend, all on the same master (SET and GET, 50 connections, with and without
-16-deep pipelines).
+`redis` backend, all on the same master; and holdfast on a `cluster` backend of a one-node
+cluster with holdfast on a `redis` backend pointed at that node (SET and GET, 50
+connections, with and without 16-deep pipelines).
 
 On a 2-core machine the benchmark client, the proxy and Redis share the two cores: read the
 ratios, not the absolute figures.
@@ -492,11 +493,29 @@ def ha_main(args):
         wait_port(sentinel_port)
         sentinel = (f'kind = "sentinel"\nmaster_name = "mymaster"\n'
                     f'sentinels = ["127.0.0.1:{sentinel_port}"]')
+        # A one-node cluster (every slot on one node), and a plain redis backend on it.
+        node_port, bus_port = free_port(), free_port()
+        procs.append(start(["redis-server", "--port", str(node_port), "--bind", "127.0.0.1",
+                            "--save", "", "--appendonly", "no", "--dir", tmp,
+                            "--cluster-enabled", "yes", "--cluster-port", str(bus_port),
+                            "--cluster-config-file", os.path.join(tmp, "nodes.conf")], log))
+        wait_port(node_port)
+        subprocess.run(["redis-cli", "-p", str(node_port), "CLUSTER", "ADDSLOTSRANGE", "0", "16383"],
+                       check=True, capture_output=True)
+        deadline = time.time() + 20
+        while b"cluster_state:ok" not in subprocess.run(
+                ["redis-cli", "-p", str(node_port), "CLUSTER", "INFO"], capture_output=True).stdout:
+            if time.time() > deadline:
+                sys.exit("the one-node cluster never came up")
+            time.sleep(0.2)
+        cluster = f'kind = "cluster"\nnodes = ["127.0.0.1:{node_port}"]'
         targets = [("direct", redis_port)]
         for name, backend, defaults in [
             ("redis", redis_backend(redis_port), ""),
             ("sentinel", sentinel, ""),
             ("redis-ack1", redis_backend(redis_port), "min_replicas_ack = 1"),
+            ("node", redis_backend(node_port), ""),
+            ("cluster", cluster, ""),
         ]:
             proc, port = holdfast_on(binary, tmp, name, backend, log, defaults=defaults)
             procs.append(proc)
@@ -518,7 +537,7 @@ def ha_main(args):
                           f"p50 {row['p50_latency_ms']} ms p99 {row['p99_latency_ms']} ms", flush=True)
         print()
         print(f"{'workload':9}" + "".join(f"{n:>12}" for n, _ in targets)
-              + "   sentinel/redis (spread)   ack1/redis (spread)")
+              + "   sentinel/redis (spread)   ack1/redis (spread)       cluster/node (spread)")
         for name, *_ in workloads:
             rps = [statistics.median(results[(name, n)]) for n, _ in targets]
 
@@ -526,7 +545,8 @@ def ha_main(args):
                 r = sorted(x / y for x, y in zip(results[(name, a)], results[(name, b)]))
                 return f"{statistics.median(r):.2f} ({r[0]:.2f}-{r[-1]:.2f})"
             print(f"{name:9}" + "".join(f"{r:>12.0f}" for r in rps)
-                  + f"   {spread('sentinel', 'redis'):24}  {spread('redis-ack1', 'redis')}")
+                  + f"   {spread('sentinel', 'redis'):24}  {spread('redis-ack1', 'redis'):24}"
+                  + f"  {spread('cluster', 'node')}")
 
 
 def bench_command(port, clients, requests, command):

@@ -147,19 +147,19 @@ pub const POOL_WAITING: Def = def(
     &["backend"],
     "Attempts waiting for a pooled backend connection to be dialled.",
 );
-/// Primaries a Sentinel backend followed to a new address.
+/// Primaries a Sentinel or Cluster backend followed to a new address.
 pub const PRIMARY_CHANGES: Def = def(
     "holdfast_primary_changes_total",
     Counter,
     &["backend"],
-    "Times a Sentinel backend's primary moved (+switch-master, or a sentinel naming another).",
+    "Times a backend's primary moved: a Sentinel switch (or a sentinel naming another), or a Cluster's set of primaries changing.",
 );
 /// Connections closed because their primary moved or was declared down.
 pub const FENCED: Def = def(
     "holdfast_connections_fenced_total",
     Counter,
     &["backend"],
-    "Backend connections closed because the sentinels moved their primary or held it objectively down.",
+    "Backend connections closed because their primary moved or was held down (Sentinel), or no longer owns a slot (Cluster).",
 );
 /// From a primary's move being heard to the first request the new one served.
 pub const FAILOVER_SECONDS: Def = def(

@@ -5,6 +5,7 @@
 
 #[allow(unused_imports)]
 mod support;
+use std::time::Duration;
 use support::cluster::Cluster;
 use support::*;
 
@@ -230,5 +231,48 @@ async fn pipelined_writes_to_different_nodes_take_effect_in_the_order_sent() {
         let want = format!("${}\r\n{i}\r\n", i.to_string().len());
         assert_eq!(cluster.get(&same[i]), want);
     }
+    proxy.stop().await;
+}
+
+/// A one-node cluster that does not know its own address (no `cluster-announce-ip`) names
+/// itself with an empty host in `CLUSTER SLOTS`; Redis documents that a client then uses
+/// the address it asked. holdfast does, and serves at once rather than holding every
+/// request while it tries to resolve an empty name.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_that_does_not_know_its_address_is_reached_where_it_was_asked() {
+    let bus = free_port().to_string();
+    let node = RedisServer::start_with(&["--cluster-enabled", "yes", "--cluster-port", &bus]);
+    assert_eq!(
+        node.cmd(&["CLUSTER", "ADDSLOTSRANGE", "0", "16383"]),
+        "+OK\r\n"
+    );
+    let start = std::time::Instant::now();
+    while !node.cmd(&["CLUSTER", "INFO"]).contains("cluster_state:ok") {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the node never came up"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let slots = node.cmd(&["CLUSTER", "SLOTS"]);
+    assert!(
+        slots.contains("$0\r\n\r\n"),
+        "the case under test: an empty host in {slots:?}"
+    );
+    let proxy = Proxy::start(&format!(
+        "[backends.one]\nkind = \"cluster\"\nnodes = [\"{}\"]\n\
+         [[namespaces]]\nname = \"main\"\nbackend = \"one\"\n",
+        node.addr()
+    ))
+    .await;
+    let mut conn = proxy.connect().await;
+    let asked = std::time::Instant::now();
+    assert_eq!(text(&conn.command(&["SET", "k", "v"]).await), "+OK\r\n");
+    assert_eq!(text(&conn.command(&["GET", "k"]).await), "$1\r\nv\r\n");
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "held {:?}",
+        asked.elapsed()
+    );
     proxy.stop().await;
 }

@@ -65,9 +65,9 @@ impl Target {
             fred::types::config::ServerConfig::Centralized { server } => {
                 (server.host.to_string(), server.port)
             }
-            // The primary the sentinels name, given at each dial (`at`).
-            fred::types::config::ServerConfig::Sentinel { .. } => (String::new(), 0),
-            _ => return None,
+            // The primary the sentinels name, or a Cluster's node, given at each dial (`at`).
+            fred::types::config::ServerConfig::Sentinel { .. }
+            | fred::types::config::ServerConfig::Clustered { .. } => (String::new(), 0),
         };
         Some(Target {
             host,
@@ -83,13 +83,27 @@ impl Target {
 }
 
 impl Target {
-    /// The same target at another address (the primary Sentinel named for this dial).
+    /// The same target at another address (the primary Sentinel named for this dial, a
+    /// Cluster's node).
     pub fn at(&self, (host, port): &(String, u16)) -> Target {
         Target {
             host: host.clone(),
             port: *port,
             ..self.clone()
         }
+    }
+
+    /// The same target in another protocol.
+    pub fn with_proto(&self, proto: Proto) -> Target {
+        Target {
+            proto,
+            ..self.clone()
+        }
+    }
+
+    /// Longest a connect and its handshake may take.
+    pub fn connection_timeout(&self) -> Duration {
+        self.connection_timeout
     }
 }
 
@@ -392,6 +406,11 @@ impl Link {
     pub fn close(&self) {
         self.shared.close("the connection was closed by holdfast");
     }
+
+    /// Whether the link was closed (by holdfast, or because its connection ended).
+    pub fn is_closed(&self) -> bool {
+        self.shared.state().closed
+    }
 }
 
 /// What a reply slot yielded: a reply, or the error it was answered with (a timeout among
@@ -647,7 +666,7 @@ pub fn is_primary(info: &str) -> bool {
 
 /// Introduces the connection: AUTH, HELLO 3 for RESP3, SELECT, then INFO for the version and
 /// the eviction policy, all in one write.
-async fn handshake(stream: &mut TcpStream, target: &Target) -> Result<Server, Error> {
+pub(super) async fn handshake(stream: &mut TcpStream, target: &Target) -> Result<Server, Error> {
     let mut out = Output::default();
     let mut expected = Vec::new();
     if let Some(password) = &target.password {

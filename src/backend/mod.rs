@@ -4,6 +4,7 @@
 //! by its variant, whether the request had been handed to a connection. It never retries on
 //! its own (fred's replay is switched off); every dispatch is the retry loop's to count.
 
+pub mod cluster;
 pub mod exact;
 pub mod fake;
 pub mod link;

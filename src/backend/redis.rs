@@ -1,4 +1,4 @@
-//! The Redis backends through fred: standalone, Sentinel and Cluster.
+//! The Redis backends: standalone, Sentinel and Cluster, on holdfast's own links or fred.
 //!
 //! fred's own replay is off (`max_command_attempts = 1`, fail fast, no reconnect policy): a
 //! command that was written and lost comes back as an error for the retry loop to count, never
@@ -9,12 +9,16 @@
 //! ([`link`]) a request joins the connection gathering a write instead, and a write moves the
 //! client's pin with it (see [`Placement`]).
 //!
-//! On a Cluster each pooled connection is a fred cluster client (a connection to every
-//! primary). Commands are routed by their first key's slot; `MOVED`/`ASK` are followed by fred
-//! (the refusing node executed nothing). A connection lost to any node ends that whole client
-//! (there is no reconnect policy), and the next dial reads the slot map afresh, which is how a
-//! promoted replica is found.
+//! On a Cluster without TLS each pooled connection is a [`Nodes`] of `src/backend/cluster.rs`:
+//! holdfast's own link to each primary, routed by the slot map it keeps, `MOVED`/`ASK`
+//! followed there. With TLS it is a fred cluster client (a connection to every primary):
+//! commands are routed by their first key's slot and `MOVED`/`ASK` followed by fred (the
+//! refusing node executed nothing); a connection lost to any node ends that whole client, and
+//! the next dial reads the slot map afresh, which is how a promoted replica is found.
+//! Sentinel's pooled connections are links too, to the primary its view names
+//! (`src/backend/sentinel.rs`).
 
+use super::cluster::{Nodes, Topology};
 use super::exact::{self, TokenDb};
 use super::sentinel::{Addr, Follower, Watch};
 use super::{link, BackendError, DoubleStyle, Placement, Proto, Reply, Request};
@@ -49,12 +53,15 @@ enum Dialer {
     Fred(Factory),
     /// holdfast's own link (standalone Redis without TLS, pooled connections).
     Link(Arc<link::Target>),
+    /// holdfast's own links to a Cluster's primaries (without TLS, pooled connections).
+    Cluster(Arc<Topology>, Arc<link::Target>),
 }
 
 /// What a dialled connection talks through.
 enum Conn {
     Fred(Client),
     Link(link::Link),
+    Cluster(Arc<Nodes>),
 }
 
 /// One dialled connection: its client, and a signal that turns true when its connection
@@ -98,6 +105,7 @@ impl Live {
                 // Its replies stay paired in order (one reader, one queue), but a reply that
                 // did not come in time may never come: close, failing what is in flight.
                 Conn::Link(link) => link.close(),
+                Conn::Cluster(nodes) => nodes.close(),
             }
         }
     }
@@ -115,6 +123,13 @@ impl Live {
         // request's.
         if let (Conn::Link(link), None) = (&self.conn, request.token) {
             let result = on_link(link, request, response_timeout).await;
+            self.after_send(&result);
+            return result;
+        }
+        // A Cluster connection's links fail their own commands when they close.
+        if let (Conn::Cluster(nodes), None) = (&self.conn, request.token) {
+            let sent = on_cluster(nodes, self.redirections, request, response_timeout);
+            let result = Box::pin(sent).await;
             self.after_send(&result);
             return result;
         }
@@ -287,6 +302,15 @@ impl Slot {
                     });
                     (Conn::Link(link), task, server.version)
                 }
+                Dialer::Cluster(topology, target) => {
+                    let nodes =
+                        Nodes::new(topology.clone(), (**target).clone(), slot.unwritten.clone());
+                    nodes.dial().await?;
+                    let version = nodes.version();
+                    // Its links come and go with the map; it ends when retired.
+                    let task: Ended = Box::pin(std::future::pending());
+                    (Conn::Cluster(nodes), task, version)
+                }
             };
             // Redis 7.2 moved from %.17g to the shortest round-trip spelling.
             if let Some(version) = version {
@@ -454,6 +478,8 @@ pub struct RedisBackend {
     tokens: Tokens,
     /// Under Sentinel: the sentinels' view of the primary, followed as it changes.
     follower: Option<Follower>,
+    /// On a Cluster without TLS: the slot map its links follow.
+    topology: Option<Arc<Topology>>,
 }
 
 impl RedisBackend {
@@ -606,6 +632,16 @@ impl RedisBackend {
             )),
             _ => None,
         };
+        let topology = match (flavor, &parsed.server) {
+            (Flavor::Cluster(_), fred::types::config::ServerConfig::Clustered { hosts, .. }) => {
+                let timeouts = (connection_timeout, response_timeout);
+                link::Target::of(&parsed, Proto::Resp2, timeouts).map(|target| {
+                    let seeds = hosts.iter().map(|s| (s.host.to_string(), s.port)).collect();
+                    Topology::start(name, seeds, &target)
+                })
+            }
+            _ => None,
+        };
         let mut backend = RedisBackend {
             name: name.to_string(),
             config: parsed,
@@ -621,6 +657,7 @@ impl RedisBackend {
                 evicting: Arc::new(AtomicBool::new(false)),
             },
             follower,
+            topology,
         };
         backend.resp2 = backend.open_pool(RespVersion::RESP2);
         for slot in &backend.resp2.slots {
@@ -661,15 +698,14 @@ impl RedisBackend {
             RespVersion::RESP3 => Proto::Resp3,
             RespVersion::RESP2 => Proto::Resp2,
         };
-        let target = (!matches!(self.flavor, Flavor::Cluster(_)))
-            .then(|| {
-                let timeouts = (self.connection.connection_timeout, self.response_timeout);
-                link::Target::of(&self.config, proto, timeouts)
-            })
-            .flatten();
-        match target {
-            Some(target) => Dialer::Link(Arc::new(target)),
-            None => Dialer::Fred(self.factory(version)),
+        let timeouts = (self.connection.connection_timeout, self.response_timeout);
+        let target = link::Target::of(&self.config, proto, timeouts);
+        match (target, &self.topology) {
+            (Some(target), Some(topology)) => Dialer::Cluster(topology.clone(), Arc::new(target)),
+            (Some(target), None) if !matches!(self.flavor, Flavor::Cluster(_)) => {
+                Dialer::Link(Arc::new(target))
+            }
+            _ => Dialer::Fred(self.factory(version)),
         }
     }
 
@@ -769,7 +805,7 @@ impl RedisBackend {
         let live = ensure_connected(slot, acquire_timeout).await?;
         let mut result = live.send(request, self.response_timeout).await;
         // On a link the write waited for its replicas already, with the others of its batch.
-        let counted = matches!(live.conn, Conn::Link(_));
+        let counted = matches!(live.conn, Conn::Link(_) | Conn::Cluster(_));
         if let (Ok(_), Some((wanted, timeout)), false) = (&result, request.replicas, counted) {
             if let Err(e) = Box::pin(wait_replicas(&live, request, wanted, timeout)).await {
                 result = Err(e);
@@ -793,7 +829,8 @@ impl RedisBackend {
         self.served(result);
         if self.flavor != Flavor::Standalone {
             if let Err(BackendError::Reply { prefix, .. }) = result {
-                if prefix == "READONLY" {
+                // A Cluster connection fenced that node's link itself.
+                if prefix == "READONLY" && !matches!(live.conn, Conn::Cluster(_)) {
                     live.retire();
                     // The sentinels may know of a switch we have not heard.
                     if let Some(watch) = &live.fence {
@@ -830,8 +867,32 @@ impl RedisBackend {
             (Conn::Fred(client), Flavor::Cluster(_)) => {
                 requests.get(..one_node(client, requests))?
             }
+            (Conn::Cluster(nodes), _) => {
+                let node = |r: &Request<'_>| nodes.owner_now(request_slot(r));
+                requests.get(..leading_run(requests.iter().map(node)))?
+            }
             _ => requests,
         };
+        if let Conn::Cluster(nodes) = &live.conn {
+            if requests.iter().all(|r| r.token.is_none() && !r.blocking) {
+                let node = nodes.owner_now(requests.first().and_then(request_slot))?;
+                let link = nodes.link_to(&node).await.ok()?;
+                let replies = link
+                    .send_all(
+                        requests.iter().map(|r| (r.args, r.raw)),
+                        self.response_timeout,
+                    )
+                    .await;
+                let results: Vec<_> = replies
+                    .into_iter()
+                    .map(|reply| link_reply(first.proto, reply))
+                    .collect();
+                for result in &results {
+                    self.after(&live, result);
+                }
+                return Some(results);
+            }
+        }
         if let Conn::Link(link) = &live.conn {
             if requests.iter().all(|r| r.token.is_none() && !r.blocking) {
                 // All queued under one lock, in order, and awaited in order.
@@ -884,15 +945,30 @@ impl RedisBackend {
             let flush = async {
                 let slot = self.placed(request).await;
                 let live = ensure_connected(slot, acquire_timeout).await?;
-                let Conn::Fred(client) = &live.conn else {
-                    return Err(BackendError::Unsupported {
-                        what: "a cluster connection is a fred client".to_string(),
-                    });
-                };
-                client
-                    .flushall_cluster()
-                    .await
-                    .map_err(|source| BackendError::Sent { source })?;
+                match &live.conn {
+                    Conn::Fred(client) => client
+                        .flushall_cluster()
+                        .await
+                        .map_err(|source| BackendError::Sent { source })?,
+                    Conn::Cluster(nodes) => {
+                        let links = nodes
+                            .every_primary()
+                            .await
+                            .map_err(|source| BackendError::Connect { source })?;
+                        for link in links {
+                            link_reply(
+                                request.proto,
+                                link.send(request.args, None, Some(self.response_timeout))
+                                    .await,
+                            )?;
+                        }
+                    }
+                    Conn::Link(_) => {
+                        return Err(BackendError::Unsupported {
+                            what: "a cluster connection is not a single link".to_string(),
+                        })
+                    }
+                }
                 Ok(Reply::from(Frame::SimpleString {
                     data: Bytes::from_static(b"OK"),
                     attributes: None,
@@ -1114,6 +1190,9 @@ async fn send(
     let client = match &live.conn {
         Conn::Fred(client) => client,
         Conn::Link(link) => return on_link(link, request, response_timeout).await,
+        Conn::Cluster(nodes) => {
+            return on_cluster(nodes, live.redirections, request, response_timeout).await
+        }
     };
     // Names come from the command table, so they are ASCII.
     let name = String::from_utf8_lossy(name).into_owned();
@@ -1147,6 +1226,64 @@ async fn send(
         Ok(frame) => BackendError::check_reply(frame).map(Reply::from),
         Err(source) => Err(BackendError::Sent { source }),
     }
+}
+
+/// Sends one request on a Cluster connection: on the link of its slot's primary, following
+/// redirections (`src/backend/cluster.rs`). An `ASK` is followed by `ASKING` and the command
+/// back to back on the target's link (then a `WAIT` of its own when the write wants
+/// replicas).
+async fn on_cluster(
+    nodes: &Nodes,
+    redirections: u32,
+    request: &Request<'_>,
+    response_timeout: Duration,
+) -> Result<Reply, BackendError> {
+    let slot = request_slot(request);
+    nodes
+        .send(slot, redirections, |link, asking| async move {
+            if !asking {
+                return on_link(&link, request, response_timeout).await;
+            }
+            let asking_args = [Bytes::from_static(b"ASKING")];
+            let mut replies = link
+                .send_all(
+                    [(&asking_args[..], None), (request.args, request.raw)].into_iter(),
+                    response_timeout,
+                )
+                .await;
+            let reply = link_reply(
+                request.proto,
+                replies.pop().unwrap_or_else(|| {
+                    Err(link::SendError::NotSent(fred::error::Error::new(
+                        fred::error::ErrorKind::IO,
+                        "nothing was sent",
+                    )))
+                }),
+            )?;
+            if let Some((wanted, wait)) = request.replicas {
+                let args = [
+                    Bytes::from_static(b"WAIT"),
+                    Bytes::from(wanted.to_string()),
+                    Bytes::from(wait.as_millis().to_string()),
+                ];
+                let count = link.send(&args, None, Some(wait + response_timeout)).await;
+                return match count.map(Reply::into_frame) {
+                    Ok(Frame::Number { data, .. }) if data >= i64::from(wanted) => Ok(reply),
+                    Ok(Frame::Number { data, .. }) => {
+                        Err(BackendError::NotReplicated { wanted, got: data })
+                    }
+                    Ok(_) => Err(BackendError::NotReplicated { wanted, got: 0 }),
+                    Err(link::SendError::NotSent(source) | link::SendError::Sent(source)) => {
+                        Err(BackendError::WaitFailed {
+                            wanted,
+                            source: Box::new(BackendError::Sent { source }),
+                        })
+                    }
+                };
+            }
+            Ok(reply)
+        })
+        .await
 }
 
 /// Sends one request on a link.
@@ -1233,6 +1370,7 @@ impl DedicatedRedis {
                 let _ = client.quit().await;
             }
             Conn::Link(link) => link.close(),
+            Conn::Cluster(nodes) => nodes.close(),
         }
     }
 }
