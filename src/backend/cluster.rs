@@ -312,8 +312,8 @@ pub struct Nodes {
     /// The version the last dialled node gave (Redis 7.2 spells doubles differently).
     version: Mutex<Option<(u32, u32)>>,
     links: Mutex<HashMap<Addr, Arc<Link>>>,
-    /// Kept true while one of its links holds commands not yet written (for the pool).
-    unwritten: Arc<AtomicBool>,
+    /// What its links tell the pool (commands not yet written, a `WAIT` unanswered).
+    signals: link::Signals,
     /// Set when closed: no link is dialled any more.
     closed: AtomicBool,
     /// Stops the task that fences links to demoted nodes.
@@ -322,7 +322,7 @@ pub struct Nodes {
 
 impl Nodes {
     /// A connection following `topology`; its links are dialled as they are needed.
-    pub fn new(topology: Arc<Topology>, target: Target, unwritten: Arc<AtomicBool>) -> Arc<Nodes> {
+    pub fn new(topology: Arc<Topology>, target: Target, signals: link::Signals) -> Arc<Nodes> {
         Arc::new_cyclic(|weak: &std::sync::Weak<Nodes>| {
             let weak = weak.clone();
             let mut changes = topology.changes();
@@ -340,7 +340,7 @@ impl Nodes {
                 target,
                 version: Mutex::new(None),
                 links: Mutex::new(HashMap::new()),
-                unwritten,
+                signals,
                 closed: AtomicBool::new(false),
                 fencing,
             }
@@ -375,7 +375,7 @@ impl Nodes {
             return Err(Error::new(ErrorKind::IO, "the connection was closed"));
         }
         let target = self.target.at(node);
-        let dialled = Link::connect(&target, self.unwritten.clone()).await;
+        let dialled = Link::connect(&target, self.signals.clone()).await;
         let (link, _task, server) = match dialled {
             Ok(dialled) => dialled,
             Err(e) => {

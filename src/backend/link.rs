@@ -21,7 +21,7 @@ use fred::error::{Error, ErrorKind};
 use redis_protocol::resp2::types::BytesFrame as Frame2;
 use redis_protocol::resp3::types::BytesFrame as Frame;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
@@ -116,6 +116,18 @@ struct Shared {
     /// clients' commands here then, so they go in the same write (the pool's, kept across
     /// its dials).
     unwritten: Arc<AtomicBool>,
+    /// `WAIT`s written and not yet answered: Redis runs nothing more of this connection
+    /// until they are, so the pool sends elsewhere meanwhile (the pool's, as `unwritten`).
+    acking: Arc<AtomicUsize>,
+}
+
+/// What a link tells its pool, kept across the pool slot's dials.
+#[derive(Clone, Debug, Default)]
+pub struct Signals {
+    /// True while commands wait to be written.
+    pub unwritten: Arc<AtomicBool>,
+    /// `WAIT`s written and not yet answered.
+    pub acking: Arc<AtomicUsize>,
 }
 
 struct State {
@@ -141,6 +153,8 @@ struct State {
 struct Slot {
     waiter: Waiter,
     deadline: Option<Instant>,
+    /// The link's own `WAIT` (counted in `acking` until its reply comes).
+    wait: bool,
 }
 
 /// Who waits for a reply.
@@ -199,6 +213,7 @@ impl Shared {
             std::mem::take(&mut state.waiting)
         };
         self.unwritten.store(false, Ordering::Relaxed);
+        self.acking.store(0, Ordering::Relaxed);
         for slot in waiting {
             slot.waiter
                 .fail(|| Error::new(ErrorKind::IO, why.to_string()));
@@ -248,15 +263,15 @@ pub enum SendError {
 impl Link {
     /// Connects, authenticates, selects the database and switches protocol, then starts the
     /// link's task. Returns the link, the task (it ends when the connection does) and what
-    /// the server said of itself. `unwritten` is kept true while commands wait to be
-    /// written.
+    /// the server said of itself. `signals` tell the pool when commands wait to be
+    /// written and when a `WAIT` holds the connection.
     ///
     /// # Errors
     /// fred's error kinds: `IO` for a refused or dropped connection, `Timeout`, `Auth` for a
     /// refused password, `Protocol` for any other handshake error reply.
     pub async fn connect(
         target: &Target,
-        unwritten: Arc<AtomicBool>,
+        signals: Signals,
     ) -> Result<(Link, tokio::task::JoinHandle<()>, Server), Error> {
         let dial = async {
             let mut stream = TcpStream::connect((target.host.as_str(), target.port)).await?;
@@ -278,7 +293,8 @@ impl Link {
                 response_timeout: target.response_timeout,
             }),
             wake: Notify::new(),
-            unwritten,
+            unwritten: signals.unwritten,
+            acking: signals.acking,
         });
         let task = tokio::spawn(run(stream, shared.clone(), target.proto));
         Ok((Link { shared }, task, server))
@@ -308,6 +324,7 @@ impl Link {
             state.waiting.push_back(Slot {
                 waiter: Waiter::Reply(slot),
                 deadline: timeout.map(|limit| Instant::now() + limit),
+                wait: false,
             });
             if let Some(limit) = timeout {
                 state.period = state.period.min(limit);
@@ -346,6 +363,7 @@ impl Link {
             state.waiting.push_back(Slot {
                 waiter: Waiter::Acked(slot),
                 deadline: Some(Instant::now() + timeout),
+                wait: false,
             });
             state.period = state.period.min(timeout);
             state.ack = Some(match state.ack {
@@ -387,6 +405,7 @@ impl Link {
                     state.waiting.push_back(Slot {
                         waiter: Waiter::Reply(slot),
                         deadline: Some(deadline),
+                        wait: false,
                     });
                     reply
                 })
@@ -786,7 +805,9 @@ async fn run(mut stream: TcpStream, shared: Arc<Shared>, proto: Proto) {
                     state.waiting.push_back(Slot {
                         waiter: Waiter::Wait(Vec::new()),
                         deadline: Some(deadline),
+                        wait: true,
                     });
+                    shared.acking.fetch_add(1, Ordering::Relaxed);
                 }
                 std::mem::swap(&mut state.out, &mut batch);
                 last = std::mem::take(&mut state.queued);
@@ -841,6 +862,9 @@ async fn run(mut stream: TcpStream, shared: Arc<Shared>, proto: Proto) {
                 return "the backend sent a reply nobody asked for".to_string();
             }
             for (slot, reply) in slots.drain(..).zip(replies.drain(..)) {
+                if slot.wait {
+                    shared.acking.fetch_sub(1, Ordering::Relaxed);
+                }
                 hand_over(slot.waiter, reply, &mut held);
             }
             if !held.is_empty() {

@@ -200,9 +200,9 @@ struct Slot {
     redirections: u32,
     /// Exact mode's tokens on this backend.
     tokens: Tokens,
-    /// True while the link of this slot holds commands not yet written (kept across its
-    /// dials; a fred connection never sets it).
-    unwritten: Arc<AtomicBool>,
+    /// What the link of this slot tells the pool: commands not yet written, a `WAIT`
+    /// unanswered (kept across its dials; a fred connection sets neither).
+    signals: link::Signals,
     /// Under Sentinel: the view of the primary each dial asks, and whose changes fence it.
     follow: Option<Arc<Watch>>,
 }
@@ -224,7 +224,7 @@ impl Slot {
             backend,
             redirections,
             tokens,
-            unwritten: Arc::new(AtomicBool::new(false)),
+            signals: link::Signals::default(),
             follow,
         })
     }
@@ -289,7 +289,7 @@ impl Slot {
                         None => target.clone(),
                     };
                     let (link, task, server) =
-                        link::Link::connect(&target, slot.unwritten.clone()).await?;
+                        link::Link::connect(&target, slot.signals.clone()).await?;
                     if primary.is_some() && !server.is_primary() {
                         link.close();
                         return Err(not_primary(&slot.follow, primary));
@@ -304,7 +304,7 @@ impl Slot {
                 }
                 Dialer::Cluster(topology, target) => {
                     let nodes =
-                        Nodes::new(topology.clone(), (**target).clone(), slot.unwritten.clone());
+                        Nodes::new(topology.clone(), (**target).clone(), slot.signals.clone());
                     nodes.dial().await?;
                     let version = nodes.version();
                     // Its links come and go with the map; it ends when retired.
@@ -414,6 +414,11 @@ impl Pool {
     /// fifty clients, one write and one read then carry every command that came in one pass
     /// of the event loop, however many connections the pool has (with eight, each carried an
     /// eighth of them: 10–20% more CPU per request). A `Moves` request takes its pin along.
+    ///
+    /// A connection whose `WAIT` (`min_replicas_ack`) is unanswered is passed over while
+    /// another is free: Redis runs nothing more of it until the replicas answer, so the next
+    /// batch starts on a free one, and its `WAIT` waits alongside (one acknowledgement from a
+    /// replica answers them all), not after.
     fn place(&self, pin: u64, placement: Placement<'_>) -> usize {
         let len = self.slots.len().max(1);
         // Below `len`, so the cast back to usize is lossless.
@@ -422,16 +427,27 @@ impl Pool {
             return home;
         }
         let filling = self.filling.load(Ordering::Relaxed);
-        let gathering = |at: usize| {
-            self.slots
-                .get(at)
-                .is_some_and(|slot| slot.unwritten.load(Ordering::Relaxed))
+        let signal = |at: usize| {
+            self.slots.get(at).map_or((false, false), |slot| {
+                let signals = &slot.signals;
+                (
+                    signals.unwritten.load(Ordering::Relaxed),
+                    signals.acking.load(Ordering::Relaxed) == 0,
+                )
+            })
         };
-        let at = if gathering(filling) {
+        let (gathering, free) = signal(filling);
+        let at = if gathering && free {
             filling
         } else {
-            self.filling.store(home, Ordering::Relaxed);
-            home
+            let start = (0..len)
+                .map(|i| (home + i) % len)
+                .find(|at| signal(*at).1)
+                .unwrap_or(if gathering { filling } else { home });
+            if start != filling || !gathering {
+                self.filling.store(start, Ordering::Relaxed);
+            }
+            start
         };
         if let Placement::Moves(pin) = placement {
             if at != home {
@@ -1516,7 +1532,58 @@ mod tests {
     }
 
     fn queue_on(pool: &Pool, at: usize, unwritten: bool) {
-        pool.slots[at].unwritten.store(unwritten, Ordering::Relaxed);
+        pool.slots[at]
+            .signals
+            .unwritten
+            .store(unwritten, Ordering::Relaxed);
+    }
+
+    fn acking_on(pool: &Pool, at: usize, waits: usize) {
+        pool.slots[at]
+            .signals
+            .acking
+            .store(waits, Ordering::Relaxed);
+    }
+
+    #[test]
+    fn a_connection_held_by_a_wait_is_passed_over_while_another_is_free() {
+        let pool = pool(4);
+        // Home is held: the next free one after it starts the write.
+        acking_on(&pool, 1, 1);
+        assert_eq!(pool.place(1, Placement::Joins), 2);
+        assert_eq!(pool.filling.load(Ordering::Relaxed), 2);
+        // Gathering there: others join it.
+        queue_on(&pool, 2, true);
+        assert_eq!(pool.place(3, Placement::Joins), 2);
+        // The gathering one is held now (its WAIT went out with a write still queued).
+        acking_on(&pool, 2, 1);
+        let pin = AtomicU64::new(2);
+        assert_eq!(
+            pool.place(2, Placement::Moves(&pin)),
+            3,
+            "wraps to the next free one"
+        );
+        assert_eq!(
+            pin.load(Ordering::Relaxed),
+            3,
+            "the write takes its pin along"
+        );
+        // All held: join the gathering one rather than start behind another WAIT.
+        queue_on(&pool, 3, true);
+        acking_on(&pool, 0, 1);
+        acking_on(&pool, 3, 1);
+        assert_eq!(pool.place(0, Placement::Joins), 3);
+        // Nothing gathering either: home.
+        queue_on(&pool, 3, false);
+        assert_eq!(pool.place(0, Placement::Joins), 0);
+        // A pinned request never moves, held or not.
+        assert_eq!(pool.place(1, Placement::Pinned), 1);
+        // Answered: home again.
+        for at in 0..4 {
+            acking_on(&pool, at, 0);
+            queue_on(&pool, at, false);
+        }
+        assert_eq!(pool.place(1, Placement::Joins), 1);
     }
 
     #[test]
