@@ -33,6 +33,11 @@ pub type Addr = (String, u16);
 /// How often the slot map is read again without a reason.
 pub const REFRESH: Duration = Duration::from_secs(10);
 
+/// A reply this late is a reason to read the map again (and again each as long): its node
+/// may be frozen and replaced, and its links must be closed before it wakes and answers as
+/// the primary it no longer is.
+pub const STALLED: Duration = Duration::from_secs(1);
+
 /// Slots in a Redis Cluster.
 const SLOTS: usize = 16384;
 
@@ -327,12 +332,33 @@ impl Nodes {
             let weak = weak.clone();
             let mut changes = topology.changes();
             let fencing = tokio::spawn(async move {
-                while changes.changed().await.is_ok() {
-                    let map = changes.borrow_and_update().clone();
-                    let Some(nodes) = weak.upgrade() else {
-                        return;
-                    };
-                    nodes.fence(&map);
+                let mut watchdog = tokio::time::interval(STALLED);
+                watchdog.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tokio::select! {
+                        changed = changes.changed() => {
+                            if changed.is_err() {
+                                return;
+                            }
+                            let map = changes.borrow_and_update().clone();
+                            let Some(nodes) = weak.upgrade() else {
+                                return;
+                            };
+                            nodes.fence(&map);
+                        }
+                        _ = watchdog.tick() => {
+                            let Some(nodes) = weak.upgrade() else {
+                                return;
+                            };
+                            if nodes.stalled() {
+                                let topology = nodes.topology.clone();
+                                drop(nodes);
+                                if let Err(e) = topology.read().await {
+                                    tracing::debug!(error = %e, "reading the slot map after a stall failed");
+                                }
+                            }
+                        }
+                    }
                 }
             });
             Nodes {
@@ -344,6 +370,17 @@ impl Nodes {
                 closed: AtomicBool::new(false),
                 fencing,
             }
+        })
+    }
+
+    /// Whether a link has waited [`STALLED`] or longer for a reply.
+    fn stalled(&self) -> bool {
+        let Ok(links) = self.links.lock() else {
+            return false;
+        };
+        links.values().any(|link| {
+            link.waiting_since()
+                .is_some_and(|since| since.elapsed() >= STALLED)
         })
     }
 

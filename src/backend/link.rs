@@ -155,6 +155,8 @@ struct Slot {
     deadline: Option<Instant>,
     /// The link's own `WAIT` (counted in `acking` until its reply comes).
     wait: bool,
+    /// When it was queued.
+    since: Instant,
 }
 
 /// Who waits for a reply.
@@ -321,10 +323,12 @@ impl Link {
             put_command(&mut state.out, args, raw);
             state.queued += 1;
             let (slot, reply) = oneshot::channel();
+            let now = Instant::now();
             state.waiting.push_back(Slot {
                 waiter: Waiter::Reply(slot),
-                deadline: timeout.map(|limit| Instant::now() + limit),
+                deadline: timeout.map(|limit| now + limit),
                 wait: false,
+                since: now,
             });
             if let Some(limit) = timeout {
                 state.period = state.period.min(limit);
@@ -360,10 +364,12 @@ impl Link {
             put_command(&mut state.out, args, raw);
             state.queued += 1;
             let (slot, reply) = oneshot::channel();
+            let now = Instant::now();
             state.waiting.push_back(Slot {
                 waiter: Waiter::Acked(slot),
-                deadline: Some(Instant::now() + timeout),
+                deadline: Some(now + timeout),
                 wait: false,
+                since: now,
             });
             state.period = state.period.min(timeout);
             state.ack = Some(match state.ack {
@@ -395,7 +401,8 @@ impl Link {
                 drop(state);
                 return commands_not_sent(commands);
             }
-            let deadline = Instant::now() + timeout;
+            let now = Instant::now();
+            let deadline = now + timeout;
             state.period = state.period.min(timeout);
             let receivers = commands
                 .map(|(args, raw)| {
@@ -406,6 +413,7 @@ impl Link {
                         waiter: Waiter::Reply(slot),
                         deadline: Some(deadline),
                         wait: false,
+                        since: now,
                     });
                     reply
                 })
@@ -429,6 +437,17 @@ impl Link {
     /// Whether the link was closed (by holdfast, or because its connection ended).
     pub fn is_closed(&self) -> bool {
         self.shared.state().closed
+    }
+
+    /// When the oldest command still waiting for its reply was queued (None: nothing waits,
+    /// or only a `WAIT`, which waits for replicas by design).
+    pub fn waiting_since(&self) -> Option<Instant> {
+        let state = self.shared.state();
+        state
+            .waiting
+            .front()
+            .filter(|slot| !slot.wait)
+            .map(|slot| slot.since)
     }
 }
 
@@ -801,11 +820,13 @@ async fn run(mut stream: TcpStream, shared: Arc<Shared>, proto: Proto) {
                     ];
                     encode(&mut state.out, &args);
                     state.queued += 1;
-                    let deadline = Instant::now() + wait + state.response_timeout;
+                    let now = Instant::now();
+                    let deadline = now + wait + state.response_timeout;
                     state.waiting.push_back(Slot {
                         waiter: Waiter::Wait(Vec::new()),
                         deadline: Some(deadline),
                         wait: true,
+                        since: now,
                     });
                     shared.acking.fetch_add(1, Ordering::Relaxed);
                 }
