@@ -834,33 +834,8 @@ fn sentinel_failover_demotes_the_master() {
 #[test]
 fn sentinel_master_frozen() {
     run(async {
-        let (master, replica, sentinels, proxy) =
-            sentinel_setup_waiting("zombie", 0, &[], (8, 30)).await;
-        let load = Load::warmed_up(&proxy.addr).await;
-
-        let began = load.now();
-        master.pause();
-        let replica_port = replica.port();
-        until(Duration::from_secs(60), "the replica's promotion", || {
-            sentinels[0].names_master(replica_port)
-        })
-        .await;
-        let promoted = load.now();
-        // Frozen 4 s in all (longer when the promotion took longer).
-        sleep(Duration::from_secs_f64((4.0 - (promoted - began)).max(0.0))).await;
-        master.resume();
-        let woke = load.now();
-        synced(&master, Duration::from_secs(60), "the old master to resync").await;
-        let healed = load.now();
-        let detail = format!(
-            "promoted after {:.1} s, woken after {:.1} s, a replica again after {:.1} s",
-            promoted - began,
-            woke - began,
-            healed - began
-        );
-        let report = load
-            .settled("sentinel master frozen 4 s (zombie)", began, healed, detail)
-            .await;
+        let (report, proxy) =
+            frozen_master("zombie", 0, "sentinel master frozen 4 s (zombie)").await;
         // Each sequential client may have had one write acknowledged in the instant before
         // the freeze, not yet on the replica: the number is in the report.
         report.assert_held_losing_at_most(clients());
@@ -874,38 +849,42 @@ fn sentinel_master_frozen() {
 #[test]
 fn sentinel_master_frozen_with_replica_acks() {
     run(async {
-        let (master, replica, sentinels, proxy) =
-            sentinel_setup_waiting("zombie_acked", 1, &[], (8, 30)).await;
-        let load = Load::warmed_up(&proxy.addr).await;
-
-        let began = load.now();
-        master.pause();
-        let replica_port = replica.port();
-        until(Duration::from_secs(60), "the replica's promotion", || {
-            sentinels[0].names_master(replica_port)
-        })
-        .await;
-        let promoted = load.now();
-        sleep(Duration::from_secs_f64((4.0 - (promoted - began)).max(0.0))).await;
-        master.resume();
-        synced(&master, Duration::from_secs(60), "the old master to resync").await;
-        let healed = load.now();
-        let detail = format!(
-            "promoted after {:.1} s, a replica again after {:.1} s",
-            promoted - began,
-            healed - began
-        );
-        let report = load
-            .settled(
-                "sentinel master frozen 4 s, min_replicas_ack 1",
-                began,
-                healed,
-                detail,
-            )
-            .await;
+        let fault = "sentinel master frozen 4 s, min_replicas_ack 1";
+        let (report, proxy) = frozen_master("zombie_acked", 1, fault).await;
         report.assert_held();
         proxy.stop().await;
     });
+}
+
+/// Load on a Sentinel-managed master with `min_replicas_ack = acks` and an 8 s reply
+/// timeout; the master frozen until its replica is promoted and 4 s have passed, then woken
+/// and left to resync. The report, and the proxy to stop.
+async fn frozen_master(backend: &str, acks: u32, fault: &str) -> (Report, Proxy) {
+    let (master, replica, sentinels, proxy) =
+        sentinel_setup_waiting(backend, acks, &[], (8, 30)).await;
+    let load = Load::warmed_up(&proxy.addr).await;
+
+    let began = load.now();
+    master.pause();
+    let replica_port = replica.port();
+    until(Duration::from_secs(60), "the replica's promotion", || {
+        sentinels[0].names_master(replica_port)
+    })
+    .await;
+    let promoted = load.now();
+    // Frozen 4 s in all (longer when the promotion took longer).
+    sleep(Duration::from_secs_f64((4.0 - (promoted - began)).max(0.0))).await;
+    master.resume();
+    let woke = load.now();
+    synced(&master, Duration::from_secs(60), "the old master to resync").await;
+    let healed = load.now();
+    let detail = format!(
+        "promoted after {:.1} s, woken after {:.1} s, a replica again after {:.1} s",
+        promoted - began,
+        woke - began,
+        healed - began
+    );
+    (load.settled(fault, began, healed, detail).await, proxy)
 }
 
 /// The load's commands a server ran, from its `INFO commandstats` (Sentinel sends none of
@@ -991,6 +970,33 @@ fn nothing_reaches_the_old_primary_after_the_switch_is_heard() {
     });
 }
 
+/// The primary of one client's counter, and its replica: its clients are held, the others'
+/// requests fail over only when their connection to it ends.
+fn victim_and_heir(cluster: &Cluster) -> (usize, usize) {
+    let victim = cluster.primary_of("c0:n");
+    let link = format!("master_port:{}", cluster.nodes[victim].port());
+    let heir = (0..6)
+        .find(|&i| {
+            i != victim
+                && cluster.nodes[i]
+                    .cmd(&["INFO", "replication"])
+                    .contains(&link)
+        })
+        .expect("the primary's replica");
+    (victim, heir)
+}
+
+/// Waits until the replica `heir` says it is a primary.
+async fn until_promoted(cluster: &Cluster, heir: usize) {
+    until(Duration::from_secs(60), "the replica's promotion", || {
+        let promoted = cluster.nodes[heir]
+            .cmd(&["INFO", "replication"])
+            .contains("role:master");
+        async move { promoted }
+    })
+    .await;
+}
+
 #[test]
 fn cluster_primary_sigkilled() {
     run(async {
@@ -1005,27 +1011,10 @@ fn cluster_primary_sigkilled() {
         .await;
         let load = Load::warmed_up(&proxy.addr).await;
 
-        // The primary of one client's counter: its clients are held, the others' requests
-        // fail over only when their connection to it ends.
-        let victim = cluster.primary_of("c0:n");
-        let link = format!("master_port:{}", cluster.nodes[victim].port());
-        let heir = (0..6)
-            .find(|&i| {
-                i != victim
-                    && cluster.nodes[i]
-                        .cmd(&["INFO", "replication"])
-                        .contains(&link)
-            })
-            .expect("the primary's replica");
+        let (victim, heir) = victim_and_heir(&cluster);
         let began = load.now();
         cluster.nodes[victim].kill();
-        until(Duration::from_secs(60), "the replica's promotion", || {
-            let promoted = cluster.nodes[heir]
-                .cmd(&["INFO", "replication"])
-                .contains("role:master");
-            async move { promoted }
-        })
-        .await;
+        until_promoted(&cluster, heir).await;
         // Only a promoted replica makes the cluster whole again with a primary dead.
         let promoted = load.now();
         cluster.nodes[victim].restart();
@@ -1064,25 +1053,10 @@ fn cluster_primary_frozen() {
         .await;
         let load = Load::warmed_up(&proxy.addr).await;
 
-        let victim = cluster.primary_of("c0:n");
-        let link = format!("master_port:{}", cluster.nodes[victim].port());
-        let heir = (0..6)
-            .find(|&i| {
-                i != victim
-                    && cluster.nodes[i]
-                        .cmd(&["INFO", "replication"])
-                        .contains(&link)
-            })
-            .expect("the primary's replica");
+        let (victim, heir) = victim_and_heir(&cluster);
         let began = load.now();
         cluster.nodes[victim].pause();
-        until(Duration::from_secs(60), "the replica's promotion", || {
-            let promoted = cluster.nodes[heir]
-                .cmd(&["INFO", "replication"])
-                .contains("role:master");
-            async move { promoted }
-        })
-        .await;
+        until_promoted(&cluster, heir).await;
         let promoted = load.now();
         // Frozen 4 s, and 1.5 s past the promotion at least: holdfast reads the map within a
         // second or so of a stall (STALLED in src/backend/cluster.rs), so this is the margin

@@ -662,12 +662,23 @@ async fn large_values_come_back_byte_for_byte() {
 /// never the client's bytes a second time.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_write_waited_for_by_a_replica_is_applied_once() {
+    let (_master, _replica, proxy) = replicated_proxy().await;
+    let mut conn = proxy.connect().await;
+    assert_eq!(text(&conn.command(&["INCR", "counter"]).await), ":1\r\n");
+    assert_eq!(
+        text(&conn.command(&["GET", "counter"]).await),
+        "$1\r\n1\r\n"
+    );
+}
+
+/// A master, its replica, and holdfast on the master with `min_replicas_ack = 1`, once a
+/// write through it is confirmed (until the replica has synced, none is).
+async fn replicated_proxy() -> (RedisServer, RedisServer, Proxy) {
     let master = RedisServer::start();
     let port = master.port().to_string();
-    let _replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
     let proxy = Proxy::start(&one_backend(&master.url(), "acked", "min_replicas_ack = 1")).await;
     let mut conn = proxy.connect().await;
-    // Until the replica has synced, a write is not confirmed.
     let start = Instant::now();
     loop {
         let reply = conn.command(&["SET", "probe", "1"]).await;
@@ -681,11 +692,7 @@ async fn a_write_waited_for_by_a_replica_is_applied_once() {
         );
         sleep(Duration::from_millis(200)).await;
     }
-    assert_eq!(text(&conn.command(&["INCR", "counter"]).await), ":1\r\n");
-    assert_eq!(
-        text(&conn.command(&["GET", "counter"]).await),
-        "$1\r\n1\r\n"
-    );
+    (master, replica, proxy)
 }
 
 /// Writes that wait for a replica share their `WAIT`s: the shared connection follows each
@@ -694,19 +701,7 @@ async fn a_write_waited_for_by_a_replica_is_applied_once() {
 /// once the replica has it.
 #[tokio::test(flavor = "multi_thread")]
 async fn writes_waiting_for_a_replica_share_one_wait_per_batch() {
-    let master = RedisServer::start();
-    let port = master.port().to_string();
-    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-    let proxy = Proxy::start(&one_backend(&master.url(), "acked", "min_replicas_ack = 1")).await;
-    let mut conn = proxy.connect().await;
-    let start = Instant::now();
-    while conn.command(&["SET", "probe", "1"]).await != b"+OK\r\n" {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "the replica never synced"
-        );
-        sleep(Duration::from_millis(200)).await;
-    }
+    let (master, replica, proxy) = replicated_proxy().await;
     let calls = |server: &RedisServer, name: &str| -> u64 {
         server
             .cmd(&["INFO", "commandstats"])

@@ -23,7 +23,6 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
@@ -286,21 +285,9 @@ impl Topology {
             let mut stream = TcpStream::connect((node.0.as_str(), node.1)).await?;
             stream.set_nodelay(true)?;
             link::handshake(&mut stream, &target).await?;
-            let mut out = crate::resp::Output::default();
-            link::encode(
-                &mut out,
-                &[Bytes::from_static(b"CLUSTER"), Bytes::from_static(b"SLOTS")],
-            );
-            out.write_to(&mut stream).await?;
-            let mut buf = BytesMut::new();
-            loop {
-                if let Some(frame) = link::decode(&mut buf, crate::resp::Proto::Resp2)? {
-                    return Ok::<_, Error>(frame);
-                }
-                if stream.read_buf(&mut buf).await? == 0 {
-                    return Err(Error::new(ErrorKind::IO, "the node closed the connection"));
-                }
-            }
+            let slots = [Bytes::from_static(b"CLUSTER"), Bytes::from_static(b"SLOTS")];
+            link::write_command(&mut stream, &slots).await?;
+            link::read_frame(&mut stream, &mut BytesMut::new()).await
         };
         let frame = tokio::time::timeout(target.connection_timeout(), ask)
             .await

@@ -312,31 +312,13 @@ impl Link {
         raw: Option<&Bytes>,
         timeout: Option<Duration>,
     ) -> Result<Reply, SendError> {
-        let reply = {
-            let mut state = self.shared.state();
-            if state.closed {
-                return Err(SendError::NotSent(Error::new(
-                    ErrorKind::IO,
-                    "the connection closed before the request was sent",
-                )));
-            }
-            put_command(&mut state.out, args, raw);
-            state.queued += 1;
-            let (slot, reply) = oneshot::channel();
-            let now = Instant::now();
-            state.waiting.push_back(Slot {
-                waiter: Waiter::Reply(slot),
-                deadline: timeout.map(|limit| now + limit),
-                wait: false,
-                since: now,
-            });
-            if let Some(limit) = timeout {
-                state.period = state.period.min(limit);
-            }
-            self.shared.unwritten.store(true, Ordering::Relaxed);
-            reply
-        };
-        self.shared.wake.notify_one();
+        let (slot, reply) = oneshot::channel();
+        if !self.queue(args, raw, Waiter::Reply(slot), timeout, None) {
+            return Err(SendError::NotSent(Error::new(
+                ErrorKind::IO,
+                "the connection closed before the request was sent",
+            )));
+        }
         // The link's task answers a slot whose deadline passed: one timer for the link, not
         // one per request (6% of a request's instructions).
         settle(reply.await)
@@ -351,41 +333,60 @@ impl Link {
         args: &[Bytes],
         raw: Option<&Bytes>,
         timeout: Duration,
-        (wanted, wait): (u32, Duration),
+        ack: (u32, Duration),
     ) -> Acked {
-        let reply = {
-            let mut state = self.shared.state();
-            if state.closed {
-                return Err(Error::new(
-                    ErrorKind::IO,
-                    "the connection closed before the request was sent",
-                ));
-            }
-            put_command(&mut state.out, args, raw);
-            state.queued += 1;
-            let (slot, reply) = oneshot::channel();
-            let now = Instant::now();
-            state.waiting.push_back(Slot {
-                waiter: Waiter::Acked(slot),
-                deadline: Some(now + timeout),
-                wait: false,
-                since: now,
-            });
-            state.period = state.period.min(timeout);
-            state.ack = Some(match state.ack {
-                Some((n, t)) => (n.max(wanted), t.max(wait)),
-                None => (wanted, wait),
-            });
-            self.shared.unwritten.store(true, Ordering::Relaxed);
-            reply
-        };
-        self.shared.wake.notify_one();
+        let (slot, reply) = oneshot::channel();
+        if !self.queue(args, raw, Waiter::Acked(slot), Some(timeout), Some(ack)) {
+            return Err(Error::new(
+                ErrorKind::IO,
+                "the connection closed before the request was sent",
+            ));
+        }
         reply.await.unwrap_or_else(|_| {
             Err(Error::new(
                 ErrorKind::IO,
                 "the connection closed with the request in flight",
             ))
         })
+    }
+
+    /// Queues one command and who waits for its reply, wanting the `WAIT` `ack` after it if
+    /// given, and wakes the task; false (nothing queued) when the link is closed.
+    fn queue(
+        &self,
+        args: &[Bytes],
+        raw: Option<&Bytes>,
+        waiter: Waiter,
+        timeout: Option<Duration>,
+        ack: Option<(u32, Duration)>,
+    ) -> bool {
+        {
+            let mut state = self.shared.state();
+            if state.closed {
+                return false;
+            }
+            put_command(&mut state.out, args, raw);
+            state.queued += 1;
+            let now = Instant::now();
+            state.waiting.push_back(Slot {
+                waiter,
+                deadline: timeout.map(|limit| now + limit),
+                wait: false,
+                since: now,
+            });
+            if let Some(limit) = timeout {
+                state.period = state.period.min(limit);
+            }
+            if let Some((wanted, wait)) = ack {
+                state.ack = Some(match state.ack {
+                    Some((n, t)) => (n.max(wanted), t.max(wait)),
+                    None => (wanted, wait),
+                });
+            }
+            self.shared.unwritten.store(true, Ordering::Relaxed);
+        }
+        self.shared.wake.notify_one();
+        true
     }
 
     /// Sends commands back to back (queued under one lock, so nothing comes between them) and
@@ -650,6 +651,29 @@ pub(super) fn decode(buf: &mut BytesMut, proto: Proto) -> Result<Option<Frame>, 
                 .map_err(protocol)?
                 .map(|(frame, _, _)| frame),
         ),
+    }
+}
+
+/// Writes one command on a connection of its own (a sentinel's, a `CLUSTER SLOTS` query's).
+pub(super) async fn write_command(stream: &mut TcpStream, args: &[Bytes]) -> Result<(), Error> {
+    let mut out = Output::default();
+    encode(&mut out, args);
+    out.write_to(stream).await?;
+    Ok(())
+}
+
+/// Reads one RESP2 reply (or published message) from a connection of its own.
+pub(super) async fn read_frame(stream: &mut TcpStream, buf: &mut BytesMut) -> Result<Frame, Error> {
+    loop {
+        if let Some(frame) = decode(buf, Proto::Resp2)? {
+            return Ok(frame);
+        }
+        if stream.read_buf(buf).await? == 0 {
+            return Err(Error::new(
+                ErrorKind::IO,
+                "the server closed the connection",
+            ));
+        }
     }
 }
 

@@ -889,28 +889,19 @@ impl RedisBackend {
             }
             _ => requests,
         };
-        if let Conn::Cluster(nodes) = &live.conn {
-            if requests.iter().all(|r| r.token.is_none() && !r.blocking) {
-                let node = nodes.owner_now(requests.first().and_then(request_slot))?;
-                let link = nodes.link_to(&node).await.ok()?;
-                let replies = link
-                    .send_all(
-                        requests.iter().map(|r| (r.args, r.raw)),
-                        self.response_timeout,
-                    )
-                    .await;
-                let results: Vec<_> = replies
-                    .into_iter()
-                    .map(|reply| link_reply(first.proto, reply))
-                    .collect();
-                for result in &results {
-                    self.after(&live, result);
+        if requests.iter().all(|r| r.token.is_none() && !r.blocking) {
+            // A Cluster connection's link to the run's node, held while the run is sent.
+            let cluster_link;
+            let link = match &live.conn {
+                Conn::Link(link) => Some(link),
+                Conn::Cluster(nodes) => {
+                    let node = nodes.owner_now(requests.first().and_then(request_slot))?;
+                    cluster_link = nodes.link_to(&node).await.ok()?;
+                    Some(&*cluster_link)
                 }
-                return Some(results);
-            }
-        }
-        if let Conn::Link(link) = &live.conn {
-            if requests.iter().all(|r| r.token.is_none() && !r.blocking) {
+                Conn::Fred(_) => None,
+            };
+            if let Some(link) = link {
                 // All queued under one lock, in order, and awaited in order.
                 let replies = link
                     .send_all(
@@ -1283,19 +1274,7 @@ async fn on_cluster(
                     Bytes::from(wait.as_millis().to_string()),
                 ];
                 let count = link.send(&args, None, Some(wait + response_timeout)).await;
-                return match count.map(Reply::into_frame) {
-                    Ok(Frame::Number { data, .. }) if data >= i64::from(wanted) => Ok(reply),
-                    Ok(Frame::Number { data, .. }) => {
-                        Err(BackendError::NotReplicated { wanted, got: data })
-                    }
-                    Ok(_) => Err(BackendError::NotReplicated { wanted, got: 0 }),
-                    Err(link::SendError::NotSent(source) | link::SendError::Sent(source)) => {
-                        Err(BackendError::WaitFailed {
-                            wanted,
-                            source: Box::new(BackendError::Sent { source }),
-                        })
-                    }
-                };
+                replicated(wanted, link_reply(request.proto, count))?;
             }
             Ok(reply)
         })
@@ -1446,11 +1425,14 @@ async fn wait_replicas(
         route: request.route.or(request.args.get(1).map(|k| k.as_ref())),
         ..request.with_args(&args)
     };
-    match live
-        .send(&wait, timeout + Duration::from_secs(1))
-        .await
-        .map(Reply::into_frame)
-    {
+    let count = live.send(&wait, timeout + Duration::from_secs(1)).await;
+    replicated(wanted, count)
+}
+
+/// What `WAIT`'s answer says of the write before it: acknowledged once `wanted` replicas
+/// have it, else applied but not safe.
+fn replicated(wanted: u32, count: Result<Reply, BackendError>) -> Result<(), BackendError> {
+    match count.map(Reply::into_frame) {
         Ok(Frame::Number { data, .. }) if data >= i64::from(wanted) => Ok(()),
         Ok(Frame::Number { data, .. }) => Err(BackendError::NotReplicated { wanted, got: data }),
         // WAIT itself failed: the write's fate on the replicas is unknown.

@@ -23,14 +23,12 @@
 //! lines over the link's framing.
 
 use super::link;
-use crate::resp::Output;
 use bytes::{Bytes, BytesMut};
 use fred::error::{Error, ErrorKind};
 use redis_protocol::resp3::types::BytesFrame as Frame;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
@@ -238,7 +236,7 @@ impl Watch {
         ];
         let mut subscribe = vec![Bytes::from_static(b"SUBSCRIBE")];
         subscribe.extend(channels.iter().map(|c| Bytes::from_static(c.as_bytes())));
-        send(&mut stream, &subscribe).await?;
+        link::write_command(&mut stream, &subscribe).await?;
         let mut buf = BytesMut::with_capacity(4096);
         for _ in channels {
             let confirmed = self.read(&mut stream, &mut buf).await?;
@@ -250,7 +248,7 @@ impl Watch {
         self.query(from).await?;
         loop {
             tokio::select! {
-                frame = read_frame(&mut stream, &mut buf) => {
+                frame = link::read_frame(&mut stream, &mut buf) => {
                     if let Some(event) = self.event(&frame?) {
                         self.apply(from, event);
                     }
@@ -272,7 +270,7 @@ impl Watch {
     }
 
     async fn read(&self, stream: &mut TcpStream, buf: &mut BytesMut) -> Result<Frame, Error> {
-        tokio::time::timeout(self.connection_timeout, read_frame(stream, buf))
+        tokio::time::timeout(self.connection_timeout, link::read_frame(stream, buf))
             .await
             .map_err(|_| Error::new(ErrorKind::Timeout, "a sentinel did not answer in time"))?
     }
@@ -286,7 +284,7 @@ impl Watch {
             Bytes::from_static(b"GET-MASTER-ADDR-BY-NAME"),
             Bytes::from(self.master.clone()),
         ];
-        send(&mut stream, &ask).await?;
+        link::write_command(&mut stream, &ask).await?;
         let answer = self.read(&mut stream, &mut BytesMut::new()).await?;
         match answer {
             Frame::Array { data, .. } => {
@@ -368,27 +366,6 @@ fn text(frame: &Frame) -> Option<&str> {
             std::str::from_utf8(data).ok()
         }
         _ => None,
-    }
-}
-
-async fn send(stream: &mut TcpStream, args: &[Bytes]) -> Result<(), Error> {
-    let mut out = Output::default();
-    link::encode(&mut out, args);
-    out.write_to(stream).await?;
-    Ok(())
-}
-
-async fn read_frame(stream: &mut TcpStream, buf: &mut BytesMut) -> Result<Frame, Error> {
-    loop {
-        if let Some(frame) = link::decode(buf, crate::resp::Proto::Resp2)? {
-            return Ok(frame);
-        }
-        if stream.read_buf(buf).await? == 0 {
-            return Err(Error::new(
-                ErrorKind::IO,
-                "the sentinel closed the connection",
-            ));
-        }
     }
 }
 
