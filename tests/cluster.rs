@@ -1,7 +1,8 @@
 //! `kind = "cluster"` against a real six-node Redis Cluster: routing by slot, `MOVED`
 //! followed after a slot changes owner, `CROSSSLOT` as the Cluster answers it, transactions on
-//! one node, FLUSHALL on every primary, and exact mode's token in its key's slot. (A primary
-//! killed under load is in the chaos suite.)
+//! one node, FLUSHALL on every primary, exact mode's token in its key's slot, `ASK` followed
+//! with `ASKING` during a slot's migration, and a node without a known address reached where it
+//! was asked. (A primary killed or frozen under load is in the chaos suite.)
 
 #[allow(unused_imports)]
 mod support;
@@ -273,6 +274,56 @@ async fn a_node_that_does_not_know_its_address_is_reached_where_it_was_asked() {
         asked.elapsed() < Duration::from_secs(5),
         "held {:?}",
         asked.elapsed()
+    );
+    proxy.stop().await;
+}
+
+/// A slot being migrated: the source node answers `ASK` for a key it no longer has, and
+/// holdfast sends `ASKING` and the command back to back to the target node, where the key
+/// then lives; the client hears the command's own reply, never the redirection.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_of_a_slot_being_migrated_is_followed_with_asking() {
+    let cluster = Cluster::start();
+    let proxy = one_namespace(&cluster, "fast").await;
+    let key = "asked";
+    let from = cluster.primary_of(key);
+    let to = (0..6)
+        .find(|&i| {
+            i != from
+                && cluster.nodes[i]
+                    .cmd(&["INFO", "replication"])
+                    .contains("role:master")
+        })
+        .expect("another primary");
+    let id = |i: usize| {
+        let reply = cluster.nodes[i].cmd(&["CLUSTER", "MYID"]);
+        reply.lines().nth(1).expect("a node id").to_string()
+    };
+    let slot = cluster.nodes[from].cmd(&["CLUSTER", "KEYSLOT", key]);
+    let slot = slot.trim().trim_start_matches(':').to_string();
+    let (from_id, to_id) = (id(from), id(to));
+    assert_eq!(
+        cluster.nodes[to].cmd(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id]),
+        "+OK\r\n"
+    );
+    assert_eq!(
+        cluster.nodes[from].cmd(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id]),
+        "+OK\r\n"
+    );
+    assert!(
+        cluster.nodes[from].cmd(&["GET", key]).starts_with("-ASK"),
+        "the case under test: the source node answers ASK"
+    );
+
+    let mut conn = proxy.connect().await;
+    assert_eq!(text(&conn.command(&["SET", key, "v"]).await), "+OK\r\n");
+    assert_eq!(text(&conn.command(&["GET", key]).await), "$1\r\nv\r\n");
+    let mut target = RawConn::connect(&cluster.nodes[to].addr()).await;
+    assert_eq!(text(&target.command(&["ASKING"]).await), "+OK\r\n");
+    assert_eq!(
+        text(&target.command(&["GET", key]).await),
+        "$1\r\nv\r\n",
+        "written on the target node"
     );
     proxy.stop().await;
 }
