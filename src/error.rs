@@ -210,7 +210,12 @@ fn classify_backend(error: &BackendError) -> ErrorClass {
         BackendError::Connect { source } => match source.kind() {
             // A wrong password or URL will not heal by waiting. (fred's Config kind is not
             // here: it also means "the last dial is still being torn down", which heals.)
-            ErrorKind::Auth | ErrorKind::Url | ErrorKind::InvalidArgument => ErrorClass::Other,
+            // NotFound is holdfast's own, never fred's at a dial: the server answered that
+            // what the configuration names is not there (a master name no sentinel knows, a
+            // `cluster` backend's node without cluster support).
+            ErrorKind::Auth | ErrorKind::Url | ErrorKind::InvalidArgument | ErrorKind::NotFound => {
+                ErrorClass::Other
+            }
             _ => ErrorClass::NotAttempted,
         },
         BackendError::Sent { source } => sent_kind(source.kind()),
@@ -368,6 +373,12 @@ mod tests {
             (
                 BackendError::Connect {
                     source: fred(ErrorKind::Url),
+                },
+                ErrorClass::Other,
+            ),
+            (
+                BackendError::Connect {
+                    source: fred(ErrorKind::NotFound),
                 },
                 ErrorClass::Other,
             ),

@@ -544,3 +544,55 @@ async fn a_held_request_does_not_outlive_its_client() {
         .await
         .expect("shutdown waited for a client that was gone");
 }
+
+/// A backend that can never work as configured is answered at once with an error that says
+/// why, not held for the whole retry budget: a `cluster` backend on a Redis without cluster
+/// support, a `sentinel` backend whose master name the sentinel does not monitor, and one
+/// whose "sentinel" is a plain Redis. The same Redis through a `redis` backend is served.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_backend_that_cannot_work_as_configured_is_answered_at_once() {
+    let redis = RedisServer::start();
+    let sentinel = support::sentinel::Sentinel::start(redis.port());
+    let found = Instant::now();
+    while !sentinel.names_master(redis.port()).await {
+        assert!(found.elapsed() < Duration::from_secs(10), "no sentinel");
+        sleep(Duration::from_millis(50)).await;
+    }
+    let proxy = Proxy::start(&format!(
+        "[backends.plain]\nkind = \"redis\"\nurl = \"{url}\"\n\
+         [backends.notcluster]\nkind = \"cluster\"\nnodes = [\"{addr}\"]\n\
+         [backends.misnamed]\nkind = \"sentinel\"\nmaster_name = \"nosuch\"\nsentinels = [\"{sentinel}\"]\n\
+         [backends.nosentinel]\nkind = \"sentinel\"\nmaster_name = \"mymaster\"\nsentinels = [\"{addr}\"]\n\
+         [[namespaces]]\nname = \"c\"\nbackend = \"notcluster\"\nprefixes = [\"c:\"]\n\
+         [[namespaces]]\nname = \"m\"\nbackend = \"misnamed\"\nprefixes = [\"m:\"]\n\
+         [[namespaces]]\nname = \"n\"\nbackend = \"nosentinel\"\nprefixes = [\"n:\"]\n\
+         [[namespaces]]\nname = \"default\"\nbackend = \"plain\"\n",
+        url = redis.url(),
+        addr = redis.addr(),
+        sentinel = sentinel.addr(),
+    ))
+    .await;
+    let mut conn = proxy.connect().await;
+    // The backends' first look at their servers, as at any start.
+    sleep(Duration::from_millis(500)).await;
+    for (key, why) in [
+        ("c:k", "CLUSTER SLOTS"),
+        ("m:k", "no sentinel monitors a master named 'nosuch'"),
+        ("n:k", "no sentinel monitors a master named 'mymaster'"),
+    ] {
+        let asked = Instant::now();
+        let reply = text(&conn.command(&["GET", key]).await);
+        assert!(
+            reply.starts_with("-ERR ") && reply.contains(why),
+            "{key}: {reply}"
+        );
+        assert!(
+            asked.elapsed() < Duration::from_secs(2),
+            "{key}: held {:?}",
+            asked.elapsed()
+        );
+    }
+    assert_eq!(text(&conn.command(&["SET", "k", "v"]).await), "+OK\r\n");
+    assert_eq!(redis.cmd(&["GET", "k"]), "$1\r\nv\r\n");
+    proxy.stop().await;
+}

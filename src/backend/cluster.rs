@@ -16,6 +16,7 @@
 
 use super::link::{self, Link, Target};
 use super::{BackendError, Reply};
+use crate::error::{classify, ErrorClass};
 use bytes::{Bytes, BytesMut};
 use fred::error::{Error, ErrorKind};
 use redis_protocol::resp3::types::BytesFrame as Frame;
@@ -178,6 +179,8 @@ pub struct Topology {
     reading: tokio::sync::Mutex<()>,
     /// Reads of the map, for the one under way to tell a reader that came in after it.
     reads: AtomicU64,
+    /// Why the last read failed, if it did: what a reader that waited for it is told.
+    failed: Mutex<Option<Error>>,
 }
 
 impl Topology {
@@ -190,6 +193,7 @@ impl Topology {
             map: watch::Sender::new(Arc::new(SlotMap::default())),
             reading: tokio::sync::Mutex::new(()),
             reads: AtomicU64::new(0),
+            failed: Mutex::new(None),
         });
         let weak = Arc::downgrade(&topology);
         tokio::spawn(async move {
@@ -197,8 +201,16 @@ impl Topology {
                 let Some(topology) = weak.upgrade() else {
                     return;
                 };
-                if let Err(e) = topology.read().await {
-                    tracing::warn!(backend = %topology.backend, error = %e, "reading the cluster's slot map failed");
+                match topology.read().await {
+                    // The first read is at start: a configuration that cannot work is said
+                    // there, as an error, and every 10 s after.
+                    Err(e) if *e.kind() == ErrorKind::NotFound => {
+                        tracing::error!(backend = %topology.backend, error = %e, "the backend cannot be used as configured: requests to it are answered with this error at once");
+                    }
+                    Err(e) => {
+                        tracing::warn!(backend = %topology.backend, error = %e, "reading the cluster's slot map failed");
+                    }
+                    Ok(()) => {}
                 }
                 drop(topology);
                 tokio::time::sleep(REFRESH).await;
@@ -239,7 +251,10 @@ impl Topology {
         let _reading = self.reading.lock().await;
         if self.reads.load(Ordering::Acquire) != before {
             // Another read finished while this one waited: it saw what we would.
-            return Ok(());
+            return match self.failed.lock().ok().and_then(|f| f.clone()) {
+                Some(e) => Err(e),
+                None => Ok(()),
+            };
         }
         let known = self.map();
         // The nodes the map names, then the seeds: a seed may be gone for good.
@@ -257,7 +272,7 @@ impl Topology {
                     last = Error::new(ErrorKind::IO, format!("{node:?} serves no slot"));
                 }
                 Ok(map) => {
-                    self.reads.fetch_add(1, Ordering::AcqRel);
+                    self.settle(None);
                     self.map.send_if_modified(|current| {
                         if **current == map {
                             return false;
@@ -274,8 +289,16 @@ impl Topology {
                 Err(e) => last = e,
             }
         }
-        self.reads.fetch_add(1, Ordering::AcqRel);
+        self.settle(Some(last.clone()));
         Err(last)
+    }
+
+    /// Ends a read: its failure is kept for those that waited on it.
+    fn settle(&self, failed: Option<Error>) {
+        if let Ok(mut f) = self.failed.lock() {
+            *f = failed;
+        }
+        self.reads.fetch_add(1, Ordering::AcqRel);
     }
 
     /// `CLUSTER SLOTS` of one node, on a connection of its own.
@@ -292,6 +315,17 @@ impl Topology {
         let frame = tokio::time::timeout(target.connection_timeout(), ask)
             .await
             .map_err(|_| Error::new(ErrorKind::Timeout, "CLUSTER SLOTS timed out"))??;
+        if let Err(refused) = BackendError::check_reply(frame.clone()) {
+            // An error that is not "not now" (LOADING, CLUSTERDOWN, ...) is the node saying
+            // it is no Cluster node at all: the configuration is wrong, and waiting will
+            // not heal it (NotFound: the request is answered at once, the log says why).
+            let kind = match classify(&refused) {
+                ErrorClass::NotAttempted => ErrorKind::IO,
+                _ => ErrorKind::NotFound,
+            };
+            let what = format!("{node:?} answered CLUSTER SLOTS with {frame:?}");
+            return Err(Error::new(kind, what));
+        }
         SlotMap::parse(&frame, node).map_err(|e| Error::new(ErrorKind::Protocol, e))
     }
 }

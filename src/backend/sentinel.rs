@@ -22,7 +22,8 @@
 //! sentinel and the pause between tries are what fencing depends on, and they are a few
 //! lines over the link's framing.
 
-use super::link;
+use super::{link, BackendError};
+use crate::error::{classify, ErrorClass};
 use bytes::{Bytes, BytesMut};
 use fred::error::{Error, ErrorKind};
 use redis_protocol::resp3::types::BytesFrame as Frame;
@@ -33,6 +34,14 @@ use tokio::net::TcpStream;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+
+/// How often the sentinels are asked again while none monitors the configured name.
+const MISNAMED_REQUERY: Duration = Duration::from_secs(5);
+
+/// Whether `frame` is an error reply that waiting will not change (not `LOADING`, ...).
+fn refused_for_good(frame: &Frame) -> bool {
+    matches!(BackendError::check_reply(frame.clone()), Err(e) if classify(&e) == ErrorClass::Other)
+}
 
 /// A server's address.
 pub type Addr = (String, u16);
@@ -47,6 +56,9 @@ pub struct View {
     pub generation: u64,
     /// The sentinels (by index) that hold the primary objectively down now.
     pub down: Vec<usize>,
+    /// The sentinels (by index) that answered they monitor no master of the configured
+    /// name, while none has named one.
+    pub unknown: Vec<usize>,
 }
 
 /// What a sentinel said.
@@ -54,6 +66,9 @@ pub struct View {
 pub enum Event {
     /// Its answer to `GET-MASTER-ADDR-BY-NAME`.
     Named(Addr),
+    /// Its answer to `GET-MASTER-ADDR-BY-NAME` was nil (it monitors no master of that name)
+    /// or an error that waiting will not change (it is no sentinel).
+    Unknown,
     /// `+switch-master`: the primary moved here.
     Switched(Addr),
     /// `+odown` of the primary at this address.
@@ -70,6 +85,13 @@ impl View {
         self.primary.as_ref().filter(|_| self.down.is_empty())
     }
 
+    /// Whether the configuration cannot work as it stands: a sentinel answered that it
+    /// monitors no master of the configured name, and none has named one. A dial then fails
+    /// at once (waiting would only hold every request for a server nobody will name).
+    pub fn misnamed(&self) -> bool {
+        self.primary.is_none() && !self.unknown.is_empty()
+    }
+
     /// The view after sentinel `from` said `event`, and whether the primary changed.
     pub fn apply(&self, from: usize, event: Event) -> (View, bool) {
         let mut next = self.clone();
@@ -77,6 +99,7 @@ impl View {
         match event {
             Event::Named(addr) | Event::Switched(addr) if self.primary.as_ref() != Some(&addr) => {
                 moved = self.primary.is_some();
+                next.unknown.clear();
                 next.primary = Some(addr);
                 next.generation += 1;
                 // Whatever was down was the old primary.
@@ -101,7 +124,18 @@ impl View {
             }
             // About a primary we no longer follow.
             Event::Down(_) | Event::Up(_) => {}
-            Event::Lost => next.down.retain(|s| *s != from),
+            Event::Lost => {
+                next.down.retain(|s| *s != from);
+                next.unknown.retain(|s| *s != from);
+            }
+            // Once a primary is named, a sentinel that does not know it is one out of step:
+            // the view follows the ones that do.
+            Event::Unknown if self.primary.is_some() => {}
+            Event::Unknown => {
+                if !next.unknown.contains(&from) {
+                    next.unknown.push(from);
+                }
+            }
         }
         (next, moved)
     }
@@ -140,22 +174,31 @@ impl Watch {
     /// sentinels have not named one or hold it down, at most the connection timeout.
     ///
     /// # Errors
-    /// `IO` (nothing was sent) when no usable primary is known in time.
+    /// `IO` (nothing was sent) when no usable primary is known in time; `NotFound` at once
+    /// when a sentinel answered it monitors no master of the configured name.
     pub async fn primary(&self) -> Result<(Addr, u64), Error> {
         let within = self.connection_timeout;
         let mut view = self.view.subscribe();
-        let usable = tokio::time::timeout(within, view.wait_for(|v| v.usable().is_some())).await;
-        match usable {
-            Ok(Ok(v)) => match v.usable() {
-                Some(addr) => Ok((addr.clone(), v.generation)),
-                None => Err(self.no_primary()),
-            },
-            _ => Err(self.no_primary()),
-        }
+        let usable = view.wait_for(|v| v.usable().is_some() || v.misnamed());
+        let found = match tokio::time::timeout(within, usable).await {
+            Ok(Ok(v)) => v.usable().map(|addr| (addr.clone(), v.generation)),
+            _ => None,
+        };
+        found.ok_or_else(|| self.no_primary())
     }
 
     fn no_primary(&self) -> Error {
         let view = self.view.borrow();
+        if view.misnamed() {
+            // NotFound: the request is answered with this at once, not held.
+            return Error::new(
+                ErrorKind::NotFound,
+                format!(
+                    "no sentinel monitors a master named '{}' (sentinels {:?}: one answered nil, or is no sentinel): check master_name and sentinels",
+                    self.master, self.sentinels
+                ),
+            );
+        }
         let why = match (&view.primary, view.down.is_empty()) {
             (None, _) => "no sentinel named it yet",
             (Some(_), false) => "the sentinels hold it objectively down",
@@ -202,6 +245,14 @@ impl Watch {
             *view = next;
             changed
         });
+        if event == Event::Unknown && self.view.borrow().misnamed() {
+            tracing::error!(
+                backend = %self.backend,
+                master = %self.master,
+                sentinel = ?self.sentinels.get(from),
+                "the sentinel monitors no master of this name: requests to the backend are answered with an error at once; check master_name"
+            );
+        }
         if fenced {
             let view = self.view.borrow().clone();
             tracing::warn!(
@@ -254,6 +305,11 @@ impl Watch {
                     }
                 }
                 () = self.requery.notified() => self.query(from).await?,
+                // A name no sentinel monitors may be added (`SENTINEL MONITOR`) without an
+                // event holdfast hears: ask again now and then.
+                () = tokio::time::sleep(MISNAMED_REQUERY), if self.view.borrow().misnamed() => {
+                    self.query(from).await?;
+                }
             }
         }
     }
@@ -293,8 +349,16 @@ impl Watch {
                 }
                 Ok(())
             }
-            // This sentinel does not know the master (yet): it says nothing.
-            Frame::Null => Ok(()),
+            // This sentinel monitors no master of that name.
+            Frame::Null => {
+                self.apply(from, Event::Unknown);
+                Ok(())
+            }
+            // Refused for good (not LOADING or the like): the server is no sentinel.
+            ref refused if refused_for_good(refused) => {
+                self.apply(from, Event::Unknown);
+                Ok(())
+            }
             other => Err(Error::new(
                 ErrorKind::Protocol,
                 format!("unexpected answer to GET-MASTER-ADDR-BY-NAME: {other:?}"),
@@ -444,6 +508,15 @@ mod tests {
             primary: primary.map(at),
             generation,
             down: down.to_vec(),
+            unknown: Vec::new(),
+        }
+    }
+
+    /// `view(None, 0, &[])` that sentinels `from` said they do not know.
+    fn misnamed(from: &[usize]) -> View {
+        View {
+            unknown: from.to_vec(),
+            ..View::default()
         }
     }
 
@@ -563,6 +636,27 @@ mod tests {
                 view(Some(2), 4, &[]),
                 false,
             ),
+            // A sentinel that monitors no such master: the configuration cannot work...
+            (view(None, 0, &[]), 0, Unknown, misnamed(&[0]), false),
+            (misnamed(&[0]), 1, Unknown, misnamed(&[0, 1]), false),
+            // ...until one names it (a sentinel told to monitor it since).
+            (
+                misnamed(&[0, 1]),
+                2,
+                Named(at(1)),
+                view(Some(1), 1, &[]),
+                false,
+            ),
+            // Lost, its word no longer counts.
+            (misnamed(&[0, 1]), 1, Lost, misnamed(&[0]), false),
+            // Once one named it, another that does not know it is out of step: ignored.
+            (
+                view(Some(1), 1, &[]),
+                2,
+                Unknown,
+                view(Some(1), 1, &[]),
+                false,
+            ),
         ];
         for (i, (before, from, event, after, moved)) in cases.into_iter().enumerate() {
             let (next, m) = before.apply(from, event.clone());
@@ -579,6 +673,8 @@ mod tests {
         assert_eq!(view(None, 0, &[]).usable(), None);
         assert_eq!(view(Some(1), 2, &[0]).usable(), None);
         assert_eq!(view(Some(1), 2, &[]).usable(), Some(&at(1)));
+        assert!(misnamed(&[0]).misnamed() && misnamed(&[0]).usable().is_none());
+        assert!(!view(None, 0, &[]).misnamed());
     }
 
     #[test]
