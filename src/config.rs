@@ -685,6 +685,12 @@ pub struct NamespaceConfig {
         skip_serializing_if = "Option::is_none"
     )]
     pub replicas_ack_timeout: Option<Duration>,
+    /// Lets a user limited to some namespaces run scripts and functions (`EVAL`, `FCALL`,
+    /// ...) whose keys route here. A script may touch any key, so this trusts the scripts,
+    /// or a Redis ACL user of the backend's that confines them (README, "Namespaces and
+    /// users"). Users that may reach every namespace run scripts regardless.
+    #[serde(default)]
+    pub allow_scripts: bool,
 }
 
 /// A namespace's policy after `[defaults]` is applied.
@@ -743,6 +749,7 @@ impl Default for Config {
                 retry: RetryOverride::default(),
                 min_replicas_ack: None,
                 replicas_ack_timeout: None,
+                allow_scripts: false,
             }],
         }
     }

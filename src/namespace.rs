@@ -108,6 +108,21 @@ impl Router {
         &self.namespaces[self.index_of(key)]
     }
 
+    /// The namespaces a key beginning with `head` may fall in: `head`'s own, and each whose
+    /// prefix extends `head` (`a:secret:` extends `a:`). A key pattern's literal head names
+    /// them all.
+    pub fn namespaces_under<'a>(
+        &'a self,
+        head: &'a [u8],
+    ) -> impl Iterator<Item = &'a Arc<Namespace>> + 'a {
+        let longer = self
+            .prefixes
+            .iter()
+            .filter(move |(prefix, _)| prefix.len() > head.len() && prefix.starts_with(head))
+            .map(|(_, index)| &self.namespaces[*index]);
+        std::iter::once(self.namespace_of(head)).chain(longer)
+    }
+
     /// The catch-all namespace, which takes keyless commands.
     pub fn catch_all(&self) -> &Arc<Namespace> {
         &self.namespaces[self.catch_all]

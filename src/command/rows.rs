@@ -20,7 +20,10 @@
 use super::table::Idempotence::{
     ConnectionBound, Idempotent, IdempotentEffect, NonIdempotent, Read,
 };
-use super::table::{Idempotence, Keys, Local, Spec, KEY1, KEYS_1_2, KEYS_ALL, KEYS_PAIRS, NO_KEYS};
+use super::table::{
+    store_index, Idempotence, Keys, Local, Options, Reach, Spec, KEY1, KEYS_1_2, KEYS_ALL,
+    KEYS_PAIRS, NO_KEYS,
+};
 use bytes::Bytes;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -239,7 +242,8 @@ pub(super) static ROWS: &[Spec] = &[
     Spec::new("XTRIM", -4, KEY1, IdempotentEffect),
     // ---- generic: keys and expiry ----
     // With REPLACE a repeat answers 1 again; without, 0: IdempotentEffect covers both.
-    Spec::new("COPY", -3, KEYS_1_2, IdempotentEffect),
+    // `DB n` copies into a database no namespace routes to (exact mode's tokens live in one).
+    Spec::new("COPY", -3, KEYS_1_2, IdempotentEffect).reach(Reach::Database),
     Spec::new("DEL", -2, KEYS_ALL, IdempotentEffect),
     Spec::new("DUMP", 2, KEY1, Read),
     Spec::new("EXISTS", -2, KEYS_ALL, Read),
@@ -248,7 +252,7 @@ pub(super) static ROWS: &[Spec] = &[
     Spec::new("EXPIRE", -3, KEY1, IdempotentEffect),
     Spec::new("EXPIREAT", -3, KEY1, IdempotentEffect).refine(refine_expireat),
     Spec::new("EXPIRETIME", 2, KEY1, Read),
-    Spec::new("KEYS", 2, NO_KEYS, Read),
+    Spec::new("KEYS", 2, NO_KEYS, Read).reach(Reach::Keyspace),
     Spec::container("OBJECT"),
     Spec::new("OBJECT|ENCODING", 3, KEY2, Read),
     Spec::new("OBJECT|FREQ", 3, KEY2, Read),
@@ -260,18 +264,20 @@ pub(super) static ROWS: &[Spec] = &[
     Spec::new("PEXPIREAT", -3, KEY1, IdempotentEffect).refine(refine_pexpireat),
     Spec::new("PEXPIRETIME", 2, KEY1, Read),
     Spec::new("PTTL", 2, KEY1, Read),
-    Spec::new("RANDOMKEY", 1, NO_KEYS, Read),
+    Spec::new("RANDOMKEY", 1, NO_KEYS, Read).reach(Reach::Keyspace),
     // A repeat answers an error (no such key) although the state is the one the first call
     // left.
     Spec::new("RENAME", 3, KEYS_1_2, NonIdempotent),
     Spec::new("RENAMENX", 3, KEYS_1_2, NonIdempotent),
     // Without REPLACE a repeat answers BUSYKEY; with REPLACE it answers OK again.
     Spec::new("RESTORE", -4, KEY1, NonIdempotent).refine(refine_restore),
-    Spec::new("SCAN", -2, NO_KEYS, Read),
-    // Only the sorted key is routed: a STORE destination, and the keys BY and GET patterns
-    // read, are not (Redis itself does not declare them).
-    Spec::new("SORT", -2, KEY1, NonIdempotent).refine(refine_sort),
-    Spec::new("SORT_RO", -2, KEY1, Read),
+    Spec::new("SCAN", -2, NO_KEYS, Read).reach(Reach::Keyspace),
+    // The sorted key and a STORE destination are routed; the keys BY and GET patterns read
+    // are checked against a limited user's namespaces (Redis does not declare them).
+    Spec::new("SORT", -2, Keys::Store(Options::Sort), NonIdempotent)
+        .refine(refine_sort)
+        .reach(Reach::SortPatterns),
+    Spec::new("SORT_RO", -2, KEY1, Read).reach(Reach::SortPatterns),
     // Only the access time changes.
     Spec::new("TOUCH", -2, KEYS_ALL, Read),
     Spec::new("TTL", 2, KEY1, Read),
@@ -296,29 +302,39 @@ pub(super) static ROWS: &[Spec] = &[
     Spec::new("GEOPOS", -2, KEY1, Read)
         .nested_nil_array(|p| p.len() == 1)
         .human_doubles(),
-    // STORE / STOREDIST destinations are not routed, as for SORT.
+    // A STORE / STOREDIST destination is routed, as for SORT.
     // WITHCOORD coordinates are human long doubles.
-    Spec::new("GEORADIUS", -6, KEY1, NonIdempotent)
-        .refine(refine_georadius)
-        .human_doubles(),
+    Spec::new(
+        "GEORADIUS",
+        -6,
+        Keys::Store(Options::Georadius(6)),
+        NonIdempotent,
+    )
+    .refine(refine_georadius)
+    .human_doubles(),
     Spec::new("GEORADIUS_RO", -6, KEY1, Read).human_doubles(),
-    Spec::new("GEORADIUSBYMEMBER", -5, KEY1, NonIdempotent)
-        .refine(refine_georadiusbymember)
-        .human_doubles(),
+    Spec::new(
+        "GEORADIUSBYMEMBER",
+        -5,
+        Keys::Store(Options::Georadius(5)),
+        NonIdempotent,
+    )
+    .refine(refine_georadiusbymember)
+    .human_doubles(),
     Spec::new("GEORADIUSBYMEMBER_RO", -5, KEY1, Read).human_doubles(),
     Spec::new("GEOSEARCH", -7, KEY1, Read).human_doubles(),
     Spec::new("GEOSEARCHSTORE", -8, KEYS_1_2, NonIdempotent).refine(refine_store_1_2),
     // ---- scripting ----
-    Spec::new("EVAL", -3, NUMKEYS_AT_2, NonIdempotent),
-    Spec::new("EVAL_RO", -3, NUMKEYS_AT_2, Read),
-    Spec::new("EVALSHA", -3, NUMKEYS_AT_2, NonIdempotent),
-    Spec::new("EVALSHA_RO", -3, NUMKEYS_AT_2, Read),
-    Spec::new("FCALL", -3, NUMKEYS_AT_2, NonIdempotent),
-    Spec::new("FCALL_RO", -3, NUMKEYS_AT_2, Read),
+    Spec::new("EVAL", -3, NUMKEYS_AT_2, NonIdempotent).reach(Reach::Scripts),
+    Spec::new("EVAL_RO", -3, NUMKEYS_AT_2, Read).reach(Reach::Scripts),
+    Spec::new("EVALSHA", -3, NUMKEYS_AT_2, NonIdempotent).reach(Reach::Scripts),
+    Spec::new("EVALSHA_RO", -3, NUMKEYS_AT_2, Read).reach(Reach::Scripts),
+    Spec::new("FCALL", -3, NUMKEYS_AT_2, NonIdempotent).reach(Reach::Scripts),
+    Spec::new("FCALL_RO", -3, NUMKEYS_AT_2, Read).reach(Reach::Scripts),
     // ---- server: forwarded to the catch-all backend ----
     Spec::container("CONFIG"),
-    Spec::new("CONFIG|GET", -3, NO_KEYS, Read),
-    Spec::new("DBSIZE", 1, NO_KEYS, Read),
+    Spec::new("CONFIG|GET", -3, NO_KEYS, Read).reach(Reach::ServerConfig),
+    Spec::new("DBSIZE", 1, NO_KEYS, Read).reach(Reach::Keyspace),
     Spec::new("FLUSHALL", -1, NO_KEYS, Idempotent).every_backend(),
     Spec::new("FLUSHDB", -1, NO_KEYS, Idempotent).every_backend(),
     Spec::new("LASTSAVE", 1, NO_KEYS, Read),
@@ -598,42 +614,23 @@ fn refine_restore(args: &[Bytes]) -> Idempotence {
 /// `SORT key [BY pattern] [LIMIT offset count] [GET pattern ...] [ASC | DESC] [ALPHA]
 /// [STORE dest]`: a Read unless it stores.
 fn refine_sort(args: &[Bytes]) -> Idempotence {
-    let mut i = 2;
-    while let Some(arg) = args.get(i) {
-        if one_of(arg, &["BY", "GET"]) {
-            i += 2;
-        } else if arg.eq_ignore_ascii_case(b"LIMIT") {
-            i += 3;
-        } else if arg.eq_ignore_ascii_case(b"STORE") {
-            return store_class(args.get(i + 1), args.get(1..2).unwrap_or_default());
-        } else {
-            i += 1;
-        }
+    stores(args, Options::Sort)
+}
+
+/// A Read unless its options store (then as [`store_class`] says).
+fn stores(args: &[Bytes], options: Options) -> Idempotence {
+    match store_index(options, args) {
+        Some(at) => store_class(args.get(at), args.get(1..2).unwrap_or_default()),
+        None => Read,
     }
-    Read
 }
 
 /// `GEORADIUS key longitude latitude radius unit [options]`
 fn refine_georadius(args: &[Bytes]) -> Idempotence {
-    georadius_store(args, 6)
+    stores(args, Options::Georadius(6))
 }
 
 /// `GEORADIUSBYMEMBER key member radius unit [options]`
 fn refine_georadiusbymember(args: &[Bytes]) -> Idempotence {
-    georadius_store(args, 5)
-}
-
-/// The options of GEORADIUS from `from`: a Read unless STORE or STOREDIST writes a key.
-fn georadius_store(args: &[Bytes], from: usize) -> Idempotence {
-    let mut i = from;
-    while let Some(arg) = args.get(i) {
-        if one_of(arg, &["STORE", "STOREDIST"]) {
-            return store_class(args.get(i + 1), args.get(1..2).unwrap_or_default());
-        } else if arg.eq_ignore_ascii_case(b"COUNT") {
-            i += 2;
-        } else {
-            i += 1;
-        }
-    }
-    Read
+    stores(args, Options::Georadius(5))
 }

@@ -62,6 +62,39 @@ pub enum Keys {
     },
     /// XREAD / XREADGROUP: the first half of the arguments after the `STREAMS` token.
     Streams,
+    /// The key at argument 1, and the destination after a `STORE` (or `STOREDIST`) option
+    /// when there is one (`SORT … STORE dest`, `GEORADIUS … STORE dest`): a destination is
+    /// routed and checked like any key, so it cannot land in another namespace.
+    Store(Options),
+}
+
+/// How a command's options are read to find its `STORE` destination.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Options {
+    /// `SORT key [BY pattern] [LIMIT offset count] [GET pattern ...] [ASC | DESC] [ALPHA]
+    /// [STORE dest]`
+    Sort,
+    /// GEORADIUS's options from this argument on: `COUNT n [ANY]`, `STORE dest`,
+    /// `STOREDIST dest`, flags.
+    Georadius(usize),
+}
+
+/// What an invocation may touch beyond the keys [`Keys`] finds: what the check of a user
+/// limited to some namespaces must also cover (README, "Namespaces and users").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// Nothing: its keys are all it touches.
+    Keys,
+    /// The keys its `BY` and `GET` patterns name (`SORT`, `SORT_RO`).
+    SortPatterns,
+    /// Any key: a script or a function calls commands on keys nobody declared.
+    Scripts,
+    /// Every key of its backend's database (`KEYS`, `SCAN`, `RANDOMKEY`, `DBSIZE`).
+    Keyspace,
+    /// The backend server's configuration, its passwords included (`CONFIG GET`).
+    ServerConfig,
+    /// Another database of its backend, given `DB n` (`COPY`).
+    Database,
 }
 
 /// Commands holdfast answers itself instead of forwarding.
@@ -151,6 +184,8 @@ pub struct Spec {
     /// Connection-bound for its wait alone (`XREAD … BLOCK`): it changes nothing, so no
     /// replica need have anything after it (`min_replicas_ack`).
     pub blocking_read: bool,
+    /// What it touches beyond its keys.
+    pub reach: Reach,
 }
 
 impl Spec {
@@ -170,6 +205,7 @@ impl Spec {
             every_backend: false,
             pinned: false,
             blocking_read: false,
+            reach: Reach::Keys,
         }
     }
 
@@ -220,6 +256,12 @@ impl Spec {
     /// Sent on the client's pinned backend connection.
     pub const fn pinned(mut self) -> Spec {
         self.pinned = true;
+        self
+    }
+
+    /// Says what it touches beyond its keys.
+    pub const fn reach(mut self, reach: Reach) -> Spec {
+        self.reach = reach;
         self
     }
 
@@ -395,7 +437,56 @@ pub fn key_indices(keys: Keys, args: &[Bytes]) -> KeyIndices {
                 rest: (pos + 1..pos + 1 + rest / 2).step_by(1),
             }
         }
+        Keys::Store(options) => {
+            let dest = store_index(options, args)
+                .filter(|at| *at < argc)
+                .map_or(0..0, |at| at..at + 1);
+            KeyIndices {
+                dest: (argc > 1).then_some(1),
+                rest: dest.step_by(1),
+            }
+        }
     }
+}
+
+/// The index of the destination after `STORE` (or `STOREDIST`), reading the options as
+/// `options` says (past the end when `STORE` is the last argument); None without one.
+pub fn store_index(options: Options, args: &[Bytes]) -> Option<usize> {
+    let word =
+        |arg: &Bytes, words: &[&str]| words.iter().any(|w| arg.eq_ignore_ascii_case(w.as_bytes()));
+    let (mut i, store, skip): (usize, &[&str], &[(&str, usize)]) = match options {
+        Options::Sort => (2, &["STORE"], &[("BY", 2), ("GET", 2), ("LIMIT", 3)]),
+        Options::Georadius(from) => (from, &["STORE", "STOREDIST"], &[("COUNT", 2)]),
+    };
+    while let Some(arg) = args.get(i) {
+        if word(arg, store) {
+            return Some(i + 1);
+        }
+        i += skip
+            .iter()
+            .find(|(w, _)| arg.eq_ignore_ascii_case(w.as_bytes()))
+            .map_or(1, |(_, n)| *n);
+    }
+    None
+}
+
+/// The indices of `SORT`'s `BY` and `GET` patterns.
+pub fn sort_patterns(args: &[Bytes]) -> Vec<usize> {
+    let mut found = Vec::new();
+    let mut i = 2;
+    while let Some(arg) = args.get(i) {
+        if arg.eq_ignore_ascii_case(b"BY") || arg.eq_ignore_ascii_case(b"GET") {
+            if i + 1 < args.len() {
+                found.push(i + 1);
+            }
+            i += 2;
+        } else if arg.eq_ignore_ascii_case(b"LIMIT") {
+            i += 3;
+        } else {
+            i += 1;
+        }
+    }
+    found
 }
 
 /// The positions [`key_indices`] finds, in order, without allocating: every request asks.

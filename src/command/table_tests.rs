@@ -110,7 +110,9 @@ fn arity_and_keys_match_redis_7() {
         ("SDIFFSTORE", -3, KEYS_ALL),
         ("XADD", -5, KEY1),
         ("ZADD", -4, KEY1),
-        ("SORT", -2, KEY1),
+        // Redis 7's key specs name the STORE destination too (a keyword spec), beyond the
+        // legacy triple (1, 1, 1).
+        ("SORT", -2, Keys::Store(Options::Sort)),
         ("WAIT", 3, NO_KEYS),
         ("KEYS", 2, NO_KEYS),
         ("CONFIG|GET", -3, NO_KEYS),
@@ -453,7 +455,7 @@ fn key_indices_of_samples() {
             ],
             &[1, 2],
         ),
-        (&["SORT", "k", "STORE", "d"], &[1]),
+        (&["SORT", "k", "STORE", "d"], &[1, 3]),
         (&["LMOVE", "a", "b", "LEFT", "RIGHT"], &[1, 2]),
         (&["WATCH", "a", "b"], &[1, 2]),
         (&["SCAN", "0", "MATCH", "x*"], &[]),
@@ -596,5 +598,64 @@ fn keyless_forwarded_commands_go_to_the_catch_all() {
         let spec = row(name);
         assert_eq!(spec.exec, Exec::Forward, "{name}");
         assert_eq!(spec.keys, Keys::None, "{name}");
+    }
+}
+
+#[test]
+fn a_store_destination_is_a_key_and_patterns_are_found() {
+    let cases: &[(&[&str], &[usize])] = &[
+        (&["SORT", "k"], &[1]),
+        (&["SORT", "k", "STORE", "d"], &[1, 3]),
+        (
+            &["SORT", "k", "BY", "store", "GET", "store", "STORE", "d"],
+            &[1, 7],
+        ),
+        (&["SORT", "k", "LIMIT", "0", "1", "store", "d"], &[1, 6]),
+        // STORE as the last argument: no destination to route (Redis answers the error).
+        (&["SORT", "k", "STORE"], &[1]),
+        (&["SORT_RO", "k", "GET", "x"], &[1]),
+        (
+            &[
+                "GEORADIUS",
+                "k",
+                "0",
+                "0",
+                "1",
+                "km",
+                "COUNT",
+                "1",
+                "ANY",
+                "STORE",
+                "d",
+            ],
+            &[1, 10],
+        ),
+        (
+            &["GEORADIUS", "k", "0", "0", "1", "km", "STOREDIST", "d"],
+            &[1, 7],
+        ),
+        (
+            &["GEORADIUS", "k", "0", "0", "1", "km", "COUNT", "store"],
+            &[1],
+        ),
+        (
+            &["GEORADIUSBYMEMBER", "k", "m", "1", "km", "STORE", "d"],
+            &[1, 6],
+        ),
+    ];
+    for (words, want) in cases {
+        assert_eq!(keys_of(words), *want, "{words:?}");
+    }
+    let patterns: &[(&[&str], &[usize])] = &[
+        (&["SORT", "k"], &[]),
+        (
+            &["SORT", "k", "BY", "w_*", "GET", "#", "GET", "h_*->f"],
+            &[3, 5, 7],
+        ),
+        (&["SORT", "k", "LIMIT", "0", "1", "GET", "x"], &[6]),
+        (&["SORT", "k", "GET"], &[]),
+    ];
+    for (words, want) in patterns {
+        assert_eq!(sort_patterns(&args(words)), *want, "{words:?}");
     }
 }

@@ -2,6 +2,7 @@
 //! checks. Passwords are compared in constant time.
 
 use super::*;
+use crate::command::table::{sort_patterns, Reach};
 
 impl Conn {
     pub(super) fn hello(&mut self, args: &[Bytes]) -> Frame {
@@ -116,7 +117,19 @@ impl Conn {
     /// Whether the authenticated user may run `command`, with Redis's `NOPERM` wording when
     /// not. Looked up in the current generation, so a reload that removes a user or narrows
     /// its namespaces applies to connections already authenticated as it.
+    ///
+    /// A user limited to some namespaces is checked on every key the command names, and on
+    /// what it reaches beyond them ([`Reach`]): the keys of `SORT`'s patterns, any key at all
+    /// (a script: refused unless its namespace has `allow_scripts`), the whole keyspace of a
+    /// backend shared with a namespace it may not reach, the server's configuration.
     pub(super) fn permit(&self, command: &Command) -> Result<(), String> {
+        // Every client's: `COPY … DB n` writes where no namespace routes (tokens live there).
+        if command.spec.reach == Reach::Database && names_a_database(&command.args) {
+            return Err(
+                "ERR holdfast: COPY with DB is not served: the other database is outside every namespace"
+                    .to_string(),
+            );
+        }
         let Some(name) = &self.user else {
             return Ok(());
         };
@@ -125,6 +138,10 @@ impl Conn {
                 "NOPERM this user has no permissions to run the '{}' command",
                 command.spec.name.to_ascii_lowercase()
             )
+        };
+        let cannot_access = || {
+            "NOPERM this user has no permissions to access one of the keys used as arguments"
+                .to_string()
         };
         let Some(user) = self.state.config.users.iter().find(|u| &u.name == name) else {
             return Err(cannot_run());
@@ -140,25 +157,101 @@ impl Conn {
             return Ok(());
         };
         let router = &self.state.router;
+        let reaches = |ns: &Namespace| allowed.contains(&ns.name);
         let mut keys = command.keys().peekable();
         // FLUSHDB/FLUSHALL check each namespace they would reach themselves.
-        if keys.peek().is_none() && !command.spec.every_backend {
-            return if allowed.contains(&router.catch_all().name) {
-                Ok(())
-            } else {
-                Err(cannot_run())
-            };
+        if keys.peek().is_none() && !command.spec.every_backend && !reaches(router.catch_all()) {
+            return Err(cannot_run());
         }
+        let mut routed = Vec::new();
         for key in keys {
-            if !allowed.contains(&router.namespace_of(key).name) {
-                return Err(
-                    "NOPERM this user has no permissions to access one of the keys used as arguments"
-                        .to_string(),
-                );
+            let ns = router.namespace_of(key);
+            if !reaches(ns) {
+                return Err(cannot_access());
+            }
+            routed.push(ns);
+        }
+        match command.spec.reach {
+            Reach::Keys | Reach::Database => Ok(()),
+            Reach::SortPatterns => {
+                let outside = sort_patterns(&command.args)
+                    .into_iter()
+                    .filter_map(|at| command.args.get(at))
+                    .filter_map(|pattern| pattern_head(pattern))
+                    .any(|head| !router.namespaces_under(head).all(|ns| reaches(ns)));
+                if outside {
+                    Err(cannot_access())
+                } else {
+                    Ok(())
+                }
+            }
+            Reach::Scripts => {
+                if routed.is_empty() {
+                    routed.push(router.catch_all());
+                }
+                let allows = |ns: &Arc<Namespace>| {
+                    self.state
+                        .config
+                        .namespaces
+                        .iter()
+                        .any(|c| c.name == ns.name && c.allow_scripts)
+                };
+                if routed.iter().all(|ns| allows(ns)) {
+                    Ok(())
+                } else {
+                    Err(cannot_run())
+                }
+            }
+            Reach::Keyspace => {
+                // The catch-all's backend answers it: every namespace stored there is read.
+                let backend = &router.catch_all().backend;
+                let shared = router
+                    .namespaces()
+                    .iter()
+                    .any(|ns| Arc::ptr_eq(&ns.backend, backend) && !reaches(ns));
+                if shared {
+                    Err(cannot_run())
+                } else {
+                    Ok(())
+                }
+            }
+            Reach::ServerConfig => {
+                if command.args.iter().skip(2).all(|p| harmless_parameter(p)) {
+                    Ok(())
+                } else {
+                    Err(cannot_run())
+                }
             }
         }
-        Ok(())
     }
+}
+
+/// Whether `COPY source destination [DB n] [REPLACE]` names a database.
+fn names_a_database(args: &[Bytes]) -> bool {
+    args.iter().skip(3).any(|a| a.eq_ignore_ascii_case(b"DB"))
+}
+
+/// The literal part of a `SORT` pattern before its `*`, which every key it names begins
+/// with; None when it names no key (`#`, or no `*`: Redis then looks nothing up).
+fn pattern_head(pattern: &[u8]) -> Option<&[u8]> {
+    let star = pattern.iter().position(|b| *b == b'*')?;
+    Some(&pattern[..star])
+}
+
+/// A `CONFIG GET` pattern a limited user may ask: no glob (`*`, `?`, `[`) that could match
+/// a secret, and no secret's own name.
+fn harmless_parameter(pattern: &[u8]) -> bool {
+    const SECRETS: &[&str] = &[
+        "requirepass",
+        "masterauth",
+        "masteruser",
+        "tls-key-file-pass",
+        "tls-client-key-file-pass",
+    ];
+    !pattern.iter().any(|b| matches!(b, b'*' | b'?' | b'['))
+        && !SECRETS
+            .iter()
+            .any(|s| pattern.eq_ignore_ascii_case(s.as_bytes()))
 }
 
 /// Whether a new connection needs no AUTH: no `requirepass` and no users.
