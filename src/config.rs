@@ -434,6 +434,11 @@ pub struct PostgresConfig {
     /// FLUSHDB and FLUSHALL empty the whole database; false refuses them.
     #[serde(default = "default_true")]
     pub allow_flush: bool,
+    /// How often a client blocked in `BLPOP`, `BZPOPMIN`, ... (first in line for its key)
+    /// tries again without being woken: the latency of a push by another process sharing
+    /// the database. A push through this holdfast wakes it at once.
+    #[serde(default = "default_blocking_poll", with = "humantime_serde")]
+    pub blocking_poll: Duration,
 }
 
 /// `kind = "sqlite"`
@@ -458,6 +463,11 @@ pub struct SqliteConfig {
     /// FLUSHDB and FLUSHALL empty the whole database; false refuses them.
     #[serde(default = "default_true")]
     pub allow_flush: bool,
+    /// How often a client blocked in `BLPOP`, `BZPOPMIN`, ... (first in line for its key)
+    /// tries again without being woken: the latency of a push by another process sharing
+    /// the database. A push through this holdfast wakes it at once.
+    #[serde(default = "default_blocking_poll", with = "humantime_serde")]
+    pub blocking_poll: Duration,
 }
 
 /// SQLite's `synchronous` setting.
@@ -499,6 +509,7 @@ impl SqliteConfig {
             synchronous: default_synchronous(),
             response_timeout: default_response_timeout(),
             allow_flush: true,
+            blocking_poll: default_blocking_poll(),
         }
     }
 }
@@ -647,6 +658,10 @@ fn default_pool_size() -> usize {
 fn default_connection_timeout() -> Duration {
     Duration::from_secs(2)
 }
+fn default_blocking_poll() -> Duration {
+    Duration::from_millis(100)
+}
+
 fn default_response_timeout() -> Duration {
     Duration::from_secs(10)
 }

@@ -165,6 +165,36 @@ fn one(pattern: &[u8], p: usize, ch: u8) -> Option<usize> {
     }
 }
 
+/// `… cursor [MATCH pattern] [COUNT count]` of `HSCAN`/`SSCAN`/`ZSCAN` (cursor at argument
+/// 2): (cursor, pattern, count), or Redis's error.
+pub fn scan_args(a: &[bytes::Bytes]) -> Result<(u64, Option<&[u8]>, usize), Fail> {
+    let arg = |i: usize| a.get(i).map(|b| b.as_ref()).unwrap_or_default();
+    let Some(cursor) = std::str::from_utf8(arg(2))
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+    else {
+        return fail("ERR invalid cursor");
+    };
+    let (mut pattern, mut count) = (None, 10usize);
+    let mut j = 3;
+    while j < a.len() {
+        let has_next = j + 1 < a.len();
+        if is(arg(j), "MATCH") && has_next {
+            pattern = Some(arg(j + 1));
+        } else if is(arg(j), "COUNT") && has_next {
+            count = match parse_i64(arg(j + 1)) {
+                Some(n) if n >= 1 => usize::try_from(n).unwrap_or(usize::MAX),
+                Some(_) => return fail(super::store::SYNTAX),
+                None => return fail(NOT_INTEGER),
+            };
+        } else {
+            return fail(super::store::SYNTAX);
+        }
+        j += 2;
+    }
+    Ok((cursor, pattern, count))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

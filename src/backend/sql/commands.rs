@@ -2,9 +2,10 @@
 //!
 //! A command not listed here is answered with an error naming it, never forwarded anywhere.
 
+use super::sets::Algebra;
 use super::store::{fail, Ctx, Out};
-use super::zsets::Form;
-use super::{hashes, keys, lists, sets, streams, strings, zsets};
+use super::zsets::{Form, ZAlgebra};
+use super::{blocking, hashes, keys, lists, sets, streams, strings, zsets};
 use bytes::Bytes;
 
 /// A command name in upper case, on the stack: looked up three times per request, so no
@@ -38,20 +39,29 @@ impl Upper {
 pub fn writes(name: &[u8]) -> Option<bool> {
     let upper = Upper::of(name);
     Some(match upper.as_slice() {
-        b"GET" | b"MGET" | b"STRLEN" | b"GETRANGE" | b"EXISTS" | b"TOUCH" | b"TYPE" | b"TTL"
-        | b"PTTL" | b"EXPIRETIME" | b"PEXPIRETIME" | b"KEYS" | b"SCAN" | b"DBSIZE" | b"HGET"
-        | b"HMGET" | b"HGETALL" | b"HKEYS" | b"HVALS" | b"HLEN" | b"HEXISTS" | b"HSTRLEN"
-        | b"SMEMBERS" | b"SISMEMBER" | b"SMISMEMBER" | b"SCARD" | b"ZSCORE" | b"ZMSCORE"
-        | b"ZCARD" | b"ZRANK" | b"ZREVRANK" | b"ZCOUNT" | b"ZRANGE" | b"ZREVRANGE"
-        | b"ZRANGEBYSCORE" | b"ZREVRANGEBYSCORE" | b"LRANGE" | b"LLEN" | b"LINDEX" | b"XLEN"
-        | b"XRANGE" | b"XREVRANGE" | b"WAIT" => false,
+        b"GET" | b"MGET" | b"STRLEN" | b"GETRANGE" | b"LCS" | b"RANDOMKEY" | b"EXISTS"
+        | b"TOUCH" | b"TYPE" | b"TTL" | b"PTTL" | b"EXPIRETIME" | b"PEXPIRETIME" | b"KEYS"
+        | b"SCAN" | b"DBSIZE" | b"HGET" | b"HMGET" | b"HGETALL" | b"HKEYS" | b"HVALS" | b"HLEN"
+        | b"HEXISTS" | b"HSTRLEN" | b"HRANDFIELD" | b"HSCAN" | b"SMEMBERS" | b"SISMEMBER"
+        | b"SMISMEMBER" | b"SCARD" | b"SINTER" | b"SUNION" | b"SDIFF" | b"SINTERCARD"
+        | b"SRANDMEMBER" | b"SSCAN" | b"ZSCORE" | b"ZMSCORE" | b"ZCARD" | b"ZRANK"
+        | b"ZREVRANK" | b"ZCOUNT" | b"ZRANGE" | b"ZREVRANGE" | b"ZRANGEBYSCORE"
+        | b"ZREVRANGEBYSCORE" | b"ZRANGEBYLEX" | b"ZREVRANGEBYLEX" | b"ZLEXCOUNT"
+        | b"ZRANDMEMBER" | b"ZSCAN" | b"ZINTER" | b"ZUNION" | b"ZDIFF" | b"ZINTERCARD"
+        | b"LRANGE" | b"LLEN" | b"LINDEX" | b"LPOS" | b"XLEN" | b"XRANGE" | b"XREVRANGE"
+        | b"WAIT" => false,
         b"SET" | b"SETNX" | b"SETEX" | b"PSETEX" | b"GETSET" | b"GETDEL" | b"GETEX" | b"MSET"
         | b"MSETNX" | b"INCR" | b"DECR" | b"INCRBY" | b"DECRBY" | b"INCRBYFLOAT" | b"APPEND"
-        | b"DEL" | b"UNLINK" | b"RENAME" | b"RENAMENX" | b"EXPIRE" | b"PEXPIRE" | b"EXPIREAT"
-        | b"PEXPIREAT" | b"PERSIST" | b"FLUSHDB" | b"FLUSHALL" | b"HSET" | b"HMSET" | b"HSETNX"
-        | b"HDEL" | b"HINCRBY" | b"HINCRBYFLOAT" | b"SADD" | b"SREM" | b"ZADD" | b"ZINCRBY"
-        | b"ZREM" | b"ZREMRANGEBYSCORE" | b"LPUSH" | b"RPUSH" | b"LPUSHX" | b"RPUSHX" | b"LPOP"
-        | b"RPOP" | b"LSET" | b"LREM" | b"LTRIM" | b"XADD" | b"XTRIM" | b"XDEL" => true,
+        | b"SETRANGE" | b"COPY" | b"DEL" | b"UNLINK" | b"RENAME" | b"RENAMENX" | b"EXPIRE"
+        | b"PEXPIRE" | b"EXPIREAT" | b"PEXPIREAT" | b"PERSIST" | b"FLUSHDB" | b"FLUSHALL"
+        | b"HSET" | b"HMSET" | b"HSETNX" | b"HDEL" | b"HINCRBY" | b"HINCRBYFLOAT" | b"SADD"
+        | b"SREM" | b"SINTERSTORE" | b"SUNIONSTORE" | b"SDIFFSTORE" | b"SMOVE" | b"SPOP"
+        | b"ZADD" | b"ZINCRBY" | b"ZREM" | b"ZREMRANGEBYSCORE" | b"ZREMRANGEBYLEX"
+        | b"ZREMRANGEBYRANK" | b"ZPOPMIN" | b"ZPOPMAX" | b"ZMPOP" | b"ZINTERSTORE"
+        | b"ZUNIONSTORE" | b"ZDIFFSTORE" | b"LPUSH" | b"RPUSH" | b"LPUSHX" | b"RPUSHX"
+        | b"LPOP" | b"RPOP" | b"LSET" | b"LREM" | b"LTRIM" | b"BLPOP" | b"BRPOP" | b"BLMOVE"
+        | b"BRPOPLPUSH" | b"BLMPOP" | b"BZPOPMIN" | b"BZPOPMAX" | b"BZMPOP" | b"LMOVE"
+        | b"RPOPLPUSH" | b"LMPOP" | b"XADD" | b"XTRIM" | b"XDEL" => true,
         _ => return None,
     })
 }
@@ -90,6 +100,10 @@ pub async fn run(ctx: &mut Ctx<'_>, a: &[Bytes], allow_flush: bool) -> Out {
         b"APPEND" => strings::append(ctx, a).await,
         b"STRLEN" => strings::strlen(ctx, a).await,
         b"GETRANGE" => strings::getrange(ctx, a).await,
+        b"SETRANGE" => strings::setrange(ctx, a).await,
+        b"LCS" => strings::lcs(ctx, a).await,
+        b"COPY" => keys::copy(ctx, a).await,
+        b"RANDOMKEY" => keys::randomkey(ctx).await,
         b"DEL" | b"UNLINK" => keys::del(ctx, a).await,
         b"EXISTS" | b"TOUCH" => keys::exists(ctx, a).await,
         b"TYPE" => keys::kind(ctx, a).await,
@@ -126,6 +140,8 @@ pub async fn run(ctx: &mut Ctx<'_>, a: &[Bytes], allow_flush: bool) -> Out {
         b"HLEN" => hashes::hlen(ctx, a).await,
         b"HEXISTS" => hashes::hexists(ctx, a).await,
         b"HSTRLEN" => hashes::hstrlen(ctx, a).await,
+        b"HRANDFIELD" => hashes::hrandfield(ctx, a).await,
+        b"HSCAN" => hashes::hscan(ctx, a).await,
         b"HDEL" => hashes::hdel(ctx, a).await,
         b"HINCRBY" => hashes::hincrby(ctx, a).await,
         b"HINCRBYFLOAT" => hashes::hincrbyfloat(ctx, a).await,
@@ -135,6 +151,17 @@ pub async fn run(ctx: &mut Ctx<'_>, a: &[Bytes], allow_flush: bool) -> Out {
         b"SISMEMBER" => sets::sismember(ctx, a).await,
         b"SMISMEMBER" => sets::smismember(ctx, a).await,
         b"SCARD" => sets::scard(ctx, a).await,
+        b"SINTER" => sets::algebra(ctx, a, Algebra::Inter).await,
+        b"SUNION" => sets::algebra(ctx, a, Algebra::Union).await,
+        b"SDIFF" => sets::algebra(ctx, a, Algebra::Diff).await,
+        b"SINTERSTORE" => sets::algebra_store(ctx, a, Algebra::Inter).await,
+        b"SUNIONSTORE" => sets::algebra_store(ctx, a, Algebra::Union).await,
+        b"SDIFFSTORE" => sets::algebra_store(ctx, a, Algebra::Diff).await,
+        b"SINTERCARD" => sets::sintercard(ctx, a).await,
+        b"SMOVE" => sets::smove(ctx, a).await,
+        b"SPOP" => sets::spop(ctx, a).await,
+        b"SRANDMEMBER" => sets::srandmember(ctx, a).await,
+        b"SSCAN" => sets::sscan(ctx, a).await,
         b"ZADD" => zsets::zadd(ctx, a).await,
         b"ZINCRBY" => zsets::zincrby(ctx, a).await,
         b"ZREM" => zsets::zrem(ctx, a).await,
@@ -149,6 +176,23 @@ pub async fn run(ctx: &mut Ctx<'_>, a: &[Bytes], allow_flush: bool) -> Out {
         b"ZRANGEBYSCORE" => zsets::zrange(ctx, a, Form::ByScore).await,
         b"ZREVRANGEBYSCORE" => zsets::zrange(ctx, a, Form::RevByScore).await,
         b"ZREMRANGEBYSCORE" => zsets::zremrangebyscore(ctx, a).await,
+        b"ZRANGEBYLEX" => zsets::zrangebylex(ctx, a, false).await,
+        b"ZREVRANGEBYLEX" => zsets::zrangebylex(ctx, a, true).await,
+        b"ZLEXCOUNT" => zsets::zlexcount(ctx, a).await,
+        b"ZREMRANGEBYLEX" => zsets::zremrangebylex(ctx, a).await,
+        b"ZREMRANGEBYRANK" => zsets::zremrangebyrank(ctx, a).await,
+        b"ZPOPMIN" => zsets::zpop(ctx, a, false).await,
+        b"ZPOPMAX" => zsets::zpop(ctx, a, true).await,
+        b"ZMPOP" => zsets::zmpop(ctx, a).await,
+        b"ZRANDMEMBER" => zsets::zrandmember(ctx, a).await,
+        b"ZSCAN" => zsets::zscan(ctx, a).await,
+        b"ZINTER" => zsets::zalgebra(ctx, a, ZAlgebra::Inter).await,
+        b"ZUNION" => zsets::zalgebra(ctx, a, ZAlgebra::Union).await,
+        b"ZDIFF" => zsets::zalgebra(ctx, a, ZAlgebra::Diff).await,
+        b"ZINTERSTORE" => zsets::zalgebra_store(ctx, a, ZAlgebra::Inter).await,
+        b"ZUNIONSTORE" => zsets::zalgebra_store(ctx, a, ZAlgebra::Union).await,
+        b"ZDIFFSTORE" => zsets::zalgebra_store(ctx, a, ZAlgebra::Diff).await,
+        b"ZINTERCARD" => zsets::zintercard(ctx, a).await,
         b"LPUSH" => lists::push(ctx, a, true, false).await,
         b"RPUSH" => lists::push(ctx, a, false, false).await,
         b"LPUSHX" => lists::push(ctx, a, true, true).await,
@@ -161,6 +205,14 @@ pub async fn run(ctx: &mut Ctx<'_>, a: &[Bytes], allow_flush: bool) -> Out {
         b"LSET" => lists::lset(ctx, a).await,
         b"LREM" => lists::lrem(ctx, a).await,
         b"LTRIM" => lists::ltrim(ctx, a).await,
+        b"LMOVE" => lists::lmove(ctx, a, true).await,
+        b"RPOPLPUSH" => lists::lmove(ctx, a, false).await,
+        b"LMPOP" => lists::lmpop(ctx, a).await,
+        // One attempt: inside MULTI that is all a blocking command does, as in Redis; outside,
+        // the client's connection tries again until its timeout (`blocking`).
+        b"BLPOP" | b"BRPOP" | b"BLMOVE" | b"BRPOPLPUSH" | b"BLMPOP" | b"BZPOPMIN" | b"BZPOPMAX"
+        | b"BZMPOP" => blocking::attempt(ctx, a).await,
+        b"LPOS" => lists::lpos(ctx, a).await,
         b"XADD" => streams::xadd(ctx, a).await,
         b"XTRIM" => streams::xtrim(ctx, a).await,
         b"XLEN" => streams::xlen(ctx, a).await,

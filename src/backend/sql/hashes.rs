@@ -1,7 +1,7 @@
 //! Hash commands over `hf_hash`. Fields come back in insertion order (by row id), as a small
 //! Redis hash keeps them.
 
-use super::args;
+use super::args::{self, scan_args};
 use super::store::*;
 use super::strings::arg;
 use bytes::Bytes;
@@ -210,4 +210,95 @@ pub async fn hincrbyfloat(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     ctx.create(key, Kind::Hash, None).await?;
     put(ctx, key, arg(a, 2), text.as_bytes()).await?;
     Ok(bulk(Bytes::from(text)))
+}
+
+/// Every (field, value) of the hash at `key`, in insertion order (empty when absent).
+async fn pairs(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Vec<(Bytes, Bytes)>, Fail> {
+    if !hash(ctx, key).await? {
+        return Ok(Vec::new());
+    }
+    let rows = sqlx::query("SELECT field, value FROM hf_hash WHERE key = $1 ORDER BY id")
+        .bind(key)
+        .fetch_all(&mut *ctx.conn)
+        .await?;
+    rows.iter()
+        .map(|row| Ok((bytes_at(row, 0)?, bytes_at(row, 1)?)))
+        .collect()
+}
+
+/// `HRANDFIELD key [count [WITHVALUES]]`: distinct fields for a positive count (the whole
+/// hash, in its order, when the count reaches its size, as Redis answers), with repeats for
+/// a negative one. With values: `[field, value]` pairs in RESP3, flat in RESP2.
+pub async fn hrandfield(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
+    use rand::seq::SliceRandom;
+    let key = arg(a, 1);
+    let (count, with_values) = rand_args(a, "WITHVALUES")?;
+    let all = pairs(ctx, key).await?;
+    let mut rng = rand::thread_rng();
+    let Some(count) = count else {
+        return Ok(bulk_or_null(all.choose(&mut rng).map(|(f, _)| f.clone())));
+    };
+    let chosen = draw(all, count)?;
+    let resp3 = ctx.proto == crate::backend::Proto::Resp3;
+    let mut out = Vec::with_capacity(chosen.len() * 2);
+    for (field, value) in chosen {
+        match (with_values, resp3) {
+            (false, _) => out.push(bulk(field)),
+            (true, true) => out.push(array(vec![bulk(field), bulk(value)])),
+            (true, false) => {
+                out.push(bulk(field));
+                out.push(bulk(value));
+            }
+        }
+    }
+    Ok(array(out))
+}
+
+/// Fields past which `HSCAN` answers in pages of `COUNT`; a smaller hash comes whole with
+/// cursor 0, in insertion order, as Redis answers for a hash it keeps compactly.
+const SCAN_WHOLE: usize = 128;
+
+/// `HSCAN key cursor [MATCH pattern] [COUNT count]`: past [`SCAN_WHOLE`] fields the cursor
+/// is the last field's row id, so a field present throughout is returned exactly once.
+pub async fn hscan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
+    let key = arg(a, 1);
+    let (cursor, pattern, count) = scan_args(a)?;
+    if !hash(ctx, key).await? {
+        return Ok(array(vec![
+            bulk(Bytes::from_static(b"0")),
+            array(Vec::new()),
+        ]));
+    }
+    let (page, next) = if ctx.count(key, Kind::Hash).await? <= SCAN_WHOLE as i64 {
+        (pairs(ctx, key).await?, 0)
+    } else {
+        let limit = i64::try_from(count.min(100_000)).unwrap_or(100_000);
+        let rows = sqlx::query(
+            "SELECT id, field, value FROM hf_hash WHERE key = $1 AND id > $2 ORDER BY id LIMIT $3",
+        )
+        .bind(key)
+        .bind(i64::try_from(cursor).unwrap_or(i64::MAX))
+        .bind(limit + 1)
+        .fetch_all(&mut *ctx.conn)
+        .await?;
+        let more = rows.len() as i64 > limit;
+        let mut page = Vec::with_capacity(rows.len());
+        let mut last = 0i64;
+        for row in rows.iter().take(limit as usize) {
+            last = sqlx::Row::try_get(row, 0)?;
+            page.push((bytes_at(row, 1)?, bytes_at(row, 2)?));
+        }
+        (page, if more { last } else { 0 })
+    };
+    let mut items = Vec::with_capacity(page.len() * 2);
+    for (field, value) in page {
+        if pattern.map_or(true, |p| args::glob(p, &field)) {
+            items.push(bulk(field));
+            items.push(bulk(value));
+        }
+    }
+    Ok(array(vec![
+        bulk(Bytes::from(next.to_string())),
+        array(items),
+    ]))
 }

@@ -279,3 +279,82 @@ pub async fn flush(ctx: &mut Ctx<'_>, a: &[Bytes], allowed: bool) -> Out {
     }
     Ok(ok())
 }
+
+/// `COPY source destination [REPLACE]` (a `DB` option never gets here: the connection
+/// refuses it). The value, the elements in their order, and the expiry are copied.
+pub async fn copy(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
+    let (from, to) = (arg(a, 1), arg(a, 2));
+    let mut replace = false;
+    for opt in a.iter().skip(3) {
+        if is(opt, "REPLACE") {
+            replace = true;
+        } else {
+            return fail(SYNTAX);
+        }
+    }
+    if from == to {
+        return fail("ERR source and destination objects are the same");
+    }
+    ctx.lock(&[from, to]).await?;
+    let Some(m) = ctx.meta(from).await? else {
+        return Ok(int(0));
+    };
+    if let Some(old) = ctx.meta(to).await? {
+        if !replace {
+            return Ok(int(0));
+        }
+        ctx.purge(to, old.kind).await?;
+    }
+    ctx.exec(
+        sqlx::query(
+            "INSERT INTO hf_keys (key, kind, expires_at, value) \
+             SELECT $2, kind, expires_at, value FROM hf_keys WHERE key = $1",
+        )
+        .bind(from)
+        .bind(to),
+    )
+    .await?;
+    let columns = match m.kind {
+        Kind::Hash => Some(("hf_hash", "field, value", " ORDER BY id")),
+        Kind::Set => Some(("hf_set", "member", " ORDER BY id")),
+        Kind::ZSet => Some(("hf_zset", "member, score", "")),
+        Kind::List => Some(("hf_list", "pos, value", "")),
+        Kind::Stream => Some(("hf_stream", "ms, seq, fields", "")),
+        _ => None,
+    };
+    if let Some((table, cols, order)) = columns {
+        ctx.exec(
+            sqlx::query(&format!(
+                "INSERT INTO {table} (key, {cols}) SELECT $2, {cols} FROM {table} WHERE key = $1{order}"
+            ))
+            .bind(from)
+            .bind(to),
+        )
+        .await?;
+    }
+    Ok(int(1))
+}
+
+/// `RANDOMKEY`: a live key chosen at random, nil when there is none.
+pub async fn randomkey(ctx: &mut Ctx<'_>) -> Out {
+    let live = "expires_at IS NULL OR expires_at > $1";
+    let n: i64 = sqlx::query_scalar(&format!("SELECT COUNT(*) FROM hf_keys WHERE {live}"))
+        .bind(ctx.now)
+        .fetch_one(&mut *ctx.conn)
+        .await?;
+    if n == 0 {
+        return Ok(null());
+    }
+    let skip = {
+        use rand::Rng;
+        rand::thread_rng().gen_range(0..n)
+    };
+    let key: Option<Vec<u8>> = sqlx::query_scalar(&format!(
+        "SELECT key FROM hf_keys WHERE {live} ORDER BY id LIMIT 1 OFFSET $2"
+    ))
+    .bind(ctx.now)
+    .bind(skip)
+    .fetch_optional(&mut *ctx.conn)
+    .await?;
+    Ok(bulk_or_null(key))
+}

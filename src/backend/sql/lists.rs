@@ -19,6 +19,18 @@ pub async fn push(ctx: &mut Ctx<'_>, a: &[Bytes], head: bool, only_existing: boo
     if only_existing && !exists {
         return Ok(int(0));
     }
+    let values = a.get(2..).unwrap_or_default();
+    push_values(ctx, key, head, values).await?;
+    Ok(int(ctx.count(key, Kind::List).await?))
+}
+
+/// Pushes `values` at the head or the tail of the list at `key`, created if absent.
+async fn push_values(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    head: bool,
+    values: &[Bytes],
+) -> Result<(), Fail> {
     ctx.create(key, Kind::List, None).await?;
     let edge: Option<i64> = sqlx::query_scalar(if head {
         "SELECT MIN(pos) FROM hf_list WHERE key = $1"
@@ -30,7 +42,7 @@ pub async fn push(ctx: &mut Ctx<'_>, a: &[Bytes], head: bool, only_existing: boo
     .await?;
     let mut pos = edge.unwrap_or(0);
     let mut first = edge.is_none();
-    for value in a.iter().skip(2) {
+    for value in values {
         if !first {
             pos = if head { pos - 1 } else { pos + 1 };
         }
@@ -43,7 +55,7 @@ pub async fn push(ctx: &mut Ctx<'_>, a: &[Bytes], head: bool, only_existing: boo
         )
         .await?;
     }
-    Ok(int(ctx.count(key, Kind::List).await?))
+    Ok(())
 }
 
 /// The list's (pos, value) rows in order, from `offset`, at most `limit`.
@@ -243,4 +255,133 @@ pub async fn ltrim(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
         }
     }
     Ok(ok())
+}
+
+/// `LEFT` or `RIGHT`: whether it names the head.
+fn side(arg: &[u8]) -> Result<bool, Fail> {
+    if args::is(arg, "LEFT") {
+        Ok(true)
+    } else if args::is(arg, "RIGHT") {
+        Ok(false)
+    } else {
+        fail(SYNTAX)
+    }
+}
+
+/// `LMOVE source destination LEFT|RIGHT LEFT|RIGHT`, and `RPOPLPUSH source destination`
+/// (`sides` None: from the tail to the head).
+pub async fn lmove(ctx: &mut Ctx<'_>, a: &[Bytes], sides: bool) -> Out {
+    let (src, dst) = (arg(a, 1), arg(a, 2));
+    let (from_head, to_head) = if sides {
+        (side(arg(a, 3))?, side(arg(a, 4))?)
+    } else {
+        (false, true)
+    };
+    ctx.lock(&[src, dst]).await?;
+    // The source first: absent, it answers nil whatever the destination holds.
+    if !list(ctx, src).await? {
+        return Ok(null());
+    }
+    list(ctx, dst).await?;
+    let Some((pos, value)) = rows(ctx, src, !from_head, 0, 1).await?.pop() else {
+        return Ok(null());
+    };
+    remove_at(ctx, src, &[pos]).await?;
+    push_values(ctx, dst, to_head, std::slice::from_ref(&value)).await?;
+    Ok(bulk(value))
+}
+
+/// `LMPOP numkeys key [key ...] LEFT|RIGHT [COUNT count]`: from the first list that is not
+/// empty, `[key, [elements]]`; nil when every one is.
+pub async fn lmpop(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
+    let (keys, tail, count) = mpop_args(a, ["LEFT", "RIGHT"])?;
+    let head = !tail;
+    let all: Vec<&[u8]> = keys.iter().map(|k| k.as_ref()).collect();
+    ctx.lock(&all).await?;
+    for key in keys {
+        if !list(ctx, key).await? {
+            continue;
+        }
+        let taken = rows(ctx, key, !head, 0, count.unwrap_or(1)).await?;
+        let positions: Vec<i64> = taken.iter().map(|(pos, _)| *pos).collect();
+        remove_at(ctx, key, &positions).await?;
+        let values = taken.into_iter().map(|(_, v)| bulk(v)).collect();
+        return Ok(array(vec![bulk(key.clone()), array(values)]));
+    }
+    Ok(null())
+}
+
+/// `LPOS key element [RANK rank] [COUNT num-matches] [MAXLEN len]`: indices from the head,
+/// the matches counted from the tail for a negative rank. Options may repeat (the last
+/// counts), as in Redis.
+pub async fn lpos(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
+    let (key, element) = (arg(a, 1), arg(a, 2));
+    let (mut rank, mut count, mut maxlen) = (1i64, None, 0i64);
+    let mut i = 3;
+    while i < a.len() {
+        let (opt, value) = (arg(a, i), a.get(i + 1));
+        match value {
+            Some(v) if args::is(opt, "RANK") => {
+                rank = args::int(v)?;
+                if rank == 0 {
+                    return fail(
+                        "ERR RANK can't be zero: use 1 to start from the first match, 2 from the \
+                         second ... or use negative to start from the end of the list",
+                    );
+                }
+            }
+            // Not a number reads as negative, as Redis words it.
+            Some(v) if args::is(opt, "COUNT") => match args::parse_i64(v) {
+                Some(n) if n >= 0 => count = Some(n),
+                _ => return fail("ERR COUNT can't be negative"),
+            },
+            Some(v) if args::is(opt, "MAXLEN") => match args::parse_i64(v) {
+                Some(n) if n >= 0 => maxlen = n,
+                _ => return fail("ERR MAXLEN can't be negative"),
+            },
+            _ => return fail(SYNTAX),
+        }
+        i += 2;
+    }
+    let none = || match count {
+        Some(_) => array(Vec::new()),
+        None => null(),
+    };
+    if !list(ctx, key).await? {
+        return Ok(none());
+    }
+    let from_tail = rank < 0;
+    let len = ctx.count(key, Kind::List).await?;
+    let scanned = if maxlen == 0 { len } else { maxlen.min(len) };
+    let values = rows(ctx, key, from_tail, 0, scanned).await?;
+    let skip = rank.unsigned_abs().saturating_sub(1);
+    let want = match count {
+        Some(0) | None if count.is_some() => u64::MAX,
+        None => 1,
+        Some(n) => n.unsigned_abs(),
+    };
+    let mut seen = 0u64;
+    let mut found = Vec::new();
+    for (i, (_, value)) in values.iter().enumerate() {
+        if value.as_ref() != element {
+            continue;
+        }
+        seen += 1;
+        if seen <= skip {
+            continue;
+        }
+        let index = if from_tail {
+            len - 1 - i as i64
+        } else {
+            i as i64
+        };
+        found.push(index);
+        if found.len() as u64 >= want {
+            break;
+        }
+    }
+    Ok(match count {
+        Some(_) => array(found.into_iter().map(int).collect()),
+        None => found.first().map_or(null(), |at| int(*at)),
+    })
 }

@@ -17,6 +17,7 @@
 //! statement) and plain GETs are read in batches (`reads`).
 
 mod args;
+mod blocking;
 mod commands;
 mod deadline;
 mod group;
@@ -207,6 +208,8 @@ struct Inner {
     group: Option<group::GroupWriter>,
     /// Plain GETs, read together (None: one statement each).
     reads: Option<reads::GetBatcher>,
+    /// Clients waiting in a blocking command, woken by the writes of this process.
+    wakers: Arc<blocking::Wakers>,
 }
 
 fn now_ms() -> i64 {
@@ -277,7 +280,11 @@ impl SqlBackend {
             Dialect::Sqlite,
             (writer, reader),
             None,
-            (config.allow_flush, config.response_timeout),
+            (
+                config.allow_flush,
+                config.response_timeout,
+                config.blocking_poll,
+            ),
         ))
     }
 
@@ -336,7 +343,11 @@ impl SqlBackend {
             Dialect::Postgres,
             (pool.clone(), pool),
             failover,
-            (config.allow_flush, config.response_timeout),
+            (
+                config.allow_flush,
+                config.response_timeout,
+                config.blocking_poll,
+            ),
         ))
     }
 
@@ -346,7 +357,7 @@ impl SqlBackend {
         dialect: Dialect,
         (writer, reader): (AnyPool, AnyPool),
         failover: Option<Failover>,
-        (allow_flush, response_timeout): (bool, Duration),
+        (allow_flush, response_timeout, blocking_poll): (bool, Duration, Duration),
     ) -> SqlBackend {
         let readers = reader.options().get_max_connections() as usize;
         let inner = Arc::new_cyclic(|weak| Inner {
@@ -367,6 +378,7 @@ impl SqlBackend {
                 readers,
                 response_timeout,
             )),
+            wakers: Arc::new(blocking::Wakers::new(blocking_poll)),
         });
         // Migrate at start, and reap expired keys, for as long as the backend is in use.
         let weak = Arc::downgrade(&inner);
@@ -767,6 +779,18 @@ impl Inner {
         let result = self
             .run_once(commands, proto, acquire_timeout, batch, token)
             .await;
+        if let Ok(replies) = &result {
+            // Committed: a client blocked on one of these keys may find something now
+            // (every argument is offered as a key: a spurious wake-up only tries again). A
+            // blocking pop that found nothing changed nothing, and wakes nobody.
+            for (command, reply) in commands.iter().zip(replies) {
+                let name = command.first().map_or(&[][..], |n| n.as_ref());
+                let idle = matches!(reply, Frame::Null) && blocking::is_blocking(name);
+                if commands::writes(name) == Some(true) && !idle {
+                    self.wakers.touched(command.iter().skip(1));
+                }
+            }
+        }
         if let Err(e) = &result {
             // Anything but an answer may mean the primary moved: look for it again.
             if self.failover.is_some()
@@ -970,9 +994,9 @@ fn error_frame(text: String) -> Frame {
     }
 }
 
-/// MULTI/EXEC for one client: commands are queued here and run at EXEC in one transaction.
-/// WATCH is not served (a SQL transaction is already atomic; optimistic locking over it is
-/// not built).
+/// MULTI/EXEC and blocking commands for one client: commands are queued here and run at
+/// EXEC in one transaction; a blocking command waits here (`blocking`). WATCH is not served
+/// (a SQL transaction is already atomic; optimistic locking over it is not built).
 pub struct SqlDedicated {
     inner: Arc<Inner>,
     proto: Proto,
@@ -1031,18 +1055,41 @@ impl SqlDedicated {
             None if name.as_slice() == b"EXEC" => Err(BackendError::reply(Bytes::from_static(
                 b"ERR EXEC without MULTI",
             ))),
-            None => {
-                let mut replies = self
-                    .inner
-                    .run(
-                        &[request.args],
-                        self.proto,
-                        self.acquire_timeout,
-                        false,
-                        None,
-                    )
-                    .await?;
-                BackendError::check_reply(replies.pop().unwrap_or(Frame::Null))
+            None if blocking::is_blocking(&name) => self.block(request.args).await,
+            None => self.once(request.args).await,
+        }
+    }
+}
+
+impl SqlDedicated {
+    /// One command, outside a transaction.
+    async fn once(&self, args: &[Bytes]) -> Result<Frame, BackendError> {
+        let mut replies = self
+            .inner
+            .run(&[args], self.proto, self.acquire_timeout, false, None)
+            .await?;
+        BackendError::check_reply(replies.pop().unwrap_or(Frame::Null))
+    }
+
+    /// A blocking command: tried, and tried again whenever one of its keys may have
+    /// something, until it takes something or its timeout passes (then nil, as Redis).
+    async fn block(&self, args: &[Bytes]) -> Result<Frame, BackendError> {
+        let until = match blocking::timeout(args) {
+            Ok(limit) => limit.map(|d| tokio::time::Instant::now() + d),
+            // One attempt answers the error Redis answers first (BLMOVE's sides come
+            // before its timeout).
+            Err(_) => return self.once(args).await,
+        };
+        // Registered before the first try: a write between the try and the wait still
+        // wakes it.
+        let waiter = self.inner.wakers.wait_on(blocking::keys(args));
+        loop {
+            let reply = self.once(args).await?;
+            if !matches!(reply, Frame::Null) {
+                return Ok(reply);
+            }
+            if !waiter.wait(until).await {
+                return Ok(Frame::Null);
             }
         }
     }

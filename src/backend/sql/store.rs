@@ -497,3 +497,91 @@ pub fn null() -> Frame {
 pub fn bulk_or_null(value: Option<impl Into<Bytes>>) -> Frame {
     value.map(bulk).unwrap_or(Frame::Null)
 }
+
+/// Elements drawn at random the way `SRANDMEMBER`, `HRANDFIELD` and `ZRANDMEMBER` draw them
+/// with a count: for a positive count, distinct ones (all of them, in their order, when it
+/// reaches the size); for a negative one, that many with repeats (bounded: a reply of more
+/// than ten million elements is refused rather than built).
+pub fn draw<T: Clone>(all: Vec<T>, count: i64) -> Result<Vec<T>, Fail> {
+    use rand::seq::SliceRandom;
+    let mut rng = rand::thread_rng();
+    let n = usize::try_from(count.unsigned_abs()).unwrap_or(usize::MAX);
+    if count >= 0 {
+        return Ok(if n >= all.len() {
+            all
+        } else {
+            all.choose_multiple(&mut rng, n).cloned().collect()
+        });
+    }
+    if all.is_empty() {
+        return Ok(Vec::new());
+    }
+    if n > 10_000_000 {
+        return fail("ERR value is out of range");
+    }
+    Ok((0..n)
+        .filter_map(|_| all.choose(&mut rng).cloned())
+        .collect())
+}
+
+/// `numkeys key ... SIDE [COUNT count]` of `LMPOP` and `ZMPOP` (numkeys at argument 1):
+/// the keys, whether the side is `sides[1]`, and the count.
+pub fn mpop_args<'a>(
+    a: &'a [Bytes],
+    sides: [&str; 2],
+) -> Result<(&'a [Bytes], bool, Option<i64>), Fail> {
+    let arg = |i: usize| a.get(i).map(|b| b.as_ref()).unwrap_or_default();
+    let numkeys = match super::args::parse_i64(arg(1)) {
+        Some(n) if n > 0 => n as usize,
+        _ => return fail("ERR numkeys should be greater than 0"),
+    };
+    // The side's place must exist (Redis's own check, with its syntax error).
+    if numkeys > a.len().saturating_sub(3) {
+        return fail(SYNTAX);
+    }
+    let side = arg(2 + numkeys);
+    let second = if super::args::is(side, sides[0]) {
+        false
+    } else if super::args::is(side, sides[1]) {
+        true
+    } else {
+        return fail(SYNTAX);
+    };
+    let mut count = None;
+    let mut i = 3 + numkeys;
+    while i < a.len() {
+        if super::args::is(arg(i), "COUNT") && i + 1 < a.len() && count.is_none() {
+            count = match super::args::parse_i64(arg(i + 1)) {
+                Some(n) if n > 0 => Some(n),
+                _ => return fail("ERR count should be greater than 0"),
+            };
+            i += 2;
+        } else {
+            return fail(SYNTAX);
+        }
+    }
+    Ok((&a[2..2 + numkeys], second, count))
+}
+
+/// `key [count [WORD]]` of `HRANDFIELD` (`WITHVALUES`) and `ZRANDMEMBER` (`WITHSCORES`):
+/// the count, and whether the word was given.
+pub fn rand_args(a: &[Bytes], word: &str) -> Result<(Option<i64>, bool), Fail> {
+    let count = match a.get(2) {
+        None => None,
+        Some(c) => match super::args::int(c)? {
+            i64::MIN => {
+                return fail(
+                    "ERR value is out of range, value must between -9223372036854775807 and \
+                     9223372036854775807",
+                )
+            }
+            n => Some(n),
+        },
+    };
+    let with = match a.get(3) {
+        None => false,
+        Some(w) if super::args::is(w, word) && a.len() == 4 => true,
+        Some(_) => return fail(SYNTAX),
+    };
+    Ok((count, with))
+}

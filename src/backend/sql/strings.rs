@@ -335,3 +335,150 @@ pub async fn getrange(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
         value.get(start as usize..=end as usize).unwrap_or_default(),
     )))
 }
+
+/// Redis's largest string (`proto-max-bulk-len`'s default): 512 MB.
+const MAX_STRING: i64 = 512 * 1024 * 1024;
+
+/// `SETRANGE key offset value`: zero bytes pad up to the offset; an empty value changes
+/// nothing (and creates no key).
+pub async fn setrange(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
+    let key = arg(a, 1);
+    let offset = args::int(arg(a, 2))?;
+    if offset < 0 {
+        return fail("ERR offset is out of range");
+    }
+    let piece = arg(a, 3);
+    ctx.lock(&[key]).await?;
+    let m = string(ctx, key).await?;
+    let expires = m.as_ref().and_then(|m| m.expires);
+    let exists = m.is_some();
+    let mut value = m.and_then(|m| m.value).unwrap_or_default();
+    if piece.is_empty() {
+        return Ok(int(value.len() as i64));
+    }
+    if offset.saturating_add(piece.len() as i64) > MAX_STRING {
+        return fail("ERR string exceeds maximum allowed size (proto-max-bulk-len)");
+    }
+    let at = offset as usize;
+    if value.len() < at + piece.len() {
+        value.resize(at + piece.len(), 0);
+    }
+    value[at..at + piece.len()].copy_from_slice(piece);
+    ctx.put_string(key, &value, if exists { expires } else { None }, None)
+        .await?;
+    Ok(int(value.len() as i64))
+}
+
+/// Cells of LCS's table holdfast computes at most (Redis bounds it by `proto-max-bulk-len`;
+/// this keeps one command's memory to 256 MB).
+const LCS_CELLS: u64 = 64 * 1024 * 1024;
+
+/// `LCS key1 key2 [LEN] [IDX] [MINMATCHLEN len] [WITHMATCHLEN]`, by Redis's algorithm: the
+/// matches are walked from the ends of both strings, so they come last first.
+pub async fn lcs(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
+    // The keys' kinds are checked before the options are read, as in Redis.
+    let mut values = Vec::with_capacity(2);
+    for key in [arg(a, 1), arg(a, 2)] {
+        match ctx.meta(key).await? {
+            None => values.push(Vec::new()),
+            Some(m) if m.kind == Kind::String => values.push(m.value.unwrap_or_default()),
+            Some(_) => return fail("ERR The specified keys must contain string values"),
+        }
+    }
+    let (mut len_only, mut idx, mut with_len, mut min_len) = (false, false, false, 0i64);
+    let mut i = 3;
+    while i < a.len() {
+        let opt = arg(a, i);
+        if is(opt, "IDX") {
+            idx = true;
+        } else if is(opt, "LEN") {
+            len_only = true;
+        } else if is(opt, "WITHMATCHLEN") {
+            with_len = true;
+        } else if is(opt, "MINMATCHLEN") && i + 1 < a.len() {
+            min_len = args::int(arg(a, i + 1))?.max(0);
+            i += 1;
+        } else {
+            return fail(SYNTAX);
+        }
+        i += 1;
+    }
+    if len_only && idx {
+        return fail("ERR If you want both the length and indexes, please just use IDX.");
+    }
+    let (x, y) = (&values[0], &values[1]);
+    let (xl, yl) = (x.len(), y.len());
+    if (xl as u64 + 1).saturating_mul(yl as u64 + 1) > LCS_CELLS {
+        return fail(
+            "ERR Insufficient memory, transient memory for LCS exceeds proto-max-bulk-len",
+        );
+    }
+    let w = yl + 1;
+    let mut dp = vec![0u32; (xl + 1) * w];
+    for i in 1..=xl {
+        for j in 1..=yl {
+            dp[i * w + j] = if x[i - 1] == y[j - 1] {
+                dp[(i - 1) * w + j - 1] + 1
+            } else {
+                dp[(i - 1) * w + j].max(dp[i * w + j - 1])
+            };
+        }
+    }
+    let total = dp[xl * w + yl];
+    if len_only {
+        return Ok(int(i64::from(total)));
+    }
+    let mut common = vec![0u8; total as usize];
+    let mut matches = Vec::new();
+    let (mut i, mut j, mut left) = (xl, yl, total as usize);
+    // The open range: (a start, a end, b start, b end), None when none is open.
+    let mut range: Option<(usize, usize, usize, usize)> = None;
+    while i > 0 && j > 0 {
+        let mut emit = false;
+        if x[i - 1] == y[j - 1] {
+            common[left - 1] = x[i - 1];
+            range = Some(match range {
+                None => (i - 1, i - 1, j - 1, j - 1),
+                Some((_, ae, _, be)) => (i - 1, ae, j - 1, be),
+            });
+            if i - 1 == 0 || j - 1 == 0 {
+                emit = true;
+            }
+            left -= 1;
+            i -= 1;
+            j -= 1;
+        } else {
+            if dp[(i - 1) * w + j] > dp[i * w + j - 1] {
+                i -= 1;
+            } else {
+                j -= 1;
+            }
+            emit = range.is_some();
+        }
+        if emit {
+            if let Some((as_, ae, bs, be)) = range.take() {
+                let length = (ae - as_ + 1) as i64;
+                if min_len == 0 || length >= min_len {
+                    let mut m = vec![
+                        array(vec![int(as_ as i64), int(ae as i64)]),
+                        array(vec![int(bs as i64), int(be as i64)]),
+                    ];
+                    if with_len {
+                        m.push(int(length));
+                    }
+                    matches.push(array(m));
+                }
+            }
+        }
+    }
+    if !idx {
+        return Ok(bulk(Bytes::from(common)));
+    }
+    let mut map = redis_protocol::resp3::types::FrameMap::default();
+    map.insert(bulk(Bytes::from_static(b"matches")), array(matches));
+    map.insert(bulk(Bytes::from_static(b"len")), int(i64::from(total)));
+    Ok(redis_protocol::resp3::types::BytesFrame::Map {
+        data: map,
+        attributes: None,
+    })
+}

@@ -6,6 +6,7 @@ use super::store::*;
 use super::strings::arg;
 use crate::backend::Proto;
 use bytes::Bytes;
+use redis_protocol::resp3::types::BytesFrame as Frame;
 use sqlx::Row;
 
 async fn zset(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<bool, Fail> {
@@ -268,7 +269,7 @@ pub async fn zrange(ctx: &mut Ctx<'_>, a: &[Bytes], form: Form) -> Out {
     let key = arg(a, 1);
     let mut by_score = matches!(form, Form::ByScore | Form::RevByScore);
     let mut rev = matches!(form, Form::RevRange | Form::RevByScore);
-    let (mut withscores, mut limit) = (false, None);
+    let (mut withscores, mut limit, mut by_lex) = (false, None, false);
     let mut j = 4;
     while j < a.len() {
         let opt = arg(a, j);
@@ -283,13 +284,27 @@ pub async fn zrange(ctx: &mut Ctx<'_>, a: &[Bytes], form: Form) -> Out {
         } else if form == Form::Range && is(opt, "BYSCORE") {
             by_score = true;
         } else if form == Form::Range && is(opt, "BYLEX") {
-            return fail("ERR holdfast: ZRANGE BYLEX is not served by SQL backends");
+            by_lex = true;
         } else if form == Form::Range && is(opt, "REV") {
             rev = true;
         } else {
             return fail(SYNTAX);
         }
         j += 1;
+    }
+    if by_score && by_lex {
+        return fail(SYNTAX);
+    }
+    if by_lex && withscores {
+        return fail("ERR syntax error, WITHSCORES not supported in combination with BYLEX");
+    }
+    if by_lex {
+        let (first, second) = if rev {
+            (arg(a, 3), arg(a, 2))
+        } else {
+            (arg(a, 2), arg(a, 3))
+        };
+        return lex_range(ctx, key, first, second, rev, limit).await;
     }
     // LIMIT 0 -1 is no limit at all, which Redis accepts with a rank range too.
     if limit.is_some_and(|l| l != (0, -1)) && !by_score {
@@ -394,4 +409,597 @@ pub async fn zremrangebyscore(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
         .await?;
     ctx.drop_if_empty(key, Kind::ZSet).await?;
     Ok(int(done.rows_affected() as i64))
+}
+
+/// One end of a lexicographic range: `-`, `+`, `[a` (inclusive), `(a` (exclusive).
+#[derive(Clone, Debug, PartialEq)]
+enum Lex<'a> {
+    Min,
+    Max,
+    At(&'a [u8], bool),
+}
+
+fn lex(arg: &[u8]) -> Option<Lex<'_>> {
+    match arg.split_first() {
+        Some((b'-', [])) => Some(Lex::Min),
+        Some((b'+', [])) => Some(Lex::Max),
+        Some((b'[', rest)) => Some(Lex::At(rest, true)),
+        Some((b'(', rest)) => Some(Lex::At(rest, false)),
+        _ => None,
+    }
+}
+
+/// The bounds, or Redis's error; None inside when the range is empty whatever the set holds.
+fn lex_range_of<'a>(min: &'a [u8], max: &'a [u8]) -> Result<Option<(Lex<'a>, Lex<'a>)>, Fail> {
+    match (lex(min), lex(max)) {
+        (Some(Lex::Max), Some(_)) | (Some(_), Some(Lex::Min)) => Ok(None),
+        (Some(lo), Some(hi)) => Ok(Some((lo, hi))),
+        _ => fail("ERR min or max not valid string range item"),
+    }
+}
+
+/// `member` conditions for a lexicographic range, with the values to bind from `$2` on.
+fn lex_where<'a>(lo: &Lex<'a>, hi: &Lex<'a>) -> (String, Vec<&'a [u8]>) {
+    let mut clause = String::new();
+    let mut binds = Vec::new();
+    for (bound, above) in [(lo, true), (hi, false)] {
+        if let Lex::At(value, inclusive) = bound {
+            binds.push(*value);
+            let op = match (above, inclusive) {
+                (true, true) => ">=",
+                (true, false) => ">",
+                (false, true) => "<=",
+                (false, false) => "<",
+            };
+            clause.push_str(&format!(" AND member {op} ${}", binds.len() + 1));
+        }
+    }
+    (clause, binds)
+}
+
+/// `ZRANGE … BYLEX`, `ZRANGEBYLEX`, `ZREVRANGEBYLEX` once the options are read.
+async fn lex_range(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    min: &[u8],
+    max: &[u8],
+    rev: bool,
+    limit: Option<(i64, i64)>,
+) -> Out {
+    let Some((lo, hi)) = lex_range_of(min, max)? else {
+        zset(ctx, key).await?;
+        return Ok(array(Vec::new()));
+    };
+    if !zset(ctx, key).await? {
+        return Ok(array(Vec::new()));
+    }
+    let (offset, count) = limit.unwrap_or((0, -1));
+    if offset < 0 {
+        return Ok(array(Vec::new()));
+    }
+    let count = if count < 0 { i64::MAX } else { count };
+    let (clause, binds) = lex_where(&lo, &hi);
+    let order = if rev {
+        "score DESC, member DESC"
+    } else {
+        "score, member"
+    };
+    let n = binds.len();
+    let sql = format!(
+        "SELECT member FROM hf_zset WHERE key = $1{clause} ORDER BY {order} LIMIT ${} OFFSET ${}",
+        n + 2,
+        n + 3
+    );
+    let mut query = sqlx::query(&sql).bind(key);
+    for b in binds {
+        query = query.bind(b);
+    }
+    let rows = query
+        .bind(count)
+        .bind(offset)
+        .fetch_all(&mut *ctx.conn)
+        .await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in &rows {
+        out.push(bulk(bytes_at(row, 0)?));
+    }
+    Ok(array(out))
+}
+
+/// `ZRANGEBYLEX key min max [LIMIT offset count]` and `ZREVRANGEBYLEX key max min [LIMIT …]`.
+pub async fn zrangebylex(ctx: &mut Ctx<'_>, a: &[Bytes], rev: bool) -> Out {
+    let key = arg(a, 1);
+    let mut limit = None;
+    let mut j = 4;
+    while j < a.len() {
+        if is(arg(a, j), "LIMIT") && a.len() - j > 2 {
+            limit = Some((args::int(arg(a, j + 1))?, args::int(arg(a, j + 2))?));
+            j += 3;
+        } else if is(arg(a, j), "WITHSCORES") {
+            return fail("ERR syntax error, WITHSCORES not supported in combination with BYLEX");
+        } else {
+            return fail(SYNTAX);
+        }
+    }
+    let (min, max) = if rev {
+        (arg(a, 3), arg(a, 2))
+    } else {
+        (arg(a, 2), arg(a, 3))
+    };
+    lex_range(ctx, key, min, max, rev, limit).await
+}
+
+/// `ZLEXCOUNT key min max`
+pub async fn zlexcount(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
+    let key = arg(a, 1);
+    let Some((lo, hi)) = lex_range_of(arg(a, 2), arg(a, 3))? else {
+        zset(ctx, key).await?;
+        return Ok(int(0));
+    };
+    if !zset(ctx, key).await? {
+        return Ok(int(0));
+    }
+    let (clause, binds) = lex_where(&lo, &hi);
+    let sql = format!("SELECT COUNT(*) FROM hf_zset WHERE key = $1{clause}");
+    let mut query = sqlx::query_scalar(&sql).bind(key);
+    for b in binds {
+        query = query.bind(b);
+    }
+    let n: i64 = query.fetch_one(&mut *ctx.conn).await?;
+    Ok(int(n))
+}
+
+/// `ZREMRANGEBYLEX key min max`
+pub async fn zremrangebylex(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
+    let key = arg(a, 1);
+    let range = lex_range_of(arg(a, 2), arg(a, 3))?;
+    ctx.lock(&[key]).await?;
+    if !zset(ctx, key).await? {
+        return Ok(int(0));
+    }
+    let Some((lo, hi)) = range else {
+        return Ok(int(0));
+    };
+    let (clause, binds) = lex_where(&lo, &hi);
+    let sql = format!("DELETE FROM hf_zset WHERE key = $1{clause}");
+    let mut query = sqlx::query(&sql).bind(key);
+    for b in binds {
+        query = query.bind(b);
+    }
+    let done = ctx.exec(query).await?;
+    ctx.drop_if_empty(key, Kind::ZSet).await?;
+    Ok(int(done.rows_affected() as i64))
+}
+
+/// The (member, score) rows of ranks `start..=end` (Redis's negative indices), in order.
+async fn by_rank(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    start: i64,
+    end: i64,
+    rev: bool,
+) -> Result<Vec<(Bytes, f64)>, Fail> {
+    let len = ctx.count(key, Kind::ZSet).await?;
+    let start = if start < 0 {
+        (start + len).max(0)
+    } else {
+        start
+    };
+    let end = if end < 0 { end + len } else { end };
+    if start > end || start >= len {
+        return Ok(Vec::new());
+    }
+    let end = end.min(len - 1);
+    let order = if rev {
+        "score DESC, member DESC"
+    } else {
+        "score, member"
+    };
+    let rows = sqlx::query(&format!(
+        "SELECT member, score FROM hf_zset WHERE key = $1 ORDER BY {order} LIMIT $2 OFFSET $3"
+    ))
+    .bind(key)
+    .bind(end - start + 1)
+    .bind(start)
+    .fetch_all(&mut *ctx.conn)
+    .await?;
+    rows.iter()
+        .map(|row| Ok((bytes_at(row, 0)?, row.try_get(1)?)))
+        .collect()
+}
+
+/// `ZREMRANGEBYRANK key start stop`
+pub async fn zremrangebyrank(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
+    let key = arg(a, 1);
+    let (start, end) = (args::int(arg(a, 2))?, args::int(arg(a, 3))?);
+    ctx.lock(&[key]).await?;
+    if !zset(ctx, key).await? {
+        return Ok(int(0));
+    }
+    let gone: Vec<Bytes> = by_rank(ctx, key, start, end, false)
+        .await?
+        .into_iter()
+        .map(|(m, _)| m)
+        .collect();
+    Ok(int(ctx.remove(key, Kind::ZSet, &gone).await?))
+}
+
+/// Removes and returns up to `count` members from the low (or high) end.
+async fn pop_end(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    max: bool,
+    count: i64,
+) -> Result<Vec<(Bytes, f64)>, Fail> {
+    if count <= 0 {
+        return Ok(Vec::new());
+    }
+    let taken = by_rank(ctx, key, 0, count.saturating_sub(1), max).await?;
+    let members: Vec<Bytes> = taken.iter().map(|(m, _)| m.clone()).collect();
+    if !members.is_empty() {
+        ctx.remove(key, Kind::ZSet, &members).await?;
+    }
+    Ok(taken)
+}
+
+/// (member, score) pairs as `[m, s]` arrays (RESP3, or always when `nested`), else flat.
+fn pairs_reply(ctx: &Ctx<'_>, pairs: Vec<(Bytes, f64)>, nested: bool) -> Frame {
+    let nested = nested || ctx.proto == Proto::Resp3;
+    let mut out = Vec::with_capacity(pairs.len() * 2);
+    for (m, s) in pairs {
+        if nested {
+            out.push(array(vec![bulk(m), double(s)]));
+        } else {
+            out.push(bulk(m));
+            out.push(double(s));
+        }
+    }
+    array(out)
+}
+
+/// `ZPOPMIN` / `ZPOPMAX key [count]`
+pub async fn zpop(ctx: &mut Ctx<'_>, a: &[Bytes], max: bool) -> Out {
+    let key = arg(a, 1);
+    let count = match a.get(2) {
+        None => None,
+        Some(c) => match args::parse_i64(c) {
+            Some(n) if n >= 0 => Some(n),
+            _ => return fail("ERR value is out of range, must be positive"),
+        },
+    };
+    if a.len() > 3 {
+        return fail(SYNTAX);
+    }
+    ctx.lock(&[key]).await?;
+    if !zset(ctx, key).await? {
+        return Ok(array(Vec::new()));
+    }
+    let taken = pop_end(ctx, key, max, count.unwrap_or(1)).await?;
+    Ok(match count {
+        // One pair, flat, in either protocol.
+        None => {
+            let mut out = Vec::with_capacity(2);
+            for (m, s) in taken {
+                out.push(bulk(m));
+                out.push(double(s));
+            }
+            array(out)
+        }
+        Some(_) => pairs_reply(ctx, taken, false),
+    })
+}
+
+/// `ZMPOP numkeys key [key ...] MIN|MAX [COUNT count]`: from the first sorted set that is
+/// not empty, `[key, [[member, score], ...]]`; nil when every one is.
+pub async fn zmpop(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
+    let (keys, max, count) = mpop_args(a, ["MIN", "MAX"])?;
+    let all: Vec<&[u8]> = keys.iter().map(|k| k.as_ref()).collect();
+    ctx.lock(&all).await?;
+    for key in keys {
+        if !zset(ctx, key).await? {
+            continue;
+        }
+        let taken = pop_end(ctx, key, max, count.unwrap_or(1)).await?;
+        return Ok(array(vec![
+            bulk(key.clone()),
+            pairs_reply(ctx, taken, true),
+        ]));
+    }
+    Ok(null())
+}
+
+/// `ZRANDMEMBER key [count [WITHSCORES]]`: distinct members for a positive count (all of
+/// them when it reaches the size), with repeats for a negative one.
+pub async fn zrandmember(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
+    use rand::seq::SliceRandom;
+    let key = arg(a, 1);
+    let (count, withscores) = rand_args(a, "WITHSCORES")?;
+    let all = if zset(ctx, key).await? {
+        by_rank(ctx, key, 0, -1, false).await?
+    } else {
+        Vec::new()
+    };
+    let mut rng = rand::thread_rng();
+    let Some(count) = count else {
+        return Ok(bulk_or_null(all.choose(&mut rng).map(|(m, _)| m.clone())));
+    };
+    let chosen = draw(all, count)?;
+    if withscores {
+        return Ok(pairs_reply(ctx, chosen, false));
+    }
+    Ok(array(chosen.into_iter().map(|(m, _)| bulk(m)).collect()))
+}
+
+/// Members past which `ZSCAN` answers in pages; a smaller sorted set comes whole, in score
+/// order, with cursor 0, as Redis answers for one it keeps compactly.
+const SCAN_WHOLE: usize = 128;
+
+/// `ZSCAN key cursor [MATCH pattern] [COUNT count]`: past [`SCAN_WHOLE`] members the cursor
+/// is an offset in (score, member) order, so a member that moves may be seen twice or not at
+/// all, as Redis allows for elements changed during a scan.
+pub async fn zscan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
+    let key = arg(a, 1);
+    let (cursor, pattern, count) = args::scan_args(a)?;
+    if !zset(ctx, key).await? {
+        return Ok(array(vec![
+            bulk(Bytes::from_static(b"0")),
+            array(Vec::new()),
+        ]));
+    }
+    let len = ctx.count(key, Kind::ZSet).await?;
+    let (page, next) = if len <= SCAN_WHOLE as i64 {
+        (by_rank(ctx, key, 0, -1, false).await?, 0)
+    } else {
+        let start = i64::try_from(cursor).unwrap_or(i64::MAX);
+        let step = i64::try_from(count.min(100_000)).unwrap_or(100_000);
+        let page = by_rank(ctx, key, start, start.saturating_add(step - 1), false).await?;
+        let end = start.saturating_add(step);
+        (page, if end < len { end } else { 0 })
+    };
+    let mut items = Vec::with_capacity(page.len() * 2);
+    for (m, s) in page {
+        if pattern.map_or(true, |p| args::glob(p, &m)) {
+            items.push(bulk(m));
+            items.push(bulk(Bytes::from(crate::resp::format_double(
+                s,
+                crate::resp::DoubleStyle::G17,
+            ))));
+        }
+    }
+    Ok(array(vec![
+        bulk(Bytes::from(next.to_string())),
+        array(items),
+    ]))
+}
+
+/// How `ZUNION`/`ZINTER` combine the scores of a member found in several inputs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Aggregate {
+    Sum,
+    Min,
+    Max,
+}
+
+/// Sorted-set algebra.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum ZAlgebra {
+    Inter,
+    Union,
+    Diff,
+}
+
+/// An input of the algebra: a sorted set, or a set (every member scores 1); WRONGTYPE
+/// otherwise, empty when absent.
+async fn input(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Vec<(Bytes, f64)>, Fail> {
+    match ctx.meta(key).await?.map(|m| m.kind) {
+        None => Ok(Vec::new()),
+        Some(Kind::ZSet) => by_rank(ctx, key, 0, -1, false).await,
+        Some(Kind::Set) => {
+            let rows = sqlx::query("SELECT member FROM hf_set WHERE key = $1")
+                .bind(key)
+                .fetch_all(&mut *ctx.conn)
+                .await?;
+            rows.iter()
+                .map(|row| Ok((bytes_at(row, 0)?, 1.0)))
+                .collect()
+        }
+        Some(_) => fail(WRONGTYPE),
+    }
+}
+
+/// What follows `numkeys key ...` in the algebra's commands.
+struct AlgebraArgs {
+    keys: Vec<Bytes>,
+    weights: Vec<f64>,
+    aggregate: Aggregate,
+    withscores: bool,
+    limit: i64,
+}
+
+/// Reads `numkeys key ... [WEIGHTS …] [AGGREGATE …] [WITHSCORES] [LIMIT n]` from `at` (the
+/// numkeys), as Redis does for `command`: the keys' kinds are checked before the options.
+async fn algebra_args(
+    ctx: &mut Ctx<'_>,
+    a: &[Bytes],
+    at: usize,
+    op: ZAlgebra,
+    command: &str,
+    store: bool,
+    card: bool,
+) -> Result<(AlgebraArgs, Vec<Vec<(Bytes, f64)>>), Fail> {
+    let n = args::int(arg(a, at))?;
+    if n < 1 {
+        return fail(format!(
+            "ERR at least 1 input key is needed for '{command}' command"
+        ));
+    }
+    let n = usize::try_from(n).unwrap_or(usize::MAX);
+    if n > a.len() - at - 1 {
+        return fail(SYNTAX);
+    }
+    let keys: Vec<Bytes> = a[at + 1..at + 1 + n].to_vec();
+    let mut inputs = Vec::with_capacity(n);
+    for key in &keys {
+        inputs.push(input(ctx, key).await?);
+    }
+    let mut parsed = AlgebraArgs {
+        keys,
+        weights: vec![1.0; n],
+        aggregate: Aggregate::Sum,
+        withscores: false,
+        limit: 0,
+    };
+    let mut j = at + 1 + n;
+    while j < a.len() {
+        let remaining = a.len() - j;
+        let opt = arg(a, j);
+        if op != ZAlgebra::Diff && !card && remaining > n && is(opt, "WEIGHTS") {
+            for i in 0..n {
+                parsed.weights[i] = match args::parse_f64(arg(a, j + 1 + i)) {
+                    Some(w) => w,
+                    None => return fail("ERR weight value is not a float"),
+                };
+            }
+            j += 1 + n;
+        } else if op != ZAlgebra::Diff && !card && remaining >= 2 && is(opt, "AGGREGATE") {
+            let how = arg(a, j + 1);
+            parsed.aggregate = if is(how, "SUM") {
+                Aggregate::Sum
+            } else if is(how, "MIN") {
+                Aggregate::Min
+            } else if is(how, "MAX") {
+                Aggregate::Max
+            } else {
+                return fail(SYNTAX);
+            };
+            j += 2;
+        } else if !store && !card && is(opt, "WITHSCORES") {
+            parsed.withscores = true;
+            j += 1;
+        } else if card && remaining >= 2 && is(opt, "LIMIT") {
+            parsed.limit = match args::int(arg(a, j + 1))? {
+                l if l < 0 => return fail("ERR LIMIT can't be negative"),
+                l => l,
+            };
+            j += 2;
+        } else {
+            return fail(SYNTAX);
+        }
+    }
+    Ok((parsed, inputs))
+}
+
+/// The algebra's result, in (score, member) order.
+fn combine(
+    op: ZAlgebra,
+    inputs: Vec<Vec<(Bytes, f64)>>,
+    weights: &[f64],
+    aggregate: Aggregate,
+) -> Vec<(Bytes, f64)> {
+    use std::collections::HashMap;
+    let weigh = |s: f64, w: f64| {
+        let v = s * w;
+        if v.is_nan() {
+            0.0
+        } else {
+            v
+        }
+    };
+    let fold = |acc: f64, v: f64| {
+        let r = match aggregate {
+            Aggregate::Sum => acc + v,
+            Aggregate::Min => acc.min(v),
+            Aggregate::Max => acc.max(v),
+        };
+        // inf + -inf: Redis keeps 0.
+        if r.is_nan() {
+            0.0
+        } else {
+            r
+        }
+    };
+    let mut inputs = inputs.into_iter().zip(weights.iter().copied());
+    let Some((first, w0)) = inputs.next() else {
+        return Vec::new();
+    };
+    let mut acc: HashMap<Bytes, f64> = first
+        .into_iter()
+        .map(|(m, s)| {
+            let v = if op == ZAlgebra::Diff {
+                s
+            } else {
+                weigh(s, w0)
+            };
+            (m, v)
+        })
+        .collect();
+    for (other, w) in inputs {
+        let other: HashMap<Bytes, f64> = other.into_iter().collect();
+        match op {
+            ZAlgebra::Diff => acc.retain(|m, _| !other.contains_key(m)),
+            ZAlgebra::Inter => {
+                acc.retain(|m, _| other.contains_key(m));
+                for (m, v) in acc.iter_mut() {
+                    if let Some(s) = other.get(m) {
+                        *v = fold(*v, weigh(*s, w));
+                    }
+                }
+            }
+            ZAlgebra::Union => {
+                for (m, s) in other {
+                    let v = weigh(s, w);
+                    acc.entry(m).and_modify(|a| *a = fold(*a, v)).or_insert(v);
+                }
+            }
+        }
+    }
+    // -0 is stored as 0 (SQLite does so itself; PostgreSQL would keep the sign).
+    let mut out: Vec<(Bytes, f64)> = acc.into_iter().map(|(m, s)| (m, s + 0.0)).collect();
+    out.sort_by(|(ma, sa), (mb, sb)| sa.total_cmp(sb).then_with(|| ma.cmp(mb)));
+    out
+}
+
+/// `ZINTER` / `ZUNION` / `ZDIFF numkeys key ... [WEIGHTS …] [AGGREGATE …] [WITHSCORES]`
+pub async fn zalgebra(ctx: &mut Ctx<'_>, a: &[Bytes], op: ZAlgebra) -> Out {
+    let command = String::from_utf8_lossy(arg(a, 0)).to_ascii_lowercase();
+    let (parsed, inputs) = algebra_args(ctx, a, 1, op, &command, false, false).await?;
+    let out = combine(op, inputs, &parsed.weights, parsed.aggregate);
+    if parsed.withscores {
+        return Ok(pairs_reply(ctx, out, false));
+    }
+    Ok(array(out.into_iter().map(|(m, _)| bulk(m)).collect()))
+}
+
+/// `ZINTERSTORE` / `ZUNIONSTORE` / `ZDIFFSTORE destination numkeys key ...`: the result
+/// replaces whatever the destination held (an empty one deletes it).
+pub async fn zalgebra_store(ctx: &mut Ctx<'_>, a: &[Bytes], op: ZAlgebra) -> Out {
+    let command = String::from_utf8_lossy(arg(a, 0)).to_ascii_lowercase();
+    let dest = arg(a, 1);
+    let mut locked: Vec<&[u8]> = vec![dest];
+    let n = args::parse_i64(arg(a, 2)).unwrap_or(0).max(0) as usize;
+    locked.extend(a.iter().skip(3).take(n).map(|k| k.as_ref()));
+    ctx.lock(&locked).await?;
+    let (parsed, inputs) = algebra_args(ctx, a, 2, op, &command, true, false).await?;
+    let out = combine(op, inputs, &parsed.weights, parsed.aggregate);
+    ctx.delete(dest).await?;
+    if !out.is_empty() {
+        ctx.create(dest, Kind::ZSet, None).await?;
+        for (m, s) in &out {
+            put(ctx, dest, m, *s, true).await?;
+        }
+    }
+    Ok(int(out.len() as i64))
+}
+
+/// `ZINTERCARD numkeys key ... [LIMIT limit]`
+pub async fn zintercard(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
+    let (parsed, inputs) =
+        algebra_args(ctx, a, 1, ZAlgebra::Inter, "zintercard", false, true).await?;
+    let n = combine(ZAlgebra::Inter, inputs, &parsed.weights, Aggregate::Sum).len() as i64;
+    let _ = parsed.keys;
+    Ok(int(if parsed.limit > 0 {
+        n.min(parsed.limit)
+    } else {
+        n
+    }))
 }

@@ -1,0 +1,294 @@
+//! Blocking commands on SQL backends: `BLPOP`, `BRPOP`, `BLMOVE`, `BRPOPLPUSH`, `BLMPOP`,
+//! `BZPOPMIN`, `BZPOPMAX`, `BZMPOP`.
+//!
+//! Each is one attempt of its non-blocking form (`LMPOP`, `LMOVE`, `ZMPOP`, ...) in a write
+//! transaction, its reply reshaped; inside `MULTI` that is all it does, as in Redis. Outside,
+//! a client whose attempt finds nothing waits ([`Wakers`]) and tries again when a write of
+//! this holdfast touches one of its keys, or after the backend's `blocking_poll` (a write by
+//! another process sharing the database, which holdfast cannot hear), until its timeout. Waiters on a key are
+//! served longest-waiting first: a write wakes the one that has waited longest; when it took
+//! something it wakes the next, so a push of three elements serves three clients in order.
+
+use super::args;
+use super::store::{array, fail, Ctx, Fail, Out};
+use super::{lists, zsets};
+use bytes::Bytes;
+use redis_protocol::resp3::types::BytesFrame as Frame;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// Whether `name` is one of the blocking commands this module serves.
+pub fn is_blocking(name: &[u8]) -> bool {
+    [
+        &b"BLPOP"[..],
+        b"BRPOP",
+        b"BLMOVE",
+        b"BRPOPLPUSH",
+        b"BLMPOP",
+        b"BZPOPMIN",
+        b"BZPOPMAX",
+        b"BZMPOP",
+    ]
+    .iter()
+    .any(|n| name.eq_ignore_ascii_case(n))
+}
+
+/// A blocking command's timeout argument, as Redis reads it: seconds (a float), 0 for none;
+/// `Ok(None)` waits for ever.
+///
+/// # Errors
+/// Redis's error reply for a timeout that is not a float or is negative.
+pub fn timeout(a: &[Bytes]) -> Result<Option<Duration>, Fail> {
+    let upper = a
+        .first()
+        .map(|n| n.to_ascii_uppercase())
+        .unwrap_or_default();
+    let at = match upper.as_slice() {
+        b"BLMPOP" | b"BZMPOP" => 1,
+        _ => a.len().saturating_sub(1),
+    };
+    let text = a.get(at).map(|t| t.as_ref()).unwrap_or_default();
+    let Some(seconds) = args::parse_f64(text) else {
+        return fail("ERR timeout is not a float or out of range");
+    };
+    let ms = (seconds * 1000.0).ceil();
+    // Redis converts to a 64-bit integer: what overflows comes out negative.
+    if !(0.0..9.2e18).contains(&ms) {
+        return fail("ERR timeout is negative");
+    }
+    Ok((ms > 0.0).then(|| Duration::from_millis(ms as u64)))
+}
+
+/// The keys a blocking command waits on: every list (or sorted set) it may pop from; not
+/// `BLMOVE`'s destination.
+pub fn keys(a: &[Bytes]) -> Vec<Bytes> {
+    let upper = a
+        .first()
+        .map(|n| n.to_ascii_uppercase())
+        .unwrap_or_default();
+    match upper.as_slice() {
+        b"BLMOVE" | b"BRPOPLPUSH" => a.get(1).cloned().into_iter().collect(),
+        b"BLMPOP" | b"BZMPOP" => {
+            let n = args::parse_i64(arg(a, 2)).unwrap_or(0).max(0) as usize;
+            a.iter().skip(3).take(n).cloned().collect()
+        }
+        _ => a
+            .get(1..a.len().saturating_sub(1))
+            .unwrap_or_default()
+            .to_vec(),
+    }
+}
+
+fn arg(a: &[Bytes], i: usize) -> &[u8] {
+    a.get(i).map(|b| b.as_ref()).unwrap_or_default()
+}
+
+/// `args` with the name replaced and the arguments in `keep` (in order).
+fn form(name: &'static [u8], rest: impl IntoIterator<Item = Bytes>) -> Vec<Bytes> {
+    std::iter::once(Bytes::from_static(name))
+        .chain(rest)
+        .collect()
+}
+
+/// One attempt of a blocking command: its reply, or nil when there was nothing to take.
+pub async fn attempt(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
+    let upper = a
+        .first()
+        .map(|n| n.to_ascii_uppercase())
+        .unwrap_or_default();
+    match upper.as_slice() {
+        b"BLPOP" | b"BRPOP" | b"BZPOPMIN" | b"BZPOPMAX" => {
+            timeout(a)?;
+            let keys = &a[1..a.len().saturating_sub(1)];
+            let zset = upper.starts_with(b"BZ");
+            let end: &'static [u8] = match upper.as_slice() {
+                b"BLPOP" => b"LEFT",
+                b"BRPOP" => b"RIGHT",
+                b"BZPOPMIN" => b"MIN",
+                _ => b"MAX",
+            };
+            let rest = std::iter::once(Bytes::from(keys.len().to_string()))
+                .chain(keys.iter().cloned())
+                .chain(std::iter::once(Bytes::from_static(end)));
+            let reply = if zset {
+                zsets::zmpop(ctx, &form(b"ZMPOP", rest)).await?
+            } else {
+                lists::lmpop(ctx, &form(b"LMPOP", rest)).await?
+            };
+            Ok(flatten(reply))
+        }
+        b"BLMPOP" | b"BZMPOP" => {
+            timeout(a)?;
+            let rest = a.iter().skip(2).cloned();
+            if upper.as_slice() == b"BLMPOP" {
+                lists::lmpop(ctx, &form(b"LMPOP", rest)).await
+            } else {
+                zsets::zmpop(ctx, &form(b"ZMPOP", rest)).await
+            }
+        }
+        b"BLMOVE" => {
+            for side in [arg(a, 3), arg(a, 4)] {
+                if !args::is(side, "LEFT") && !args::is(side, "RIGHT") {
+                    return fail(super::store::SYNTAX);
+                }
+            }
+            timeout(a)?;
+            let lmove = form(b"LMOVE", a.iter().skip(1).take(4).cloned());
+            lists::lmove(ctx, &lmove, true).await
+        }
+        b"BRPOPLPUSH" => {
+            timeout(a)?;
+            let rpoplpush = form(b"RPOPLPUSH", a.iter().skip(1).take(2).cloned());
+            lists::lmove(ctx, &rpoplpush, false).await
+        }
+        _ => fail(super::commands::unsupported(arg(a, 0))),
+    }
+}
+
+/// `[key, [element]]` (what `LMPOP` and `ZMPOP` answer) as `[key, element]` (`BLPOP`) or
+/// `[key, member, score]` (`BZPOPMIN`); nil stays nil.
+fn flatten(reply: Frame) -> Frame {
+    let Frame::Array { data, .. } = reply else {
+        return reply;
+    };
+    let mut out = Vec::with_capacity(3);
+    let mut parts = data.into_iter();
+    if let Some(key) = parts.next() {
+        out.push(key);
+    }
+    if let Some(Frame::Array { data: taken, .. }) = parts.next() {
+        for element in taken {
+            match element {
+                Frame::Array { data: pair, .. } => out.extend(pair),
+                other => out.push(other),
+            }
+        }
+    }
+    array(out)
+}
+
+/// The waiters on one key, longest waiting first: (registration order, its wake-up).
+type Line = Vec<(u64, Arc<Notify>)>;
+
+/// The clients of one backend waiting in a blocking command, by key.
+pub struct Wakers {
+    /// How often the first in line tries again unwoken.
+    poll: Duration,
+    /// Waiters registered now: a write looks no further when there are none.
+    waiting: AtomicUsize,
+    /// Registration order: the smaller waited longer.
+    next: AtomicU64,
+    by_key: Mutex<HashMap<Bytes, Line>>,
+}
+
+impl Wakers {
+    /// No waiter yet; the first in line for a key tries again every `poll`.
+    pub fn new(poll: Duration) -> Wakers {
+        Wakers {
+            poll,
+            waiting: AtomicUsize::new(0),
+            next: AtomicU64::new(0),
+            by_key: Mutex::default(),
+        }
+    }
+
+    /// Registers a waiter on `keys`; it leaves when dropped.
+    pub fn wait_on(self: &Arc<Self>, keys: Vec<Bytes>) -> Waiter {
+        let seq = self.next.fetch_add(1, Ordering::Relaxed);
+        let notify = Arc::new(Notify::new());
+        let mut by_key = self.by_key.lock().unwrap_or_else(|p| p.into_inner());
+        for key in &keys {
+            by_key
+                .entry(key.clone())
+                .or_default()
+                .push((seq, notify.clone()));
+        }
+        self.waiting.fetch_add(1, Ordering::Release);
+        Waiter {
+            wakers: self.clone(),
+            seq,
+            keys,
+            notify,
+        }
+    }
+
+    /// A write touched `keys`: the longest waiter of each tries again.
+    pub fn touched<'a>(&self, keys: impl IntoIterator<Item = &'a Bytes>) {
+        if self.waiting.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let by_key = self.by_key.lock().unwrap_or_else(|p| p.into_inner());
+        for key in keys {
+            if let Some((_, first)) = by_key.get(key).and_then(|w| w.first()) {
+                first.notify_one();
+            }
+        }
+    }
+
+    /// Whether waiter `seq` is first in line for one of `keys`.
+    fn first_for(&self, seq: u64, keys: &[Bytes]) -> bool {
+        let by_key = self.by_key.lock().unwrap_or_else(|p| p.into_inner());
+        keys.iter().any(|k| {
+            by_key
+                .get(k)
+                .and_then(|w| w.first())
+                .is_some_and(|(s, _)| *s == seq)
+        })
+    }
+}
+
+/// One client waiting in a blocking command.
+pub struct Waiter {
+    wakers: Arc<Wakers>,
+    seq: u64,
+    keys: Vec<Bytes>,
+    notify: Arc<Notify>,
+}
+
+impl Waiter {
+    /// Until woken, or the poll interval passed while first in line for a key; false once
+    /// `until`.
+    pub async fn wait(&self, until: Option<tokio::time::Instant>) -> bool {
+        let deadline = async {
+            match until {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        let poll = async {
+            loop {
+                tokio::time::sleep(self.wakers.poll).await;
+                if self.wakers.first_for(self.seq, &self.keys) {
+                    return;
+                }
+            }
+        };
+        tokio::select! {
+            () = self.notify.notified() => true,
+            () = poll => true,
+            () = deadline => false,
+        }
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        let mut by_key = self.wakers.by_key.lock().unwrap_or_else(|p| p.into_inner());
+        for key in &self.keys {
+            if let Some(list) = by_key.get_mut(key) {
+                list.retain(|(s, _)| *s != self.seq);
+                // Whatever woke this waiter may be there for the next one.
+                if let Some((_, next)) = list.first() {
+                    next.notify_one();
+                }
+                if list.is_empty() {
+                    by_key.remove(key);
+                }
+            }
+        }
+        self.wakers.waiting.fetch_sub(1, Ordering::Release);
+    }
+}

@@ -1,0 +1,230 @@
+//! Job queues on SQL backends, as Sidekiq, Celery or RQ run them: producers `LPUSH`,
+//! consumers block in `BRPOP` or `BLMOVE`. On SQLite through one holdfast, and on PostgreSQL
+//! through two holdfasts sharing the database (a push on one reaches a consumer blocked on
+//! the other).
+//! Every job is consumed exactly once; the latency from push to pop is printed (p50, p99).
+
+#[allow(unused_imports)]
+mod support;
+use support::*;
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+const PRODUCERS: usize = 10;
+const CONSUMERS: usize = 5;
+const JOBS_EACH: usize = 100;
+
+fn micros() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros())
+}
+
+/// The job a BRPOP or BLMOVE reply carries, if any.
+fn job_of(reply: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(reply);
+    text.split("\r\n")
+        .find(|l| l.starts_with("job:"))
+        .map(str::to_string)
+}
+
+/// Runs the queue with producers on `produce` and consumers spread over `consume`; returns
+/// the push-to-pop latencies in microseconds.
+async fn run_queue(produce: &str, consume: &[String], queue: &str) -> Vec<u128> {
+    let mut producers = Vec::new();
+    for p in 0..PRODUCERS {
+        let addr = produce.to_string();
+        let queue = queue.to_string();
+        producers.push(tokio::spawn(async move {
+            let mut conn = RawConn::connect(&addr).await;
+            for n in 0..JOBS_EACH {
+                let job = format!("job:{p}:{n}:{}", micros());
+                let reply = conn.command(&["LPUSH", &queue, &job]).await;
+                assert!(reply.starts_with(b":"), "LPUSH: {reply:?}");
+                // 500 jobs a second in all, below what five consumers take: the latency
+                // measured is the wake-up's, not a backlog's. Now and then a pause long
+                // enough for every consumer to be blocked when the next job comes.
+                let pause = if n % 25 == 24 { 400 } else { 20 };
+                tokio::time::sleep(Duration::from_millis(pause)).await;
+            }
+        }));
+    }
+    let mut consumers = Vec::new();
+    for c in 0..CONSUMERS {
+        let addr = consume[c % consume.len()].clone();
+        let queue = queue.to_string();
+        consumers.push(tokio::spawn(async move {
+            let mut conn = RawConn::connect(&addr).await;
+            let mut got = Vec::new();
+            let done = format!("{queue}:done:{c}");
+            loop {
+                // Three consumers pop, two move into a list of their own (RPOPLPUSH's
+                // reliable-queue pattern). A timeout long enough never to pass: each ends
+                // on a `stop` job.
+                let reply = if c < 3 {
+                    conn.command(&["BRPOP", &queue, "20"]).await
+                } else {
+                    conn.command(&["BLMOVE", &queue, &done, "RIGHT", "LEFT", "20"])
+                        .await
+                };
+                let at = micros();
+                if String::from_utf8_lossy(&reply).contains("stop") {
+                    return got;
+                }
+                match job_of(&reply) {
+                    Some(job) => got.push((job, at)),
+                    None => panic!("consumer {c}: {:?}", String::from_utf8_lossy(&reply)),
+                }
+            }
+        }));
+    }
+    for p in producers {
+        p.await.expect("a producer");
+    }
+    // Once the queue is empty, one `stop` per consumer.
+    let mut last = RawConn::connect(produce).await;
+    let drained = std::time::Instant::now();
+    while last.command(&["LLEN", queue]).await != b":0\r\n" {
+        assert!(
+            drained.elapsed() < Duration::from_secs(30),
+            "the consumers stopped taking jobs"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for _ in 0..CONSUMERS {
+        last.command(&["LPUSH", queue, "stop"]).await;
+    }
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    let mut latencies = Vec::new();
+    for c in consumers {
+        for (job, at) in c.await.expect("a consumer") {
+            let pushed: u128 = job
+                .rsplit(':')
+                .next()
+                .and_then(|t| t.parse().ok())
+                .unwrap_or(0);
+            latencies.push(at.saturating_sub(pushed));
+            *seen.entry(job).or_default() += 1;
+        }
+    }
+    let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "consumed twice: {twice:?}");
+    assert_eq!(
+        seen.len(),
+        PRODUCERS * JOBS_EACH,
+        "jobs consumed (none lost, none twice)"
+    );
+    latencies.sort_unstable();
+    // Every job reached a consumer long before any timeout could have ended a wait: a push
+    // wakes a waiter (through the other holdfast, within its poll), it is not found late.
+    let worst = latencies.last().copied().unwrap_or(0);
+    assert!(
+        worst < 2_000_000,
+        "a job waited {} ms to be popped",
+        worst / 1000
+    );
+    latencies
+}
+
+fn report(what: &str, latencies: &[u128]) {
+    let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q) as usize];
+    println!(
+        "{what}: {} jobs, push to pop p50 {:.2} ms, p99 {:.2} ms",
+        latencies.len(),
+        at(0.5) as f64 / 1000.0,
+        at(0.99) as f64 / 1000.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_job_queue_on_sqlite_consumes_every_job_once() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let proxy = Proxy::start(&sql_namespace(&format!(
+        "kind = \"sqlite\"\npath = \"{}\"",
+        dir.path().join("queue.db").display()
+    )))
+    .await;
+    let latencies = run_queue(&proxy.addr, std::slice::from_ref(&proxy.addr), "jobs").await;
+    report("SQLite, one holdfast", &latencies);
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_job_queue_on_postgres_across_two_holdfasts_consumes_every_job_once() {
+    if !support::postgres::available() {
+        eprintln!("PostgreSQL is not installed: skipped");
+        return;
+    }
+    let pg = PgServer::start();
+    let config = sql_namespace(&format!("kind = \"postgres\"\nurl = \"{}\"", pg.url()));
+    let a = Proxy::start(&config).await;
+    let b = Proxy::start(&config).await;
+    // Producers on one, consumers on the other: they hear of a push only by trying again
+    // (every `blocking_poll`, 100 ms, while first in line), or when a pop of theirs took
+    // something (the next in line tries at once).
+    let latencies = run_queue(&a.addr, std::slice::from_ref(&b.addr), "jobs").await;
+    report("PostgreSQL, two holdfasts", &latencies);
+    a.stop().await;
+    b.stop().await;
+}
+
+/// Redis's order: the client that has waited longest is served first, and a timeout
+/// answers nil after about its time.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_longest_waiting_client_is_served_first_and_timeouts_answer_nil() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    // No poll: every wake-up here is a write's (or the previous waiter's) doing.
+    let proxy = Proxy::start(&sql_namespace(&format!(
+        "kind = \"sqlite\"\npath = \"{}\"\nblocking_poll = \"1h\"",
+        dir.path().join("order.db").display()
+    )))
+    .await;
+    let mut waiting = Vec::new();
+    for i in 0..3 {
+        let addr = proxy.addr.clone();
+        waiting.push(tokio::spawn(async move {
+            let mut conn = RawConn::connect(&addr).await;
+            let reply = conn.command(&["BLPOP", "q", "other", "5"]).await;
+            (i, String::from_utf8_lossy(&reply).into_owned())
+        }));
+        // Each registers before the next.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut pusher = proxy.connect().await;
+    assert_eq!(
+        pusher.command(&["RPUSH", "q", "a", "b", "c"]).await,
+        b":3\r\n"
+    );
+    for w in waiting {
+        let (i, reply) = w.await.expect("a waiter");
+        let want = ["a", "b", "c"][i];
+        assert_eq!(
+            reply,
+            format!("*2\r\n$1\r\nq\r\n$1\r\n{want}\r\n"),
+            "waiter {i}"
+        );
+    }
+    let started = std::time::Instant::now();
+    assert_eq!(pusher.command(&["BRPOP", "q", "0.3"]).await, b"*-1\r\n");
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(300) && waited < Duration::from_secs(2),
+        "{waited:?}"
+    );
+    assert_eq!(
+        pusher.command(&["BLPOP", "q", "-1"]).await,
+        b"-ERR timeout is negative\r\n"
+    );
+    // Inside MULTI a blocking command does not block.
+    assert_eq!(pusher.command(&["MULTI"]).await, b"+OK\r\n");
+    assert_eq!(pusher.command(&["BLPOP", "q", "0"]).await, b"+QUEUED\r\n");
+    assert_eq!(pusher.command(&["EXEC"]).await, b"*1\r\n*-1\r\n");
+    // A sorted set's pop.
+    assert_eq!(pusher.command(&["ZADD", "z", "1", "m"]).await, b":1\r\n");
+    assert_eq!(
+        pusher.command(&["BZPOPMIN", "nothing", "z", "0"]).await,
+        b"*3\r\n$1\r\nz\r\n$1\r\nm\r\n$1\r\n1\r\n"
+    );
+    proxy.stop().await;
+}
