@@ -111,6 +111,10 @@ pub enum BackendError {
         #[source]
         source: Box<BackendError>,
     },
+    /// A key the client watched changed before its `EXEC` (SQL backends): the transaction
+    /// applied nothing, and the client is answered nil, as Redis answers it.
+    #[error("a watched key changed: EXEC applied nothing")]
+    Watched,
     /// One failure shared by several requests (a group commit that failed as a whole).
     #[error(transparent)]
     Shared(Arc<BackendError>),
@@ -220,7 +224,7 @@ fn classify_backend(error: &BackendError) -> ErrorClass {
         },
         BackendError::Sent { source } => sent_kind(source.kind()),
         BackendError::Reply { prefix, .. } => reply_prefix(prefix),
-        BackendError::Unsupported { .. } => ErrorClass::Other,
+        BackendError::Unsupported { .. } | BackendError::Watched => ErrorClass::Other,
         BackendError::Sql { stage, source } => sql_error(*stage, source),
         // The connection it was cut short on is closed: before COMMIT was sent the database
         // rolls the transaction back, as for a broken connection.

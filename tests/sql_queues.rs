@@ -1,4 +1,5 @@
-//! Job queues on SQL backends, as Sidekiq, Celery or RQ run them: producers `LPUSH`,
+//! Job queues and optimistic locks on SQL backends. Queues as Sidekiq, Celery or RQ run
+//! them: producers `LPUSH`,
 //! consumers block in `BRPOP` or `BLMOVE`. On SQLite through one holdfast, and on PostgreSQL
 //! through two holdfasts sharing the database (a push on one reaches a consumer blocked on
 //! the other).
@@ -227,4 +228,89 @@ async fn the_longest_waiting_client_is_served_first_and_timeouts_answer_nil() {
         b"*3\r\n$1\r\nz\r\n$1\r\nm\r\n$1\r\n1\r\n"
     );
     proxy.stop().await;
+}
+
+/// The classic optimistic-lock counter: each client loops WATCH, GET, MULTI, SET n+1, EXEC
+/// until its EXEC applies; with clients spread over `addrs`, the counter ends at the exact
+/// number of increments, and some EXECs were answered nil on the way.
+async fn optimistic_counter(addrs: &[String]) -> (u64, u64) {
+    const CLIENTS: usize = 6;
+    const EACH: u64 = 25;
+    let mut tasks = Vec::new();
+    for c in 0..CLIENTS {
+        let addr = addrs[c % addrs.len()].clone();
+        tasks.push(tokio::spawn(async move {
+            let mut conn = RawConn::connect(&addr).await;
+            let mut aborted = 0u64;
+            for _ in 0..EACH {
+                loop {
+                    assert_eq!(conn.command(&["WATCH", "counter"]).await, b"+OK\r\n");
+                    let now = String::from_utf8_lossy(&conn.command(&["GET", "counter"]).await)
+                        .split("\r\n")
+                        .nth(1)
+                        .and_then(|v| v.parse::<u64>().ok())
+                        .unwrap_or(0);
+                    assert_eq!(conn.command(&["MULTI"]).await, b"+OK\r\n");
+                    let next = (now + 1).to_string();
+                    assert_eq!(
+                        conn.command(&["SET", "counter", &next]).await,
+                        b"+QUEUED\r\n"
+                    );
+                    match conn.command(&["EXEC"]).await.as_slice() {
+                        b"*1\r\n+OK\r\n" => break,
+                        b"*-1\r\n" => aborted += 1,
+                        other => panic!("EXEC: {:?}", String::from_utf8_lossy(other)),
+                    }
+                }
+            }
+            aborted
+        }));
+    }
+    let mut aborted = 0;
+    for t in tasks {
+        aborted += t.await.expect("a client");
+    }
+    let mut conn = RawConn::connect(&addrs[0]).await;
+    let total = String::from_utf8_lossy(&conn.command(&["GET", "counter"]).await)
+        .split("\r\n")
+        .nth(1)
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0);
+    assert_eq!(total, CLIENTS as u64 * EACH, "increments lost or doubled");
+    (total, aborted)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn watch_keeps_an_optimistic_counter_exact_on_sqlite_and_across_holdfasts_on_postgres() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let sqlite = Proxy::start(&sql_namespace(&format!(
+        "kind = \"sqlite\"\npath = \"{}\"",
+        dir.path().join("watch.db").display()
+    )))
+    .await;
+    let (total, aborted) = optimistic_counter(std::slice::from_ref(&sqlite.addr)).await;
+    println!("SQLite: counter {total}, {aborted} EXECs answered nil and retried");
+    assert!(
+        aborted > 0,
+        "no EXEC ever met a concurrent write: the test proves nothing"
+    );
+    sqlite.stop().await;
+    if !support::postgres::available() {
+        eprintln!("PostgreSQL is not installed: skipped");
+        return;
+    }
+    let pg = PgServer::start();
+    let config = sql_namespace(&format!("kind = \"postgres\"\nurl = \"{}\"", pg.url()));
+    let a = Proxy::start(&config).await;
+    let b = Proxy::start(&config).await;
+    let (total, aborted) = optimistic_counter(&[a.addr.clone(), b.addr.clone()]).await;
+    println!(
+        "PostgreSQL, two holdfasts: counter {total}, {aborted} EXECs answered nil and retried"
+    );
+    assert!(
+        aborted > 0,
+        "no EXEC ever met a concurrent write: the test proves nothing"
+    );
+    a.stop().await;
+    b.stop().await;
 }

@@ -5,7 +5,7 @@
 use super::sets::Algebra;
 use super::store::{fail, Ctx, Out};
 use super::zsets::{Form, ZAlgebra};
-use super::{blocking, hashes, keys, lists, sets, streams, strings, zsets};
+use super::{blocking, hashes, keys, lists, sets, streams, strings, watch, zsets};
 use bytes::Bytes;
 
 /// A command name in upper case, on the stack: looked up three times per request, so no
@@ -49,7 +49,9 @@ pub fn writes(name: &[u8]) -> Option<bool> {
         | b"ZREVRANGEBYSCORE" | b"ZRANGEBYLEX" | b"ZREVRANGEBYLEX" | b"ZLEXCOUNT"
         | b"ZRANDMEMBER" | b"ZSCAN" | b"ZINTER" | b"ZUNION" | b"ZDIFF" | b"ZINTERCARD"
         | b"LRANGE" | b"LLEN" | b"LINDEX" | b"LPOS" | b"XLEN" | b"XRANGE" | b"XREVRANGE"
-        | b"WAIT" => false,
+        | b"WAIT" | b"HF.WATCHED" => false,
+        // holdfast's own: `WATCH` registers its keys (`watch`).
+        b"HF.WATCH" => true,
         b"SET" | b"SETNX" | b"SETEX" | b"PSETEX" | b"GETSET" | b"GETDEL" | b"GETEX" | b"MSET"
         | b"MSETNX" | b"INCR" | b"DECR" | b"INCRBY" | b"DECRBY" | b"INCRBYFLOAT" | b"APPEND"
         | b"SETRANGE" | b"COPY" | b"DEL" | b"UNLINK" | b"RENAME" | b"RENAMENX" | b"EXPIRE"
@@ -219,6 +221,8 @@ pub async fn run(ctx: &mut Ctx<'_>, a: &[Bytes], allow_flush: bool) -> Out {
         b"XDEL" => streams::xdel(ctx, a).await,
         b"XRANGE" => streams::xrange(ctx, a, false).await,
         b"XREVRANGE" => streams::xrange(ctx, a, true).await,
+        b"HF.WATCH" => watch::watch(ctx, a).await,
+        b"HF.WATCHED" => watch::check(ctx, a).await,
         _ => fail(unsupported(
             a.first().map(|n| n.as_ref()).unwrap_or_default(),
         )),

@@ -235,6 +235,7 @@ async fn optimistic(
 ) -> Option<Vec<Outcome>> {
     let mut conn = open(inner, group, held).await.ok()?;
     let mut outcomes: Vec<Outcome> = Vec::with_capacity(group.len());
+    let mut changed = Changed::default();
     let mut rest = group;
     while let Some(job) = rest.first() {
         let sets: Vec<(&[u8], &[u8])> = rest.iter().map_while(Job::plain_set).collect();
@@ -257,7 +258,13 @@ async fn optimistic(
                 return None;
             }
             outcomes.extend(sets.iter().map(|_| Ok(vec![super::store::ok()])));
+            changed.keys.extend(sets.iter().map(|(k, _)| k.to_vec()));
             rest = &rest[sets.len()..];
+            continue;
+        }
+        if changed.conflicts(job) {
+            outcomes.push(Err(BackendError::Watched));
+            rest = &rest[1..];
             continue;
         }
         let mut dirty = false;
@@ -266,10 +273,11 @@ async fn optimistic(
             super::rollback(&mut conn).await;
             return None;
         }
+        changed.note(job, &outcome);
         outcomes.push(outcome);
         rest = &rest[1..];
     }
-    let outcomes = commit_outcomes(inner, &mut conn, outcomes, progress).await;
+    let outcomes = commit_outcomes(inner, &mut conn, &changed, outcomes, progress).await;
     held.keep(conn);
     Some(outcomes)
 }
@@ -279,11 +287,7 @@ async fn optimistic(
 async fn lock_all(inner: &Inner, conn: &mut TxConn, group: &[Job]) -> Result<(), BackendError> {
     let keys: Vec<&[u8]> = group
         .iter()
-        .flat_map(|job| {
-            job.commands
-                .iter()
-                .filter_map(|c| c.get(1).map(|k| k.as_ref()))
-        })
+        .flat_map(|job| job.commands.iter().flat_map(|c| super::lock_keys(c)))
         .collect();
     let mut ctx = Ctx::new(&mut *conn, 0, Proto::Resp2, inner.dialect, true);
     ctx.lock(&keys)
@@ -296,9 +300,17 @@ async fn lock_all(inner: &Inner, conn: &mut TxConn, group: &[Job]) -> Result<(),
 async fn commit_outcomes(
     inner: &Inner,
     conn: &mut TxConn,
+    changed: &Changed,
     outcomes: Vec<Outcome>,
     progress: &Progress,
 ) -> Vec<Outcome> {
+    if let Err(e) = changed.touch(inner, conn).await {
+        let e = match e {
+            super::store::Fail::Sql(e) => abandon(conn, e),
+            other => super::work_error(other),
+        };
+        return rollback_all(conn, outcomes.len(), e).await;
+    }
     if let Err(e) = inner.commit(conn, progress).await {
         let shared = Arc::new(e);
         return outcomes
@@ -322,7 +334,12 @@ async fn careful(inner: &Inner, group: &[Job], progress: &Progress) -> Vec<Outco
         }
     };
     let mut outcomes: Vec<Outcome> = Vec::with_capacity(group.len());
+    let mut changed = Changed::default();
     for job in group {
+        if changed.conflicts(job) {
+            outcomes.push(Err(BackendError::Watched));
+            continue;
+        }
         if let Err(e) = conn.execute("SAVEPOINT hf_job").await {
             let e = abandon(&mut conn, e);
             return rollback_all(&mut conn, group.len(), e).await;
@@ -340,9 +357,66 @@ async fn careful(inner: &Inner, group: &[Job], progress: &Progress) -> Vec<Outco
             let e = abandon(&mut conn, e);
             return rollback_all(&mut conn, group.len(), e).await;
         }
+        changed.note(job, &outcome);
         outcomes.push(outcome);
     }
-    commit_outcomes(inner, &mut conn, outcomes, progress).await
+    commit_outcomes(inner, &mut conn, &changed, outcomes, progress).await
+}
+
+/// The keys the group's applied requests changed so far (`watch`): a later request of the
+/// same transaction whose `EXEC` watched one of them is aborted (its check would read the
+/// version before the group raises it), and at the end their versions are raised, with one
+/// statement.
+#[derive(Default)]
+struct Changed {
+    /// Every key (`FLUSHDB`, `FLUSHALL`).
+    all: bool,
+    keys: std::collections::HashSet<Vec<u8>>,
+}
+
+impl Changed {
+    /// Notes what an applied request changed.
+    fn note(&mut self, job: &Job, outcome: &Outcome) {
+        let Ok(replies) = outcome else { return };
+        for (args, reply) in job.commands.iter().zip(replies) {
+            let name = args.first().map_or(&[][..], |n| n.as_ref());
+            // A blocking pop that found nothing changed nothing.
+            if matches!(reply, Frame::Null) && super::blocking::is_blocking(name) {
+                continue;
+            }
+            match super::watch::modified(args) {
+                Some(keys) => self.keys.extend(keys.into_iter().map(<[u8]>::to_vec)),
+                None => self.all = true,
+            }
+        }
+    }
+
+    /// Whether `job` is an `EXEC` that watched a key changed earlier in the group.
+    fn conflicts(&self, job: &Job) -> bool {
+        job.commands.iter().any(|args| {
+            args.first()
+                .is_some_and(|n| n.as_ref() == super::watch::CHECK)
+                && args
+                    .iter()
+                    .skip(1)
+                    .step_by(2)
+                    .any(|k| self.all || self.keys.contains(k.as_ref()))
+        })
+    }
+
+    /// Raises the versions of the watched keys among those changed.
+    async fn touch(&self, inner: &Inner, conn: &mut TxConn) -> Result<(), super::store::Fail> {
+        if !self.all && self.keys.is_empty() {
+            return Ok(());
+        }
+        let mut ctx = Ctx::new(conn, 0, Proto::Resp2, inner.dialect, true);
+        if self.all {
+            return super::watch::touch(&mut ctx, None).await;
+        }
+        let mut keys: Vec<&[u8]> = self.keys.iter().map(Vec::as_slice).collect();
+        keys.sort_unstable();
+        super::watch::touch(&mut ctx, Some(&keys)).await
+    }
 }
 
 /// The transaction cannot go on: nothing of it is committed, so every job fails with the

@@ -31,6 +31,7 @@ mod sets;
 mod store;
 mod streams;
 mod strings;
+mod watch;
 mod zsets;
 
 use crate::backend::{BackendError, Proto, Request};
@@ -432,6 +433,7 @@ impl SqlBackend {
             proto,
             acquire_timeout,
             queue: Mutex::new(None),
+            watched: Mutex::new(Vec::new()),
         }
     }
 
@@ -636,10 +638,7 @@ impl Inner {
         if batch && write {
             // A MULTI locks every key it names first (PostgreSQL), in a fixed order, so its
             // reads see no other writer's commits half-way.
-            let keys: Vec<&[u8]> = commands
-                .iter()
-                .filter_map(|c| c.get(1).map(|k| k.as_ref()))
-                .collect();
+            let keys: Vec<&[u8]> = commands.iter().flat_map(|c| lock_keys(c)).collect();
             let mut ctx = Ctx::new(&mut *conn, now, proto, self.dialect, write);
             if let Err(f) = ctx.lock(&keys).await {
                 return Err(failure(conn, f, true, dirty));
@@ -945,6 +944,17 @@ impl Inner {
     }
 }
 
+/// The keys a request of a transaction locks (PostgreSQL): its first key, and every key of
+/// `EXEC`'s watch check, so no writer of a watched key commits between the check and the
+/// commit.
+fn lock_keys(args: &[Bytes]) -> Vec<&[u8]> {
+    let name = args.first().map_or(&[][..], |n| n.as_ref());
+    if name == watch::CHECK {
+        return args.iter().skip(1).step_by(2).map(|k| k.as_ref()).collect();
+    }
+    args.get(1).map(|k| k.as_ref()).into_iter().collect()
+}
+
 /// Ends a transaction that must not commit; a connection whose ROLLBACK fails is closed.
 async fn rollback(conn: &mut TxConn) {
     match conn.execute("ROLLBACK").await {
@@ -965,6 +975,10 @@ fn failure(conn: &mut PoolConnection<Any>, f: Fail, wrote: bool, dirty: &mut boo
             *dirty |= wrote;
             BackendError::reply(Bytes::from(text))
         }
+        Fail::Watched => {
+            *dirty = true;
+            BackendError::Watched
+        }
     }
 }
 
@@ -984,6 +998,7 @@ fn work_error(f: Fail) -> BackendError {
             source: e,
         },
         Fail::Reply(text) => BackendError::reply(Bytes::from(text)),
+        Fail::Watched => BackendError::Watched,
     }
 }
 
@@ -994,14 +1009,16 @@ fn error_frame(text: String) -> Frame {
     }
 }
 
-/// MULTI/EXEC and blocking commands for one client: commands are queued here and run at
-/// EXEC in one transaction; a blocking command waits here (`blocking`). WATCH is not served
-/// (a SQL transaction is already atomic; optimistic locking over it is not built).
+/// MULTI/EXEC, WATCH and blocking commands for one client: commands are queued here and run
+/// at EXEC in one transaction, after the watched keys' versions are checked in it (`watch`);
+/// a blocking command waits here (`blocking`).
 pub struct SqlDedicated {
     inner: Arc<Inner>,
     proto: Proto,
     acquire_timeout: Duration,
     queue: Mutex<Option<Vec<Vec<Bytes>>>>,
+    /// The keys watched, with the version each had (`watch`).
+    watched: Mutex<Vec<(Bytes, i64)>>,
 }
 
 impl SqlDedicated {
@@ -1024,34 +1041,29 @@ impl SqlDedicated {
                 }
                 (b"DISCARD", _) => {
                     *queue = None;
+                    self.unwatch();
                     return Ok(simple("OK"));
                 }
                 (b"EXEC", _) => queue.take(),
+                (b"WATCH", Some(_)) => {
+                    return Err(BackendError::reply(Bytes::from_static(
+                        b"ERR WATCH inside MULTI is not allowed",
+                    )))
+                }
                 (_, Some(q)) => {
                     q.push(request.args.to_vec());
                     return Ok(simple("QUEUED"));
                 }
-                (b"UNWATCH", None) => return Ok(simple("OK")),
-                (b"WATCH", None) => {
-                    return Err(BackendError::reply(Bytes::from_static(
-                        b"ERR holdfast: WATCH is not served by SQL backends",
-                    )))
+                (b"UNWATCH", None) => {
+                    self.unwatch();
+                    return Ok(simple("OK"));
                 }
                 (_, None) => None,
             }
         };
         match queued {
-            Some(commands) => {
-                let refs: Vec<&[Bytes]> = commands.iter().map(|c| c.as_slice()).collect();
-                let replies = self
-                    .inner
-                    .run(&refs, self.proto, self.acquire_timeout, true, None)
-                    .await?;
-                Ok(Frame::Array {
-                    data: replies,
-                    attributes: None,
-                })
-            }
+            Some(commands) => self.exec(commands).await,
+            None if name.as_slice() == b"WATCH" => self.watch(request.args).await,
             None if name.as_slice() == b"EXEC" => Err(BackendError::reply(Bytes::from_static(
                 b"ERR EXEC without MULTI",
             ))),
@@ -1062,6 +1074,61 @@ impl SqlDedicated {
 }
 
 impl SqlDedicated {
+    /// `EXEC`: the queued commands in one transaction, after checking (in it) that no
+    /// watched key changed; nil, and nothing applied, if one did.
+    async fn exec(&self, mut commands: Vec<Vec<Bytes>>) -> Result<Frame, BackendError> {
+        let watched = std::mem::take(&mut *self.watched.lock().unwrap_or_else(|p| p.into_inner()));
+        let checked = !watched.is_empty();
+        if checked {
+            let mut check = vec![Bytes::from_static(watch::CHECK)];
+            for (key, version) in watched {
+                check.push(key);
+                check.push(Bytes::from(version.to_string()));
+            }
+            commands.insert(0, check);
+        }
+        let refs: Vec<&[Bytes]> = commands.iter().map(|c| c.as_slice()).collect();
+        let mut replies = match self
+            .inner
+            .run(&refs, self.proto, self.acquire_timeout, true, None)
+            .await
+        {
+            Err(BackendError::Watched) => return Ok(Frame::Null),
+            other => other?,
+        };
+        if checked && !replies.is_empty() {
+            replies.remove(0);
+        }
+        Ok(Frame::Array {
+            data: replies,
+            attributes: None,
+        })
+    }
+
+    /// `WATCH key ...`: remembers each key's version now.
+    async fn watch(&self, args: &[Bytes]) -> Result<Frame, BackendError> {
+        let mut register = vec![Bytes::from_static(watch::WATCH)];
+        register.extend(args.iter().skip(1).cloned());
+        let versions = match self.once(&register).await? {
+            Frame::Array { data, .. } => data,
+            _ => Vec::new(),
+        };
+        let mut watched = self.watched.lock().unwrap_or_else(|p| p.into_inner());
+        for (key, version) in args.iter().skip(1).zip(versions) {
+            if let Frame::Number { data, .. } = version {
+                watched.push((key.clone(), data));
+            }
+        }
+        Ok(simple("OK"))
+    }
+
+    fn unwatch(&self) {
+        self.watched
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+
     /// One command, outside a transaction.
     async fn once(&self, args: &[Bytes]) -> Result<Frame, BackendError> {
         let mut replies = self

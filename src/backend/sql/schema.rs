@@ -8,7 +8,7 @@ use super::store::Dialect;
 use sqlx::{AnyConnection, Executor};
 
 /// Migration `n` is `SQLITE[n - 1]` / `POSTGRES[n - 1]`: 1 the data model, 2 exact mode's
-/// recorded replies.
+/// recorded replies, 3 the versions of watched keys (`WATCH`).
 const SQLITE: &[&str] = &[
     "
 CREATE TABLE hf_keys (
@@ -60,6 +60,12 @@ CREATE TABLE hf_tokens (
     expires_at INTEGER NOT NULL
 );
 CREATE INDEX hf_tokens_expiry ON hf_tokens (expires_at);
+",
+    "
+CREATE TABLE hf_watch (
+    key BLOB PRIMARY KEY,
+    version INTEGER NOT NULL
+);
 ",
 ];
 
@@ -114,6 +120,12 @@ CREATE TABLE hf_tokens (
     expires_at BIGINT NOT NULL
 );
 CREATE INDEX hf_tokens_expiry ON hf_tokens (expires_at);
+",
+    "
+CREATE TABLE hf_watch (
+    key BYTEA PRIMARY KEY,
+    version BIGINT NOT NULL
+);
 ",
 ];
 

@@ -90,6 +90,8 @@ pub enum Fail {
     Reply(String),
     /// The database failed.
     Sql(sqlx::Error),
+    /// A key watched before `EXEC` changed: the transaction applies nothing.
+    Watched,
 }
 
 impl From<sqlx::Error> for Fail {
