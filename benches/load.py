@@ -200,6 +200,8 @@ def main():
     parser.add_argument("--quick", action="store_true", help="one round, fewer requests")
     parser.add_argument("--sql", action="store_true", help="SQLite and PostgreSQL backends too")
     parser.add_argument("--sql-requests", type=int, default=20_000)
+    parser.add_argument("--sql-reads", action="store_true",
+                        help="with --sql: SSCAN, SINTER of two 1,000-member sets, ZRANGEBYLEX")
     parser.add_argument("--modes", action="store_true",
                         help="the cost of settled and exact against fast, on Redis and SQLite")
     parser.add_argument("--only", help="run only the workloads whose name contains this")
@@ -451,6 +453,8 @@ def sql_runs(args, binary, tmp, log, procs, redis_port, pg_port):
         targets.append((name, port))
     for _, port in targets:
         wait_port(port)
+    if args.sql_reads:
+        return sql_reads(args, targets)
     workloads = [
         ("SET", "set", 50, 1),
         ("GET", "get", 50, 1),
@@ -547,6 +551,56 @@ def ha_main(args):
             print(f"{name:9}" + "".join(f"{r:>12.0f}" for r in rps)
                   + f"   {spread('sentinel', 'redis'):24}  {spread('redis-ack1', 'redis'):24}"
                   + f"  {spread('cluster', 'node')}")
+
+
+def send_raw(port, *commands):
+    """Sends whole commands over one connection and reads one reply each (seeding)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        out = b"".join(b"*%d\r\n" % len(c) + b"".join(
+            b"$%d\r\n%s\r\n" % (len(a), a) for a in (x.encode() for x in c)) for c in commands)
+        s.sendall(out)
+        f = s.makefile("rb")
+        for _ in commands:
+            line = f.readline()
+            if line.startswith(b"-"):
+                sys.exit(f"seeding failed: {line!r}")
+            if line[:1] in (b"$",) and int(line[1:]) >= 0:
+                f.read(int(line[1:]) + 2)
+
+
+def sql_reads(args, targets):
+    """The read paths SQL backends gained, each target seeded the same way: two sets of
+    1,000 members sharing 500, a sorted set of 1,000 members at one score."""
+    members = [f"m{i:04}" for i in range(1000)]
+    for _, port in targets:
+        send_raw(port, ["DEL", "s1", "s2", "zl"],
+                 ["SADD", "s1"] + members,
+                 ["SADD", "s2"] + members[500:] + [f"n{i:04}" for i in range(500)],
+                 ["ZADD", "zl"] + [x for m in members for x in ("0", m)])
+    workloads = [
+        ("SSCAN", ["SSCAN", "s1", "0", "COUNT", "100"]),
+        ("SINTER", ["SINTER", "s1", "s2"]),
+        ("ZRANGEBYLEX", ["ZRANGEBYLEX", "zl", "[m0100", "(m0200"]),
+    ]
+    results = {}
+    for rnd in range(args.rounds):
+        for name, command in workloads:
+            for target, port in targets:
+                row = bench_command(port, 50, args.sql_requests // 4, command)
+                results.setdefault((name, target), []).append(float(row["rps"]))
+                print(f"round {rnd + 1} {name:12} {target:14} {float(row['rps']):>10.0f} req/s",
+                      flush=True)
+    names = [t for t, _ in targets]
+    print()
+    print(f"{'workload':12}" + "".join(f"{n:>15}" for n in names) + "   ratios to direct (spread)")
+    for name, _ in workloads:
+        rps = [statistics.median(results[(name, n)]) for n in names]
+        def spread(n):
+            d = results[(name, "direct")]
+            r = [x / y for x, y in zip(results[(name, n)], d)]
+            return f"{min(r):.2f}-{max(r):.2f}"
+        ratios = "  ".join(f"{n}={r / rps[0]:.2f} ({spread(n)})" for n, r in zip(names[1:], rps[1:]))
+        print(f"{name:12}" + "".join(f"{r:>15.0f}" for r in rps) + "   " + ratios)
 
 
 def bench_command(port, clients, requests, command):

@@ -221,6 +221,17 @@ async fn the_longest_waiting_client_is_served_first_and_timeouts_answer_nil() {
     assert_eq!(pusher.command(&["MULTI"]).await, b"+OK\r\n");
     assert_eq!(pusher.command(&["BLPOP", "q", "0"]).await, b"+QUEUED\r\n");
     assert_eq!(pusher.command(&["EXEC"]).await, b"*1\r\n*-1\r\n");
+    // TIME is holdfast's clock on SQL backends.
+    let time = String::from_utf8_lossy(&pusher.command(&["TIME"]).await).into_owned();
+    let secs: u64 = time
+        .split("\r\n")
+        .nth(2)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    assert!(secs.abs_diff(now) <= 2, "TIME: {time:?}");
     // A sorted set's pop.
     assert_eq!(pusher.command(&["ZADD", "z", "1", "m"]).await, b":1\r\n");
     assert_eq!(

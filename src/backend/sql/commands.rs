@@ -5,7 +5,7 @@
 use super::sets::Algebra;
 use super::store::{fail, Ctx, Out};
 use super::zsets::{Form, ZAlgebra};
-use super::{blocking, hashes, keys, lists, sets, streams, strings, watch, zsets};
+use super::{blocking, hashes, keys, lists, sets, sort, streams, strings, watch, zsets};
 use bytes::Bytes;
 
 /// A command name in upper case, on the stack: looked up three times per request, so no
@@ -49,7 +49,7 @@ pub fn writes(name: &[u8]) -> Option<bool> {
         | b"ZREVRANGEBYSCORE" | b"ZRANGEBYLEX" | b"ZREVRANGEBYLEX" | b"ZLEXCOUNT"
         | b"ZRANDMEMBER" | b"ZSCAN" | b"ZINTER" | b"ZUNION" | b"ZDIFF" | b"ZINTERCARD"
         | b"LRANGE" | b"LLEN" | b"LINDEX" | b"LPOS" | b"XLEN" | b"XRANGE" | b"XREVRANGE"
-        | b"WAIT" | b"HF.WATCHED" => false,
+        | b"WAIT" | b"HF.WATCHED" | b"TIME" | b"SORT_RO" => false,
         // holdfast's own: `WATCH` registers its keys (`watch`).
         b"HF.WATCH" => true,
         b"SET" | b"SETNX" | b"SETEX" | b"PSETEX" | b"GETSET" | b"GETDEL" | b"GETEX" | b"MSET"
@@ -61,9 +61,10 @@ pub fn writes(name: &[u8]) -> Option<bool> {
         | b"ZADD" | b"ZINCRBY" | b"ZREM" | b"ZREMRANGEBYSCORE" | b"ZREMRANGEBYLEX"
         | b"ZREMRANGEBYRANK" | b"ZPOPMIN" | b"ZPOPMAX" | b"ZMPOP" | b"ZINTERSTORE"
         | b"ZUNIONSTORE" | b"ZDIFFSTORE" | b"LPUSH" | b"RPUSH" | b"LPUSHX" | b"RPUSHX"
-        | b"LPOP" | b"RPOP" | b"LSET" | b"LREM" | b"LTRIM" | b"BLPOP" | b"BRPOP" | b"BLMOVE"
-        | b"BRPOPLPUSH" | b"BLMPOP" | b"BZPOPMIN" | b"BZPOPMAX" | b"BZMPOP" | b"LMOVE"
-        | b"RPOPLPUSH" | b"LMPOP" | b"XADD" | b"XTRIM" | b"XDEL" => true,
+        | b"LPOP" | b"RPOP" | b"LSET" | b"LREM" | b"LTRIM" | b"LINSERT" | b"SORT"
+        | b"ZRANGESTORE" | b"BLPOP" | b"BRPOP" | b"BLMOVE" | b"BRPOPLPUSH" | b"BLMPOP"
+        | b"BZPOPMIN" | b"BZPOPMAX" | b"BZMPOP" | b"LMOVE" | b"RPOPLPUSH" | b"LMPOP" | b"XADD"
+        | b"XTRIM" | b"XDEL" => true,
         _ => return None,
     })
 }
@@ -215,6 +216,20 @@ pub async fn run(ctx: &mut Ctx<'_>, a: &[Bytes], allow_flush: bool) -> Out {
         b"BLPOP" | b"BRPOP" | b"BLMOVE" | b"BRPOPLPUSH" | b"BLMPOP" | b"BZPOPMIN" | b"BZPOPMAX"
         | b"BZMPOP" => blocking::attempt(ctx, a).await,
         b"LPOS" => lists::lpos(ctx, a).await,
+        b"LINSERT" => lists::linsert(ctx, a).await,
+        b"SORT" => sort::sort(ctx, a, false).await,
+        b"SORT_RO" => sort::sort(ctx, a, true).await,
+        b"ZRANGESTORE" => zsets::zrangestore(ctx, a).await,
+        // holdfast's clock, which SQL expiry runs on too.
+        b"TIME" => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            Ok(super::store::array(vec![
+                super::store::bulk(Bytes::from(now.as_secs().to_string())),
+                super::store::bulk(Bytes::from(now.subsec_micros().to_string())),
+            ]))
+        }
         b"XADD" => streams::xadd(ctx, a).await,
         b"XTRIM" => streams::xtrim(ctx, a).await,
         b"XLEN" => streams::xlen(ctx, a).await,

@@ -385,3 +385,60 @@ pub async fn lpos(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
         None => found.first().map_or(null(), |at| int(*at)),
     })
 }
+
+/// Positions shifted out of the way before an insertion are first moved this far, so the
+/// shift never meets a position still taken (a list's positions stay far inside it: one
+/// per push).
+const SHIFT: i64 = 1 << 40;
+
+/// `LINSERT key BEFORE|AFTER pivot element`: the new length, -1 without the pivot, 0
+/// without the list. The elements on the tail side of the new one move one place.
+pub async fn linsert(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
+    let key = arg(a, 1);
+    let before = if args::is(arg(a, 2), "BEFORE") {
+        true
+    } else if args::is(arg(a, 2), "AFTER") {
+        false
+    } else {
+        return fail(SYNTAX);
+    };
+    ctx.lock(&[key]).await?;
+    if !list(ctx, key).await? {
+        return Ok(int(0));
+    }
+    let pivot: Option<i64> = sqlx::query_scalar(
+        "SELECT pos FROM hf_list WHERE key = $1 AND value = $2 ORDER BY pos LIMIT 1",
+    )
+    .bind(key)
+    .bind(arg(a, 3))
+    .fetch_optional(&mut *ctx.conn)
+    .await?;
+    let Some(pivot) = pivot else {
+        return Ok(int(-1));
+    };
+    // The new element takes the first place past the pivot's side; what was there and
+    // after moves one up (through a far position, so no two rows ever share one).
+    let at = if before { pivot } else { pivot + 1 };
+    ctx.exec(
+        sqlx::query("UPDATE hf_list SET pos = pos + $3 WHERE key = $1 AND pos >= $2")
+            .bind(key)
+            .bind(at)
+            .bind(SHIFT),
+    )
+    .await?;
+    ctx.exec(
+        sqlx::query("UPDATE hf_list SET pos = pos - $3 + 1 WHERE key = $1 AND pos >= $2")
+            .bind(key)
+            .bind(at + SHIFT)
+            .bind(SHIFT),
+    )
+    .await?;
+    ctx.exec(
+        sqlx::query("INSERT INTO hf_list (key, pos, value) VALUES ($1, $2, $3)")
+            .bind(key)
+            .bind(at)
+            .bind(arg(a, 4)),
+    )
+    .await?;
+    Ok(int(ctx.count(key, Kind::List).await?))
+}

@@ -28,6 +28,7 @@ mod queue;
 mod reads;
 mod schema;
 mod sets;
+mod sort;
 mod store;
 mod streams;
 mod strings;

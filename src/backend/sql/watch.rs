@@ -45,6 +45,13 @@ pub fn modified(a: &[Bytes]) -> Option<Vec<&[u8]>> {
         b"RENAME" | b"RENAMENX" | b"SMOVE" | b"LMOVE" | b"RPOPLPUSH" | b"BLMOVE"
         | b"BRPOPLPUSH" => [at(1), at(2)].into_iter().flatten().collect(),
         b"COPY" => at(2).into_iter().collect(),
+        // Only its STORE destination, if any.
+        b"SORT" => a
+            .iter()
+            .position(|x| x.eq_ignore_ascii_case(b"STORE"))
+            .and_then(|i| at(i + 1))
+            .into_iter()
+            .collect(),
         b"LMPOP" | b"ZMPOP" => counted(1),
         b"BLMPOP" | b"BZMPOP" => counted(2),
         b"BLPOP" | b"BRPOP" | b"BZPOPMIN" | b"BZPOPMAX" => a

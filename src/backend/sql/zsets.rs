@@ -1003,3 +1003,35 @@ pub async fn zintercard(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
         n
     }))
 }
+
+/// `ZRANGESTORE dst src min max [BYSCORE | BYLEX] [REV] [LIMIT offset count]`: the range
+/// `ZRANGE` would answer, stored with its scores in `dst` (whatever `dst` held; an empty
+/// range deletes it).
+pub async fn zrangestore(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
+    let (dst, src) = (arg(a, 1), arg(a, 2));
+    if a.iter().skip(5).any(|x| is(x, "WITHSCORES")) {
+        return fail(SYNTAX);
+    }
+    ctx.lock(&[dst, src]).await?;
+    let mut range = vec![Bytes::from_static(b"ZRANGE")];
+    range.extend(a.iter().skip(2).cloned());
+    let members = match zrange(ctx, &range, Form::Range).await? {
+        Frame::Array { data, .. } => data,
+        _ => Vec::new(),
+    };
+    let mut stored = Vec::with_capacity(members.len());
+    for member in members {
+        if let Frame::BlobString { data, .. } = member {
+            let s = score(ctx, src, &data).await?.unwrap_or(0.0);
+            stored.push((data, s));
+        }
+    }
+    ctx.delete(dst).await?;
+    if !stored.is_empty() {
+        ctx.create(dst, Kind::ZSet, None).await?;
+        for (m, s) in &stored {
+            put(ctx, dst, m, *s, true).await?;
+        }
+    }
+    Ok(int(stored.len() as i64))
+}
