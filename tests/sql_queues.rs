@@ -221,6 +221,28 @@ async fn the_longest_waiting_client_is_served_first_and_timeouts_answer_nil() {
     assert_eq!(pusher.command(&["MULTI"]).await, b"+OK\r\n");
     assert_eq!(pusher.command(&["BLPOP", "q", "0"]).await, b"+QUEUED\r\n");
     assert_eq!(pusher.command(&["EXEC"]).await, b"*1\r\n*-1\r\n");
+    // XREAD BLOCK on `$`: an entry added before it is not news; one added while it waits
+    // wakes it (no poll here).
+    assert_eq!(
+        pusher.command(&["XADD", "events", "1-1", "f", "old"]).await,
+        b"$3\r\n1-1\r\n"
+    );
+    let addr = proxy.addr.clone();
+    let reader = tokio::spawn(async move {
+        let mut conn = RawConn::connect(&addr).await;
+        conn.command(&["XREAD", "BLOCK", "5000", "STREAMS", "events", "$"])
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        pusher.command(&["XADD", "events", "2-1", "f", "new"]).await,
+        b"$3\r\n2-1\r\n"
+    );
+    let read = String::from_utf8_lossy(&reader.await.expect("the reader")).into_owned();
+    assert!(
+        read.contains("2-1") && read.contains("new") && !read.contains("old"),
+        "{read:?}"
+    );
     // TIME is holdfast's clock on SQL backends.
     let time = String::from_utf8_lossy(&pusher.command(&["TIME"]).await).into_owned();
     let secs: u64 = time

@@ -20,6 +20,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
 
+/// Whether `args` is a command that waits here: a blocking pop, or `XREAD … BLOCK`.
+pub fn waits(args: &[Bytes]) -> bool {
+    let name = args.first().map(|n| n.as_ref()).unwrap_or_default();
+    is_blocking(name)
+        || (name.eq_ignore_ascii_case(b"XREAD") && args.iter().any(|x| args::is(x, "BLOCK")))
+}
+
 /// Whether `name` is one of the blocking commands this module serves.
 pub fn is_blocking(name: &[u8]) -> bool {
     [
@@ -46,6 +53,15 @@ pub fn timeout(a: &[Bytes]) -> Result<Option<Duration>, Fail> {
         .first()
         .map(|n| n.to_ascii_uppercase())
         .unwrap_or_default();
+    if upper.as_slice() == b"XREAD" {
+        // Milliseconds, an integer.
+        let at = a.iter().position(|x| args::is(x, "BLOCK"));
+        let ms = match at.and_then(|i| a.get(i + 1)) {
+            Some(text) => super::streams::block_ms(text)?,
+            None => return Ok(Some(Duration::ZERO)),
+        };
+        return Ok((ms > 0).then(|| Duration::from_millis(ms)));
+    }
     let at = match upper.as_slice() {
         b"BLMPOP" | b"BZMPOP" => 1,
         _ => a.len().saturating_sub(1),
@@ -70,6 +86,14 @@ pub fn keys(a: &[Bytes]) -> Vec<Bytes> {
         .map(|n| n.to_ascii_uppercase())
         .unwrap_or_default();
     match upper.as_slice() {
+        b"XREAD" => {
+            let from = a
+                .iter()
+                .position(|x| args::is(x, "STREAMS"))
+                .map_or(a.len(), |i| i + 1);
+            let rest = a.get(from..).unwrap_or_default();
+            rest[..rest.len() / 2].to_vec()
+        }
         b"BLMOVE" | b"BRPOPLPUSH" => a.get(1).cloned().into_iter().collect(),
         b"BLMPOP" | b"BZMPOP" => {
             let n = args::parse_i64(arg(a, 2)).unwrap_or(0).max(0) as usize;

@@ -49,7 +49,7 @@ pub fn writes(name: &[u8]) -> Option<bool> {
         | b"ZREVRANGEBYSCORE" | b"ZRANGEBYLEX" | b"ZREVRANGEBYLEX" | b"ZLEXCOUNT"
         | b"ZRANDMEMBER" | b"ZSCAN" | b"ZINTER" | b"ZUNION" | b"ZDIFF" | b"ZINTERCARD"
         | b"LRANGE" | b"LLEN" | b"LINDEX" | b"LPOS" | b"XLEN" | b"XRANGE" | b"XREVRANGE"
-        | b"WAIT" | b"HF.WATCHED" | b"TIME" | b"SORT_RO" => false,
+        | b"WAIT" | b"HF.WATCHED" | b"TIME" | b"SORT_RO" | b"XREAD" | b"HF.XLAST" => false,
         // holdfast's own: `WATCH` registers its keys (`watch`).
         b"HF.WATCH" => true,
         b"SET" | b"SETNX" | b"SETEX" | b"PSETEX" | b"GETSET" | b"GETDEL" | b"GETEX" | b"MSET"
@@ -61,7 +61,7 @@ pub fn writes(name: &[u8]) -> Option<bool> {
         | b"ZADD" | b"ZINCRBY" | b"ZREM" | b"ZREMRANGEBYSCORE" | b"ZREMRANGEBYLEX"
         | b"ZREMRANGEBYRANK" | b"ZPOPMIN" | b"ZPOPMAX" | b"ZMPOP" | b"ZINTERSTORE"
         | b"ZUNIONSTORE" | b"ZDIFFSTORE" | b"LPUSH" | b"RPUSH" | b"LPUSHX" | b"RPUSHX"
-        | b"LPOP" | b"RPOP" | b"LSET" | b"LREM" | b"LTRIM" | b"LINSERT" | b"SORT"
+        | b"LPOP" | b"RPOP" | b"LSET" | b"LREM" | b"LTRIM" | b"LINSERT" | b"SORT" | b"XSETID"
         | b"ZRANGESTORE" | b"BLPOP" | b"BRPOP" | b"BLMOVE" | b"BRPOPLPUSH" | b"BLMPOP"
         | b"BZPOPMIN" | b"BZPOPMAX" | b"BZMPOP" | b"LMOVE" | b"RPOPLPUSH" | b"LMPOP" | b"XADD"
         | b"XTRIM" | b"XDEL" => true,
@@ -217,6 +217,9 @@ pub async fn run(ctx: &mut Ctx<'_>, a: &[Bytes], allow_flush: bool) -> Out {
         | b"BZMPOP" => blocking::attempt(ctx, a).await,
         b"LPOS" => lists::lpos(ctx, a).await,
         b"LINSERT" => lists::linsert(ctx, a).await,
+        b"XREAD" => streams::xread(ctx, a).await,
+        b"XSETID" => streams::xsetid(ctx, a).await,
+        b"HF.XLAST" => streams::xlast(ctx, a).await,
         b"SORT" => sort::sort(ctx, a, false).await,
         b"SORT_RO" => sort::sort(ctx, a, true).await,
         b"ZRANGESTORE" => zsets::zrangestore(ctx, a).await,

@@ -1068,7 +1068,7 @@ impl SqlDedicated {
             None if name.as_slice() == b"EXEC" => Err(BackendError::reply(Bytes::from_static(
                 b"ERR EXEC without MULTI",
             ))),
-            None if blocking::is_blocking(&name) => self.block(request.args).await,
+            None if blocking::waits(request.args) => self.block(request.args).await,
             None => self.once(request.args).await,
         }
     }
@@ -1130,6 +1130,41 @@ impl SqlDedicated {
             .clear();
     }
 
+    /// `XREAD … STREAMS key … $ …` with each `$` replaced by that stream's last id now;
+    /// None for anything else.
+    async fn resolve_last_ids(&self, args: &[Bytes]) -> Result<Option<Vec<Bytes>>, BackendError> {
+        let is_xread = args
+            .first()
+            .is_some_and(|n| n.eq_ignore_ascii_case(b"XREAD"));
+        let Some(streams) = args.iter().position(|x| x.eq_ignore_ascii_case(b"STREAMS")) else {
+            return Ok(None);
+        };
+        let rest = args.len() - streams - 1;
+        if !is_xread
+            || rest == 0
+            || rest % 2 != 0
+            || !args[streams + 1..].iter().any(|x| x.as_ref() == b"$")
+        {
+            return Ok(None);
+        }
+        let keys = &args[streams + 1..streams + 1 + rest / 2];
+        let mut ask = vec![Bytes::from_static(b"HF.XLAST")];
+        ask.extend(keys.iter().cloned());
+        let Frame::Array { data: last, .. } = self.once(&ask).await? else {
+            return Ok(None);
+        };
+        let mut out = args.to_vec();
+        for (i, id) in last.into_iter().enumerate() {
+            let at = streams + 1 + rest / 2 + i;
+            if let (Some(slot), Frame::BlobString { data, .. }) = (out.get_mut(at), id) {
+                if slot.as_ref() == b"$" {
+                    *slot = data;
+                }
+            }
+        }
+        Ok(Some(out))
+    }
+
     /// One command, outside a transaction.
     async fn once(&self, args: &[Bytes]) -> Result<Frame, BackendError> {
         let mut replies = self
@@ -1147,6 +1182,15 @@ impl SqlDedicated {
             // One attempt answers the error Redis answers first (BLMOVE's sides come
             // before its timeout).
             Err(_) => return self.once(args).await,
+        };
+        // `XREAD`'s `$` is the last id when the command came, not when a retry runs.
+        let resolved;
+        let args = match self.resolve_last_ids(args).await? {
+            Some(with_ids) => {
+                resolved = with_ids;
+                resolved.as_slice()
+            }
+            None => args,
         };
         // Registered before the first try: a write between the try and the wait still
         // wakes it.

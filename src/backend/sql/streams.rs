@@ -487,3 +487,183 @@ pub async fn xrange(ctx: &mut Ctx<'_>, a: &[Bytes], rev: bool) -> Out {
     }
     Ok(array(out))
 }
+
+/// The stream's last id (0-0 when there is no stream); WRONGTYPE for another kind.
+async fn last_id(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Id, Fail> {
+    let meta = ctx.typed(key, Kind::Stream).await?;
+    Ok(Id::from_stored(
+        meta.as_ref().and_then(|m| m.value.as_deref()),
+    ))
+}
+
+/// `XREAD [COUNT count] [BLOCK ms] STREAMS key ... id ...`, one attempt: the entries past
+/// each id (`$`: the stream's last id now), nil when there are none. A map in RESP3.
+pub async fn xread(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
+    let mut count = 0i64;
+    let mut i = 1;
+    let streams = loop {
+        let Some(opt) = a.get(i) else {
+            return fail(SYNTAX);
+        };
+        if is(opt, "COUNT") && i + 1 < a.len() {
+            count = super::args::int(arg(a, i + 1))?.max(0);
+            i += 2;
+        } else if is(opt, "BLOCK") && i + 1 < a.len() {
+            block_ms(arg(a, i + 1))?;
+            i += 2;
+        } else if is(opt, "STREAMS") {
+            break i + 1;
+        } else {
+            return fail(SYNTAX);
+        }
+    };
+    let rest = a.get(streams..).unwrap_or_default();
+    if rest.is_empty() || rest.len() % 2 != 0 {
+        return fail(
+            "ERR Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified.",
+        );
+    }
+    let (keys, ids) = rest.split_at(rest.len() / 2);
+    let mut after = Vec::with_capacity(ids.len());
+    for (key, id) in keys.iter().zip(ids) {
+        if id.as_ref() == b"$" {
+            after.push(last_id(ctx, key).await?);
+        } else {
+            let Some(id) = parse_id(id, 0, false) else {
+                return fail(INVALID_ID);
+            };
+            ctx.typed(key, Kind::Stream).await?;
+            after.push(id);
+        }
+    }
+    let mut found = Vec::new();
+    for (key, from) in keys.iter().zip(after) {
+        let Some(from) = from.next() else { continue };
+        let rows = sqlx::query(
+            "SELECT ms, seq, fields FROM hf_stream WHERE key = $1 \
+             AND (ms > $2 OR (ms = $2 AND seq >= $3)) ORDER BY ms, seq LIMIT $4",
+        )
+        .bind(key.as_ref())
+        .bind(col(from.ms))
+        .bind(col(from.seq))
+        .bind(if count > 0 { count } else { i64::MAX })
+        .fetch_all(&mut *ctx.conn)
+        .await?;
+        if rows.is_empty() {
+            continue;
+        }
+        let mut entries = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let id = Id {
+                ms: uncol(row.try_get(0)?),
+                seq: uncol(row.try_get(1)?),
+            };
+            let fields: Vec<u8> = row.try_get(2)?;
+            entries.push(array(vec![bulk(id.text()), array(decode_fields(&fields))]));
+        }
+        found.push((key.clone(), array(entries)));
+    }
+    if found.is_empty() {
+        return Ok(null());
+    }
+    Ok(match ctx.proto {
+        crate::backend::Proto::Resp3 => {
+            let mut map = redis_protocol::resp3::types::FrameMap::default();
+            for (key, entries) in found {
+                map.insert(bulk(key), entries);
+            }
+            Frame::Map {
+                data: map,
+                attributes: None,
+            }
+        }
+        crate::backend::Proto::Resp2 => array(
+            found
+                .into_iter()
+                .map(|(key, entries)| array(vec![bulk(key), entries]))
+                .collect(),
+        ),
+    })
+}
+
+/// `XREAD`'s `BLOCK` argument: milliseconds, 0 for ever.
+pub fn block_ms(text: &[u8]) -> Result<u64, Fail> {
+    match super::args::parse_i64(text) {
+        Some(ms) if ms < 0 => fail("ERR timeout is negative"),
+        Some(ms) => Ok(ms.unsigned_abs()),
+        None => fail("ERR timeout is not an integer or out of range"),
+    }
+}
+
+/// `HF.XLAST key ...` (holdfast's own): each stream's last id now, for a blocked `XREAD`
+/// whose `$` must not move while it waits.
+pub async fn xlast(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
+    let mut out = Vec::with_capacity(a.len());
+    for key in a.iter().skip(1) {
+        out.push(bulk(last_id(ctx, key).await?.text()));
+    }
+    Ok(array(out))
+}
+
+/// `XSETID key last-id [ENTRIESADDED entries-added] [MAXDELETEDID max-deleted-id]`: the id
+/// the next `XADD *` must pass. The two counters are checked as Redis checks them, not kept
+/// (no `XINFO` reads them yet).
+pub async fn xsetid(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
+    let key = arg(a, 1);
+    let Some(id) = parse_id(arg(a, 2), 0, false) else {
+        return fail(INVALID_ID);
+    };
+    let (mut added, mut max_deleted) = (None, None);
+    let mut i = 3;
+    while i < a.len() {
+        if is(arg(a, i), "ENTRIESADDED") && i + 1 < a.len() {
+            let n = super::args::int(arg(a, i + 1))?;
+            if n < 0 {
+                return fail("ERR entries_added must be positive");
+            }
+            added = Some(n);
+        } else if is(arg(a, i), "MAXDELETEDID") && i + 1 < a.len() {
+            let Some(d) = parse_id(arg(a, i + 1), 0, false) else {
+                return fail(INVALID_ID);
+            };
+            max_deleted = Some(d);
+        } else {
+            return fail(SYNTAX);
+        }
+        i += 2;
+    }
+    if max_deleted.is_some_and(|d| id < d) {
+        return fail(
+            "ERR The ID specified in XSETID is smaller than the provided max_deleted_entry_id",
+        );
+    }
+    ctx.lock(&[key]).await?;
+    if ctx.typed(key, Kind::Stream).await?.is_none() {
+        return fail("ERR no such key");
+    }
+    let len = ctx.count(key, Kind::Stream).await?;
+    if added.is_some_and(|n| n < len) {
+        return fail(
+            "ERR The entries_added specified in XSETID is smaller than the target stream length",
+        );
+    }
+    let top: Option<(i64, i64)> = sqlx::query_as(
+        "SELECT ms, seq FROM hf_stream WHERE key = $1 ORDER BY ms DESC, seq DESC LIMIT 1",
+    )
+    .bind(key)
+    .fetch_optional(&mut *ctx.conn)
+    .await?;
+    if let Some((ms, seq)) = top {
+        let top = Id {
+            ms: uncol(ms),
+            seq: uncol(seq),
+        };
+        if id < top {
+            return fail(
+                "ERR The ID specified in XSETID is smaller than the target stream top item",
+            );
+        }
+    }
+    ctx.set_value(key, &id.stored()).await?;
+    Ok(ok())
+}
