@@ -193,6 +193,10 @@ pub async fn hincrby(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
 pub async fn hincrbyfloat(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     let key = arg(a, 1);
     let by = args::float(arg(a, 3))?;
+    // Redis refuses an infinite increment itself, before it looks at the key.
+    if !by.is_finite() {
+        return fail("ERR value is NaN or Infinity");
+    }
     ctx.lock(&[key]).await?;
     hash(ctx, key).await?;
     let current = match field(ctx, key, arg(a, 2)).await? {

@@ -279,8 +279,8 @@ pub async fn incr_by_arg(ctx: &mut Ctx<'_>, a: &[Bytes], negate: bool) -> Out {
 
 pub async fn incrbyfloat(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     let key = arg(a, 1);
-    let by = args::float(arg(a, 2))?;
     ctx.lock(&[key]).await?;
+    // Redis's order: the key's kind, its value, then the increment.
     let m = string(ctx, key).await?;
     let current = match m.as_ref().and_then(|m| m.value.as_deref()) {
         Some(v) => match args::parse_f64(v) {
@@ -289,6 +289,7 @@ pub async fn incrbyfloat(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
         },
         None => 0.0,
     };
+    let by = args::float(arg(a, 2))?;
     let next = current + by;
     if !next.is_finite() {
         return fail("ERR increment would produce NaN or Infinity");
