@@ -347,3 +347,36 @@ async fn watch_keeps_an_optimistic_counter_exact_on_sqlite_and_across_holdfasts_
     a.stop().await;
     b.stop().await;
 }
+
+/// A client that closes while blocked takes nothing: the element pushed afterwards stays for
+/// the next consumer (Redis drops a blocked client that disconnects; so must holdfast, on a
+/// SQL backend and on Redis alike).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_consumer_that_disconnects_while_blocked_takes_nothing() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let redis = RedisServer::start();
+    for backend in [
+        format!(
+            "kind = \"sqlite\"\npath = \"{}\"",
+            dir.path().join("gone.db").display()
+        ),
+        format!("kind = \"redis\"\nurl = \"{}\"", redis.url()),
+    ] {
+        let proxy = Proxy::start(&sql_namespace(&backend)).await;
+        let mut gone = proxy.connect().await;
+        gone.send(&encode_str(&["BLPOP", "jobs", "0"])).await;
+        // Blocked by now.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        drop(gone);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut producer = proxy.connect().await;
+        assert_eq!(producer.command(&["RPUSH", "jobs", "j1"]).await, b":1\r\n");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(
+            producer.command(&["LPOP", "jobs"]).await,
+            b"$2\r\nj1\r\n",
+            "{backend}: the job went to a client that was gone"
+        );
+        proxy.stop().await;
+    }
+}

@@ -1358,11 +1358,16 @@ impl DedicatedRedis {
         self.live.send(request, self.response_timeout).await
     }
 
-    /// Closes the connection.
+    /// Closes the connection. A `QUIT` would wait behind a command still blocking there
+    /// (`BLPOP … 0` of a client that went away), which would then take the next element for
+    /// nobody: the socket is dropped first (fred's reconnection closes it; nothing is replayed,
+    /// its attempts are 1), so the server forgets the blocked command at once.
     pub async fn close(self) {
         match &self.live.conn {
             Conn::Fred(client) => {
-                let _ = client.quit().await;
+                let limit = Duration::from_secs(2);
+                let _ = tokio::time::timeout(limit, client.force_reconnection()).await;
+                let _ = tokio::time::timeout(limit, client.quit()).await;
             }
             Conn::Link(link) => link.close(),
             Conn::Cluster(nodes) => nodes.close(),

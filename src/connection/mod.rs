@@ -574,6 +574,12 @@ impl Conn {
     ) -> Frame {
         // Only blocking commands are forwarded as connection-bound (transactions are local).
         let route = first_key(command);
+        // Its client is watched while it blocks: one that closes is gone at once, and its
+        // own backend connection is closed with it, so the backend stops waiting on its
+        // behalf (Redis drops a blocked client that disconnects; a SQL waiter leaves its
+        // line). Left waiting, it would take the next element pushed for a client that can
+        // no longer receive it.
+        self.exec.activity().failed.store(true, Ordering::Relaxed);
         let result = match self
             .send_dedicated(namespace, &command.args, true, route)
             .await
