@@ -1,7 +1,7 @@
 //! Arguments read the way Redis reads them: integers by `string2ll`'s rules, doubles by
 //! `strtod`'s, glob patterns by `stringmatchlen`'s. The error wording is Redis's.
 
-use super::store::{fail, Fail, NOT_FLOAT, NOT_INTEGER};
+use super::store::{fail, Fail, NOT_FLOAT, NOT_INTEGER, SYNTAX};
 
 /// Whether `arg` is the keyword `word` (ASCII case-insensitive).
 pub fn is(arg: &[u8], word: &str) -> bool {
@@ -184,15 +184,77 @@ pub fn scan_args(a: &[bytes::Bytes]) -> Result<(u64, Option<&[u8]>, usize), Fail
         } else if is(arg(j), "COUNT") && has_next {
             count = match parse_i64(arg(j + 1)) {
                 Some(n) if n >= 1 => usize::try_from(n).unwrap_or(usize::MAX),
-                Some(_) => return fail(super::store::SYNTAX),
+                Some(_) => return fail(SYNTAX),
                 None => return fail(NOT_INTEGER),
             };
         } else {
-            return fail(super::store::SYNTAX);
+            return fail(SYNTAX);
         }
         j += 2;
     }
     Ok((cursor, pattern, count))
+}
+
+/// `numkeys key ... SIDE [COUNT count]` of `LMPOP` and `ZMPOP` (numkeys at argument 1):
+/// the keys, whether the side is `sides[1]`, and the count.
+pub fn mpop_args<'a>(
+    a: &'a [bytes::Bytes],
+    sides: [&str; 2],
+) -> Result<(&'a [bytes::Bytes], bool, Option<i64>), Fail> {
+    let arg = |i: usize| a.get(i).map(|b| b.as_ref()).unwrap_or_default();
+    let numkeys = match parse_i64(arg(1)) {
+        Some(n) if n > 0 => n as usize,
+        _ => return fail("ERR numkeys should be greater than 0"),
+    };
+    // The side's place must exist (Redis's own check, with its syntax error).
+    if numkeys > a.len().saturating_sub(3) {
+        return fail(SYNTAX);
+    }
+    let side = arg(2 + numkeys);
+    let second = if is(side, sides[0]) {
+        false
+    } else if is(side, sides[1]) {
+        true
+    } else {
+        return fail(SYNTAX);
+    };
+    let mut count = None;
+    let mut i = 3 + numkeys;
+    while i < a.len() {
+        if is(arg(i), "COUNT") && i + 1 < a.len() && count.is_none() {
+            count = match parse_i64(arg(i + 1)) {
+                Some(n) if n > 0 => Some(n),
+                _ => return fail("ERR count should be greater than 0"),
+            };
+            i += 2;
+        } else {
+            return fail(SYNTAX);
+        }
+    }
+    Ok((&a[2..2 + numkeys], second, count))
+}
+
+/// `key [count [WORD]]` of `HRANDFIELD` (`WITHVALUES`) and `ZRANDMEMBER` (`WITHSCORES`):
+/// the count, and whether the word was given.
+pub fn rand_args(a: &[bytes::Bytes], word: &str) -> Result<(Option<i64>, bool), Fail> {
+    let count = match a.get(2) {
+        None => None,
+        Some(c) => match int(c)? {
+            i64::MIN => {
+                return fail(
+                    "ERR value is out of range, value must between -9223372036854775807 and \
+                     9223372036854775807",
+                )
+            }
+            n => Some(n),
+        },
+    };
+    let with = match a.get(3) {
+        None => false,
+        Some(w) if is(w, word) && a.len() == 4 => true,
+        Some(_) => return fail(SYNTAX),
+    };
+    Ok((count, with))
 }
 
 #[cfg(test)]

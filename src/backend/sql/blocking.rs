@@ -110,7 +110,7 @@ fn arg(a: &[Bytes], i: usize) -> &[u8] {
     a.get(i).map(|b| b.as_ref()).unwrap_or_default()
 }
 
-/// `args` with the name replaced and the arguments in `keep` (in order).
+/// The command `name` with the arguments `rest`.
 fn form(name: &'static [u8], rest: impl IntoIterator<Item = Bytes>) -> Vec<Bytes> {
     std::iter::once(Bytes::from_static(name))
         .chain(rest)
@@ -239,9 +239,14 @@ impl Wakers {
         }
     }
 
+    /// Whether any client waits now (a commit looks no further when none does).
+    pub fn any(&self) -> bool {
+        self.waiting.load(Ordering::Acquire) > 0
+    }
+
     /// A write touched `keys`: the longest waiter of each tries again.
     pub fn touched<'a>(&self, keys: impl IntoIterator<Item = &'a Bytes>) {
-        if self.waiting.load(Ordering::Acquire) == 0 {
+        if !self.any() {
             return;
         }
         let by_key = self.by_key.lock().unwrap_or_else(|p| p.into_inner());

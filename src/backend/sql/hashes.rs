@@ -236,7 +236,7 @@ async fn pairs(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Vec<(Bytes, Bytes)>, Fai
 pub async fn hrandfield(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     use rand::seq::SliceRandom;
     let key = arg(a, 1);
-    let (count, with_values) = rand_args(a, "WITHVALUES")?;
+    let (count, with_values) = args::rand_args(a, "WITHVALUES")?;
     let all = pairs(ctx, key).await?;
     let mut rng = rand::thread_rng();
     let Some(count) = count else {

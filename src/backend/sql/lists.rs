@@ -294,7 +294,7 @@ pub async fn lmove(ctx: &mut Ctx<'_>, a: &[Bytes], sides: bool) -> Out {
 /// `LMPOP numkeys key [key ...] LEFT|RIGHT [COUNT count]`: from the first list that is not
 /// empty, `[key, [elements]]`; nil when every one is.
 pub async fn lmpop(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
-    let (keys, tail, count) = mpop_args(a, ["LEFT", "RIGHT"])?;
+    let (keys, tail, count) = args::mpop_args(a, ["LEFT", "RIGHT"])?;
     let head = !tail;
     let all: Vec<&[u8]> = keys.iter().map(|k| k.as_ref()).collect();
     ctx.lock(&all).await?;

@@ -779,7 +779,7 @@ impl Inner {
         let result = self
             .run_once(commands, proto, acquire_timeout, batch, token)
             .await;
-        if let Ok(replies) = &result {
+        if let (Ok(replies), true) = (&result, self.wakers.any()) {
             // Committed: a client blocked on one of these keys may find something now
             // (every argument is offered as a key: a spurious wake-up only tries again). A
             // blocking pop that found nothing changed nothing, and wakes nobody.

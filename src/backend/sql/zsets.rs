@@ -692,7 +692,7 @@ pub async fn zpop(ctx: &mut Ctx<'_>, a: &[Bytes], max: bool) -> Out {
 /// `ZMPOP numkeys key [key ...] MIN|MAX [COUNT count]`: from the first sorted set that is
 /// not empty, `[key, [[member, score], ...]]`; nil when every one is.
 pub async fn zmpop(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
-    let (keys, max, count) = mpop_args(a, ["MIN", "MAX"])?;
+    let (keys, max, count) = args::mpop_args(a, ["MIN", "MAX"])?;
     let all: Vec<&[u8]> = keys.iter().map(|k| k.as_ref()).collect();
     ctx.lock(&all).await?;
     for key in keys {
@@ -713,7 +713,7 @@ pub async fn zmpop(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
 pub async fn zrandmember(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     use rand::seq::SliceRandom;
     let key = arg(a, 1);
-    let (count, withscores) = rand_args(a, "WITHSCORES")?;
+    let (count, withscores) = args::rand_args(a, "WITHSCORES")?;
     let all = if zset(ctx, key).await? {
         by_rank(ctx, key, 0, -1, false).await?
     } else {
@@ -809,7 +809,6 @@ async fn input(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Vec<(Bytes, f64)>, Fail>
 
 /// What follows `numkeys key ...` in the algebra's commands.
 struct AlgebraArgs {
-    keys: Vec<Bytes>,
     weights: Vec<f64>,
     aggregate: Aggregate,
     withscores: bool,
@@ -837,13 +836,11 @@ async fn algebra_args(
     if n > a.len() - at - 1 {
         return fail(SYNTAX);
     }
-    let keys: Vec<Bytes> = a[at + 1..at + 1 + n].to_vec();
     let mut inputs = Vec::with_capacity(n);
-    for key in &keys {
+    for key in &a[at + 1..at + 1 + n] {
         inputs.push(input(ctx, key).await?);
     }
     let mut parsed = AlgebraArgs {
-        keys,
         weights: vec![1.0; n],
         aggregate: Aggregate::Sum,
         withscores: false,
@@ -996,7 +993,6 @@ pub async fn zintercard(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     let (parsed, inputs) =
         algebra_args(ctx, a, 1, ZAlgebra::Inter, "zintercard", false, true).await?;
     let n = combine(ZAlgebra::Inter, inputs, &parsed.weights, Aggregate::Sum).len() as i64;
-    let _ = parsed.keys;
     Ok(int(if parsed.limit > 0 {
         n.min(parsed.limit)
     } else {
