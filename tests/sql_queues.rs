@@ -380,3 +380,292 @@ async fn a_consumer_that_disconnects_while_blocked_takes_nothing() {
         proxy.stop().await;
     }
 }
+
+/// The entry ids in a stream reply, in order (values here never look like ids).
+fn ids_in(reply: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(reply)
+        .split("\r\n")
+        .filter(|l| {
+            let mut parts = l.splitn(2, '-');
+            let ms = parts.next().unwrap_or_default();
+            let seq = parts.next().unwrap_or_default();
+            !ms.is_empty()
+                && !seq.is_empty()
+                && ms.bytes().all(|b| b.is_ascii_digit())
+                && seq.bytes().all(|b| b.is_ascii_digit())
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+/// Acknowledges each id; returns those this call acknowledged (XACK answered 1).
+async fn ack(conn: &mut RawConn, ids: &[String]) -> Vec<String> {
+    let mut done = Vec::new();
+    for id in ids {
+        let reply = conn.command(&["XACK", "events", "workers", id]).await;
+        match reply.as_slice() {
+            b":1\r\n" => done.push(id.clone()),
+            b":0\r\n" => {}
+            other => panic!("XACK {id}: {}", String::from_utf8_lossy(other)),
+        }
+    }
+    done
+}
+
+/// A stream consumed by a group: producers `XADD`, two consumers `XREADGROUP … BLOCK` and
+/// `XACK`; one is killed holding entries it read and never acknowledged, and the other
+/// takes them over with `XAUTOCLAIM`. Every entry is acknowledged exactly once.
+async fn run_group(produce: &str, survivor_at: &str, doomed_at: &str) {
+    const PRODUCERS: usize = 3;
+    const EACH: usize = 60;
+    let mut setup = RawConn::connect(produce).await;
+    assert_eq!(
+        setup
+            .command(&["XGROUP", "CREATE", "events", "workers", "$", "MKSTREAM"])
+            .await,
+        b"+OK\r\n"
+    );
+    let mut producers = Vec::new();
+    for p in 0..PRODUCERS {
+        let addr = produce.to_string();
+        producers.push(tokio::spawn(async move {
+            let mut conn = RawConn::connect(&addr).await;
+            let mut ids = Vec::new();
+            for n in 0..EACH {
+                let reply = conn
+                    .command(&["XADD", "events", "*", "job", &format!("p{p}n{n}")])
+                    .await;
+                let id = ids_in(&reply);
+                assert_eq!(id.len(), 1, "XADD: {}", String::from_utf8_lossy(&reply));
+                ids.extend(id);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            ids
+        }));
+    }
+    // The doomed consumer acknowledges what it reads, until a batch it keeps: then its
+    // connection is dropped, as a crashed worker's would be.
+    let addr = doomed_at.to_string();
+    let doomed = tokio::spawn(async move {
+        let mut conn = RawConn::connect(&addr).await;
+        let (mut acked, mut batches) = (Vec::new(), 0);
+        loop {
+            let reply = conn
+                .command(&[
+                    "XREADGROUP",
+                    "GROUP",
+                    "workers",
+                    "doomed",
+                    "COUNT",
+                    "5",
+                    "BLOCK",
+                    "2000",
+                    "STREAMS",
+                    "events",
+                    ">",
+                ])
+                .await;
+            let ids = ids_in(&reply);
+            if ids.is_empty() {
+                continue;
+            }
+            batches += 1;
+            if batches == 4 {
+                drop(conn);
+                return (acked, ids);
+            }
+            acked.extend(ack(&mut conn, &ids).await);
+            // A slow worker: its batches fill up.
+            tokio::time::sleep(Duration::from_millis(60)).await;
+        }
+    });
+    let total = PRODUCERS * EACH;
+    let addr = survivor_at.to_string();
+    let survivor = tokio::spawn(async move {
+        let mut conn = RawConn::connect(&addr).await;
+        let (mut acked, mut claimed) = (Vec::new(), Vec::new());
+        let started = std::time::Instant::now();
+        let mut reads = 0usize;
+        while started.elapsed() < Duration::from_secs(60) {
+            let reply = conn
+                .command(&[
+                    "XREADGROUP",
+                    "GROUP",
+                    "workers",
+                    "survivor",
+                    "COUNT",
+                    "10",
+                    "BLOCK",
+                    "200",
+                    "STREAMS",
+                    "events",
+                    ">",
+                ])
+                .await;
+            let ids = ids_in(&reply);
+            reads += ids.len();
+            acked.extend(ack(&mut conn, &ids).await);
+            // Entries another consumer has held for half a second are taken over.
+            let reply = conn
+                .command(&[
+                    "XAUTOCLAIM",
+                    "events",
+                    "workers",
+                    "survivor",
+                    "500",
+                    "0-0",
+                    "COUNT",
+                    "100",
+                    "JUSTID",
+                ])
+                .await;
+            let mut ids = ids_in(&reply);
+            ids.remove(0); // the cursor
+            claimed.extend(ids.iter().cloned());
+            acked.extend(ack(&mut conn, &ids).await);
+            let pending = conn.command(&["XPENDING", "events", "workers"]).await;
+            if pending.starts_with(b"*4\r\n:0\r\n") && reads > 0 {
+                let len = conn.command(&["XLEN", "events"]).await;
+                let info = conn.command(&["XINFO", "GROUPS", "events"]).await;
+                let text = String::from_utf8_lossy(&info).to_string();
+                if len == format!(":{total}\r\n").as_bytes() && text.contains("lag\r\n:0\r\n") {
+                    break;
+                }
+            }
+        }
+        (acked, claimed)
+    });
+    let mut produced = Vec::new();
+    for p in producers {
+        produced.extend(p.await.expect("a producer"));
+    }
+    let (doomed_acked, abandoned) = doomed.await.expect("the doomed consumer");
+    let (survivor_acked, claimed) = survivor.await.expect("the survivor");
+    assert!(!abandoned.is_empty());
+    for id in &abandoned {
+        assert!(
+            claimed.contains(id),
+            "{id}, read by the killed consumer, was not claimed"
+        );
+    }
+    let mut once = std::collections::HashSet::new();
+    for id in doomed_acked.iter().chain(&survivor_acked) {
+        assert!(once.insert(id.clone()), "{id} acknowledged twice");
+    }
+    let mut produced_sorted = produced.clone();
+    produced_sorted.sort();
+    let mut acked_sorted: Vec<String> = once.into_iter().collect();
+    acked_sorted.sort();
+    assert_eq!(
+        acked_sorted.len(),
+        produced_sorted.len(),
+        "every entry acknowledged"
+    );
+    assert_eq!(acked_sorted, produced_sorted);
+    println!(
+        "{} entries: {} acknowledged by the killed consumer, {} by the survivor ({} taken over)",
+        produced.len(),
+        doomed_acked.len(),
+        survivor_acked.len(),
+        claimed.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_consumer_group_survives_a_killed_consumer_on_sqlite_and_postgres() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let proxy = Proxy::start(&sql_namespace(&format!(
+        "kind = \"sqlite\"\npath = \"{}\"",
+        dir.path().join("group.db").display()
+    )))
+    .await;
+    run_group(&proxy.addr, &proxy.addr, &proxy.addr).await;
+    proxy.stop().await;
+    if !support::postgres::available() {
+        eprintln!("PostgreSQL is not installed: skipped");
+        return;
+    }
+    let pg = PgServer::start();
+    let config = sql_namespace(&format!("kind = \"postgres\"\nurl = \"{}\"", pg.url()));
+    let a = Proxy::start(&config).await;
+    let b = Proxy::start(&config).await;
+    // Producers and the doomed consumer on one holdfast, the survivor on the other.
+    run_group(&a.addr, &b.addr, &a.addr).await;
+    a.stop().await;
+    b.stop().await;
+}
+
+/// `XREADGROUP … BLOCK` waits for an entry added while it waits (woken by the write, with no
+/// poll), and answers nil after its timeout.
+#[tokio::test(flavor = "multi_thread")]
+async fn xreadgroup_blocks_until_an_entry_comes_or_its_timeout() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let proxy = Proxy::start(&sql_namespace(&format!(
+        "kind = \"sqlite\"\npath = \"{}\"\nblocking_poll = \"1h\"",
+        dir.path().join("xgroup.db").display()
+    )))
+    .await;
+    let mut writer = proxy.connect().await;
+    assert_eq!(
+        writer
+            .command(&["XGROUP", "CREATE", "ev", "g", "$", "MKSTREAM"])
+            .await,
+        b"+OK\r\n"
+    );
+    let addr = proxy.addr.clone();
+    let reader = tokio::spawn(async move {
+        let mut conn = RawConn::connect(&addr).await;
+        let started = std::time::Instant::now();
+        let reply = conn
+            .command(&[
+                "XREADGROUP",
+                "GROUP",
+                "g",
+                "c",
+                "BLOCK",
+                "5000",
+                "STREAMS",
+                "ev",
+                ">",
+            ])
+            .await;
+        (reply, started.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        writer.command(&["XADD", "ev", "1-1", "f", "v"]).await,
+        b"$3\r\n1-1\r\n"
+    );
+    let (reply, waited) = reader.await.expect("the reader");
+    assert_eq!(
+        String::from_utf8_lossy(&reply),
+        "*1\r\n*2\r\n$2\r\nev\r\n*1\r\n*2\r\n$3\r\n1-1\r\n*2\r\n$1\r\nf\r\n$1\r\nv\r\n"
+    );
+    assert!(waited >= Duration::from_millis(250), "{waited:?}");
+    let started = std::time::Instant::now();
+    assert_eq!(
+        writer
+            .command(&[
+                "XREADGROUP",
+                "GROUP",
+                "g",
+                "c",
+                "BLOCK",
+                "300",
+                "STREAMS",
+                "ev",
+                ">",
+            ])
+            .await,
+        b"*-1\r\n"
+    );
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(300) && waited < Duration::from_secs(2),
+        "{waited:?}"
+    );
+    // The entry it read is pending for it.
+    let pending = writer.command(&["XPENDING", "ev", "g"]).await;
+    assert!(pending.starts_with(b"*4\r\n:1\r\n"), "{pending:?}");
+    proxy.stop().await;
+}

@@ -1,5 +1,5 @@
 //! Blocking commands on SQL backends: `BLPOP`, `BRPOP`, `BLMOVE`, `BRPOPLPUSH`, `BLMPOP`,
-//! `BZPOPMIN`, `BZPOPMAX`, `BZMPOP`.
+//! `BZPOPMIN`, `BZPOPMAX`, `BZMPOP`, and `XREAD`/`XREADGROUP` with `BLOCK`.
 //!
 //! Each is one attempt of its non-blocking form (`LMPOP`, `LMOVE`, `ZMPOP`, ...) in a write
 //! transaction, its reply reshaped; inside `MULTI` that is all it does, as in Redis. Outside,
@@ -20,11 +20,45 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
 
-/// Whether `args` is a command that waits here: a blocking pop, or `XREAD … BLOCK`.
+/// Whether `args` is a command that waits here: a blocking pop, or `XREAD`/`XREADGROUP`
+/// with `BLOCK` among its options.
 pub fn waits(args: &[Bytes]) -> bool {
     let name = args.first().map(|n| n.as_ref()).unwrap_or_default();
-    is_blocking(name)
-        || (name.eq_ignore_ascii_case(b"XREAD") && args.iter().any(|x| args::is(x, "BLOCK")))
+    is_blocking(name) || (is_stream_read(name) && block_at(args).is_some())
+}
+
+fn is_stream_read(name: &[u8]) -> bool {
+    name.eq_ignore_ascii_case(b"XREAD") || name.eq_ignore_ascii_case(b"XREADGROUP")
+}
+
+/// Where `BLOCK` is among a stream read's options (before `STREAMS`: a key may be named
+/// `BLOCK`).
+fn block_at(a: &[Bytes]) -> Option<usize> {
+    let end = a
+        .iter()
+        .position(|x| args::is(x, "STREAMS"))
+        .unwrap_or(a.len());
+    a[..end].iter().position(|x| args::is(x, "BLOCK"))
+}
+
+/// A stream read's keys: the first half of what follows `STREAMS`.
+pub fn stream_keys(a: &[Bytes]) -> &[Bytes] {
+    let from = a
+        .iter()
+        .position(|x| args::is(x, "STREAMS"))
+        .map_or(a.len(), |i| i + 1);
+    let rest = a.get(from..).unwrap_or_default();
+    &rest[..rest.len() / 2]
+}
+
+/// Whether a committed command may have given a waiting client something: a write, but not
+/// a blocking pop or `XREADGROUP` that found nothing. Those changed nothing, and waking the
+/// others for them would only have them try, find nothing, and wake each other for ever.
+pub fn wakes(command: &[Bytes], reply: &Frame) -> bool {
+    let name = command.first().map_or(&[][..], |n| n.as_ref());
+    let found_nothing = matches!(reply, Frame::Null)
+        && (is_blocking(name) || name.eq_ignore_ascii_case(b"XREADGROUP"));
+    super::commands::writes(name) == Some(true) && !found_nothing
 }
 
 /// Whether `name` is one of the blocking commands this module serves.
@@ -53,10 +87,9 @@ pub fn timeout(a: &[Bytes]) -> Result<Option<Duration>, Fail> {
         .first()
         .map(|n| n.to_ascii_uppercase())
         .unwrap_or_default();
-    if upper.as_slice() == b"XREAD" {
+    if is_stream_read(&upper) {
         // Milliseconds, an integer.
-        let at = a.iter().position(|x| args::is(x, "BLOCK"));
-        let ms = match at.and_then(|i| a.get(i + 1)) {
+        let ms = match block_at(a).and_then(|i| a.get(i + 1)) {
             Some(text) => super::streams::block_ms(text)?,
             None => return Ok(Some(Duration::ZERO)),
         };
@@ -86,14 +119,7 @@ pub fn keys(a: &[Bytes]) -> Vec<Bytes> {
         .map(|n| n.to_ascii_uppercase())
         .unwrap_or_default();
     match upper.as_slice() {
-        b"XREAD" => {
-            let from = a
-                .iter()
-                .position(|x| args::is(x, "STREAMS"))
-                .map_or(a.len(), |i| i + 1);
-            let rest = a.get(from..).unwrap_or_default();
-            rest[..rest.len() / 2].to_vec()
-        }
+        b"XREAD" | b"XREADGROUP" => stream_keys(a).to_vec(),
         b"BLMOVE" | b"BRPOPLPUSH" => a.get(1).cloned().into_iter().collect(),
         b"BLMPOP" | b"BZMPOP" => {
             let n = args::parse_i64(arg(a, 2)).unwrap_or(0).max(0) as usize;
@@ -319,5 +345,36 @@ impl Drop for Waiter {
             }
         }
         self.wakers.waiting.fetch_sub(1, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_write_that_may_have_changed_something_wakes() {
+        let command = |text: &str| -> Vec<Bytes> {
+            text.split(' ')
+                .map(|w| Bytes::from(w.to_string()))
+                .collect()
+        };
+        let some = array(vec![]);
+        let cases = [
+            ("LPUSH q a", some.clone(), true),
+            ("XADD s * f v", some.clone(), true),
+            ("BLPOP q 0", some.clone(), true),
+            ("BLPOP q 0", Frame::Null, false),
+            ("BZPOPMIN z 0", Frame::Null, false),
+            ("XREADGROUP GROUP g c STREAMS s >", some.clone(), true),
+            ("XREADGROUP GROUP g c STREAMS s >", Frame::Null, false),
+            // A nil from another write still changed something (SET ... GET of a new key).
+            ("SET k v GET", Frame::Null, true),
+            ("GET k", some.clone(), false),
+            ("XREAD STREAMS s 0", some, false),
+        ];
+        for (text, reply, want) in cases {
+            assert_eq!(wakes(&command(text), &reply), want, "{text}");
+        }
     }
 }

@@ -5,7 +5,7 @@
 use super::sets::Algebra;
 use super::store::{fail, Ctx, Out};
 use super::zsets::{Form, ZAlgebra};
-use super::{blocking, hashes, keys, lists, sets, sort, streams, strings, watch, zsets};
+use super::{blocking, hashes, keys, lists, sets, sort, streams, strings, watch, xgroups, zsets};
 use bytes::Bytes;
 
 /// A command name in upper case, on the stack: looked up three times per request, so no
@@ -49,7 +49,8 @@ pub fn writes(name: &[u8]) -> Option<bool> {
         | b"ZREVRANGEBYSCORE" | b"ZRANGEBYLEX" | b"ZREVRANGEBYLEX" | b"ZLEXCOUNT"
         | b"ZRANDMEMBER" | b"ZSCAN" | b"ZINTER" | b"ZUNION" | b"ZDIFF" | b"ZINTERCARD"
         | b"LRANGE" | b"LLEN" | b"LINDEX" | b"LPOS" | b"XLEN" | b"XRANGE" | b"XREVRANGE"
-        | b"WAIT" | b"HF.WATCHED" | b"TIME" | b"SORT_RO" | b"XREAD" | b"HF.XLAST" => false,
+        | b"WAIT" | b"HF.WATCHED" | b"TIME" | b"SORT_RO" | b"XREAD" | b"HF.XLAST" | b"XPENDING"
+        | b"XINFO" => false,
         // holdfast's own: `WATCH` registers its keys (`watch`).
         b"HF.WATCH" => true,
         b"SET" | b"SETNX" | b"SETEX" | b"PSETEX" | b"GETSET" | b"GETDEL" | b"GETEX" | b"MSET"
@@ -64,7 +65,9 @@ pub fn writes(name: &[u8]) -> Option<bool> {
         | b"LPOP" | b"RPOP" | b"LSET" | b"LREM" | b"LTRIM" | b"LINSERT" | b"SORT" | b"XSETID"
         | b"ZRANGESTORE" | b"BLPOP" | b"BRPOP" | b"BLMOVE" | b"BRPOPLPUSH" | b"BLMPOP"
         | b"BZPOPMIN" | b"BZPOPMAX" | b"BZMPOP" | b"LMOVE" | b"RPOPLPUSH" | b"LMPOP" | b"XADD"
-        | b"XTRIM" | b"XDEL" => true,
+        | b"XTRIM" | b"XDEL" | b"XGROUP" | b"XREADGROUP" | b"XACK" | b"XCLAIM" | b"XAUTOCLAIM" => {
+            true
+        }
         _ => return None,
     })
 }
@@ -220,6 +223,13 @@ pub async fn run(ctx: &mut Ctx<'_>, a: &[Bytes], allow_flush: bool) -> Out {
         b"XREAD" => streams::xread(ctx, a).await,
         b"XSETID" => streams::xsetid(ctx, a).await,
         b"HF.XLAST" => streams::xlast(ctx, a).await,
+        b"XGROUP" => xgroups::xgroup(ctx, a).await,
+        b"XREADGROUP" => xgroups::xreadgroup(ctx, a).await,
+        b"XACK" => xgroups::xack(ctx, a).await,
+        b"XPENDING" => xgroups::xpending(ctx, a).await,
+        b"XCLAIM" => xgroups::xclaim(ctx, a).await,
+        b"XAUTOCLAIM" => xgroups::xautoclaim(ctx, a).await,
+        b"XINFO" => xgroups::xinfo(ctx, a).await,
         b"SORT" => sort::sort(ctx, a, false).await,
         b"SORT_RO" => sort::sort(ctx, a, true).await,
         b"ZRANGESTORE" => zsets::zrangestore(ctx, a).await,

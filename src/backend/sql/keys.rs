@@ -56,7 +56,7 @@ pub async fn rename(ctx: &mut Ctx<'_>, a: &[Bytes], nx: bool) -> Out {
             .bind(to),
     )
     .await?;
-    if let Some(table) = m.kind.table() {
+    for table in m.kind.tables() {
         ctx.exec(
             sqlx::query(&format!("UPDATE {table} SET key = $2 WHERE key = $1"))
                 .bind(from)
@@ -261,7 +261,8 @@ pub async fn flush(ctx: &mut Ctx<'_>, a: &[Bytes], allowed: bool) -> Out {
     if ctx.dialect == Dialect::Postgres {
         // One statement, under an exclusive lock: no writer commits half-way through.
         ctx.exec(sqlx::query(
-            "TRUNCATE hf_keys, hf_hash, hf_set, hf_zset, hf_list, hf_stream",
+            "TRUNCATE hf_keys, hf_hash, hf_set, hf_zset, hf_list, hf_stream, hf_xgroup, \
+             hf_xconsumer, hf_xpel",
         ))
         .await?;
         return Ok(ok());
@@ -273,6 +274,9 @@ pub async fn flush(ctx: &mut Ctx<'_>, a: &[Bytes], allowed: bool) -> Out {
         "hf_zset",
         "hf_list",
         "hf_stream",
+        "hf_xgroup",
+        "hf_xconsumer",
+        "hf_xpel",
     ] {
         ctx.exec(sqlx::query(&format!("DELETE FROM {table}")))
             .await?;
@@ -322,6 +326,28 @@ pub async fn copy(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
         Kind::Stream => Some(("hf_stream", "ms, seq, fields", "")),
         _ => None,
     };
+    // A stream's consumer groups are copied with it, as Redis copies them.
+    let groups: &[(&str, &str)] = match m.kind {
+        Kind::Stream => &[
+            ("hf_xgroup", "grp, ms, seq, entries_read"),
+            ("hf_xconsumer", "grp, name, seen_at"),
+            (
+                "hf_xpel",
+                "grp, ms, seq, consumer, delivered_at, deliveries",
+            ),
+        ],
+        _ => &[],
+    };
+    for (table, cols) in groups {
+        ctx.exec(
+            sqlx::query(&format!(
+                "INSERT INTO {table} (key, {cols}) SELECT $2, {cols} FROM {table} WHERE key = $1"
+            ))
+            .bind(from)
+            .bind(to),
+        )
+        .await?;
+    }
     if let Some((table, cols, order)) = columns {
         ctx.exec(
             sqlx::query(&format!(

@@ -33,6 +33,7 @@ mod store;
 mod streams;
 mod strings;
 mod watch;
+mod xgroups;
 mod zsets;
 
 use crate::backend::{BackendError, Proto, Request};
@@ -784,9 +785,7 @@ impl Inner {
             // (every argument is offered as a key: a spurious wake-up only tries again). A
             // blocking pop that found nothing changed nothing, and wakes nobody.
             for (command, reply) in commands.iter().zip(replies) {
-                let name = command.first().map_or(&[][..], |n| n.as_ref());
-                let idle = matches!(reply, Frame::Null) && blocking::is_blocking(name);
-                if commands::writes(name) == Some(true) && !idle {
+                if blocking::wakes(command, reply) {
                     self.wakers.touched(command.iter().skip(1));
                 }
             }
@@ -952,6 +951,15 @@ fn lock_keys(args: &[Bytes]) -> Vec<&[u8]> {
     let name = args.first().map_or(&[][..], |n| n.as_ref());
     if name == watch::CHECK {
         return args.iter().skip(1).step_by(2).map(|k| k.as_ref()).collect();
+    }
+    if name.eq_ignore_ascii_case(b"XGROUP") {
+        return args.get(2).map(|k| k.as_ref()).into_iter().collect();
+    }
+    if name.eq_ignore_ascii_case(b"XREADGROUP") {
+        return blocking::stream_keys(args)
+            .iter()
+            .map(|k| k.as_ref())
+            .collect();
     }
     args.get(1).map(|k| k.as_ref()).into_iter().collect()
 }

@@ -8,7 +8,7 @@ use super::store::Dialect;
 use sqlx::{AnyConnection, Executor};
 
 /// Migration `n` is `SQLITE[n - 1]` / `POSTGRES[n - 1]`: 1 the data model, 2 exact mode's
-/// recorded replies, 3 the versions of watched keys (`WATCH`).
+/// recorded replies, 3 the versions of watched keys (`WATCH`), 4 stream consumer groups.
 const SQLITE: &[&str] = &[
     "
 CREATE TABLE hf_keys (
@@ -66,6 +66,34 @@ CREATE TABLE hf_watch (
     key BLOB PRIMARY KEY,
     version INTEGER NOT NULL
 );
+",
+    "
+CREATE TABLE hf_xgroup (
+    key BLOB NOT NULL,
+    grp BLOB NOT NULL,
+    ms INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    entries_read INTEGER NOT NULL,
+    PRIMARY KEY (key, grp)
+);
+CREATE TABLE hf_xconsumer (
+    key BLOB NOT NULL,
+    grp BLOB NOT NULL,
+    name BLOB NOT NULL,
+    seen_at INTEGER NOT NULL,
+    PRIMARY KEY (key, grp, name)
+);
+CREATE TABLE hf_xpel (
+    key BLOB NOT NULL,
+    grp BLOB NOT NULL,
+    ms INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    consumer BLOB NOT NULL,
+    delivered_at INTEGER NOT NULL,
+    deliveries INTEGER NOT NULL,
+    PRIMARY KEY (key, grp, ms, seq)
+);
+CREATE INDEX hf_xpel_by_consumer ON hf_xpel (key, grp, consumer, ms, seq);
 ",
 ];
 
@@ -126,6 +154,34 @@ CREATE TABLE hf_watch (
     key BYTEA PRIMARY KEY,
     version BIGINT NOT NULL
 );
+",
+    "
+CREATE TABLE hf_xgroup (
+    key BYTEA NOT NULL,
+    grp BYTEA NOT NULL,
+    ms BIGINT NOT NULL,
+    seq BIGINT NOT NULL,
+    entries_read BIGINT NOT NULL,
+    PRIMARY KEY (key, grp)
+);
+CREATE TABLE hf_xconsumer (
+    key BYTEA NOT NULL,
+    grp BYTEA NOT NULL,
+    name BYTEA NOT NULL,
+    seen_at BIGINT NOT NULL,
+    PRIMARY KEY (key, grp, name)
+);
+CREATE TABLE hf_xpel (
+    key BYTEA NOT NULL,
+    grp BYTEA NOT NULL,
+    ms BIGINT NOT NULL,
+    seq BIGINT NOT NULL,
+    consumer BYTEA NOT NULL,
+    delivered_at BIGINT NOT NULL,
+    deliveries BIGINT NOT NULL,
+    PRIMARY KEY (key, grp, ms, seq)
+);
+CREATE INDEX hf_xpel_by_consumer ON hf_xpel (key, grp, consumer, ms, seq);
 ",
 ];
 

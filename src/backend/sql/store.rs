@@ -69,6 +69,19 @@ impl Kind {
         .find(|k| k.name().as_bytes().eq_ignore_ascii_case(name))
     }
 
+    /// Every table holding rows of a key of this kind: its elements, and a stream's
+    /// consumer groups.
+    pub fn tables(self) -> &'static [&'static str] {
+        match self {
+            Kind::String => &[],
+            Kind::List => &["hf_list"],
+            Kind::Set => &["hf_set"],
+            Kind::ZSet => &["hf_zset"],
+            Kind::Hash => &["hf_hash"],
+            Kind::Stream => &["hf_stream", "hf_xgroup", "hf_xconsumer", "hf_xpel"],
+        }
+    }
+
     /// The table holding this kind's elements, if it has one.
     pub fn table(self) -> Option<&'static str> {
         match self {
@@ -209,7 +222,7 @@ impl<'c> Ctx<'c> {
             )
             .await?;
         if done.rows_affected() > 0 {
-            if let Some(table) = kind.table() {
+            for table in kind.tables() {
                 self.exec(sqlx::query(&format!("DELETE FROM {table} WHERE key = $1")).bind(key))
                     .await?;
             }
@@ -221,7 +234,7 @@ impl<'c> Ctx<'c> {
     pub async fn purge(&mut self, key: &[u8], kind: Kind) -> Result<(), Fail> {
         self.exec(sqlx::query("DELETE FROM hf_keys WHERE key = $1").bind(key))
             .await?;
-        if let Some(table) = kind.table() {
+        for table in kind.tables() {
             self.exec(sqlx::query(&format!("DELETE FROM {table} WHERE key = $1")).bind(key))
                 .await?;
         }

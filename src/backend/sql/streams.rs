@@ -1,6 +1,8 @@
 //! Streams as an append-only log over `hf_stream`. An id's two u64 halves are stored with
-//! their top bit flipped, so signed 64-bit columns sort them as unsigned. The stream's last
-//! id lives in its key row (`value`, 16 bytes), as Redis keeps it past deletions.
+//! their top bit flipped, so signed 64-bit columns sort them as unsigned. The stream's
+//! [`Head`] lives in its key row (`value`): its last id, kept past deletions as Redis keeps
+//! it, the number of entries ever added and the greatest id `XDEL` removed (`XINFO` and the
+//! consumer groups' lag read them). Consumer groups are `xgroups`.
 //!
 //! Approximate trimming (`~`) trims nothing: Redis trims whole internal nodes only, so "at
 //! least N entries" is what both promise, and keeping all of them is the exact-reply choice
@@ -12,22 +14,22 @@ use super::strings::arg;
 use bytes::Bytes;
 use sqlx::Row;
 
-const INVALID_ID: &str = "ERR Invalid stream ID specified as stream command argument";
+pub(super) const INVALID_ID: &str = "ERR Invalid stream ID specified as stream command argument";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct Id {
-    ms: u64,
-    seq: u64,
+pub(super) struct Id {
+    pub ms: u64,
+    pub seq: u64,
 }
 
 impl Id {
-    const MIN: Id = Id { ms: 0, seq: 0 };
-    const MAX: Id = Id {
+    pub const MIN: Id = Id { ms: 0, seq: 0 };
+    pub const MAX: Id = Id {
         ms: u64::MAX,
         seq: u64::MAX,
     };
 
-    fn text(self) -> Bytes {
+    pub fn text(self) -> Bytes {
         Bytes::from(format!("{}-{}", self.ms, self.seq))
     }
 
@@ -49,7 +51,15 @@ impl Id {
         }
     }
 
-    fn next(self) -> Option<Id> {
+    /// The id of a row's `ms, seq` columns at `at`, `at + 1`.
+    pub fn of_row(row: &sqlx::any::AnyRow, at: usize) -> Result<Id, Fail> {
+        Ok(Id {
+            ms: uncol(row.try_get(at)?),
+            seq: uncol(row.try_get(at + 1)?),
+        })
+    }
+
+    pub fn next(self) -> Option<Id> {
         if self.seq < u64::MAX {
             Some(Id {
                 ms: self.ms,
@@ -65,7 +75,7 @@ impl Id {
         }
     }
 
-    fn prev(self) -> Option<Id> {
+    pub fn prev(self) -> Option<Id> {
         if self.seq > 0 {
             Some(Id {
                 ms: self.ms,
@@ -82,12 +92,128 @@ impl Id {
     }
 }
 
+/// What a stream's key row keeps beside its entries.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Head {
+    /// The last id added (or set by `XSETID`).
+    pub last: Id,
+    /// Entries ever added; None in a row written before holdfast counted them (read as the
+    /// length then).
+    pub added: Option<u64>,
+    /// The greatest id `XDEL` removed (0-0: none).
+    pub max_deleted: Id,
+}
+
+impl Head {
+    pub fn from_stored(raw: Option<&[u8]>) -> Head {
+        let raw = raw.unwrap_or_default();
+        let added = raw
+            .get(16..24)
+            .and_then(|b| <[u8; 8]>::try_from(b).ok())
+            .map(u64::from_be_bytes);
+        Head {
+            last: Id::from_stored(raw.get(..16)),
+            added,
+            max_deleted: Id::from_stored(raw.get(24..40)),
+        }
+    }
+
+    fn stored(self, length: i64) -> [u8; 40] {
+        let mut out = [0u8; 40];
+        out[..16].copy_from_slice(&self.last.stored());
+        out[16..24].copy_from_slice(&self.added(length).to_be_bytes());
+        out[24..].copy_from_slice(&self.max_deleted.stored());
+        out
+    }
+
+    /// Entries ever added, for a stream of `length` entries now.
+    pub fn added(self, length: i64) -> u64 {
+        self.added.unwrap_or(u64::try_from(length).unwrap_or(0))
+    }
+}
+
+/// A stream's head and its entries now: what `XINFO` shows and the lag is computed from.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Shape {
+    pub head: Head,
+    pub length: i64,
+    /// The first entry's id, 0-0 when there is none.
+    pub first: Id,
+    /// The last entry's id, 0-0 when there is none.
+    pub top: Id,
+}
+
+impl Shape {
+    pub async fn read(ctx: &mut Ctx<'_>, key: &[u8], head: Head) -> Result<Shape, Fail> {
+        let length = ctx.count(key, Kind::Stream).await?;
+        let (mut first, mut top) = (Id::MIN, Id::MIN);
+        if length > 0 {
+            first = edge(ctx, key, "ms, seq").await?;
+            top = edge(ctx, key, "ms DESC, seq DESC").await?;
+        }
+        Ok(Shape {
+            head,
+            length,
+            first,
+            top,
+        })
+    }
+
+    pub fn added(&self) -> u64 {
+        self.head.added(self.length)
+    }
+
+    /// Whether an entry at or after `from` was deleted (Redis's `streamRangeHasTombstones`).
+    pub fn tombstones_after(&self, from: Id) -> bool {
+        let deleted = self.head.max_deleted;
+        self.length > 0 && deleted != Id::MIN && self.first <= deleted && from <= deleted
+    }
+
+    /// How many entries were added up to `id`, where that can be known (Redis's
+    /// `streamEstimateDistanceFromFirstEverEntry`); -1 where it cannot.
+    pub fn entries_before(&self, id: Id) -> i64 {
+        let added = i64::try_from(self.added()).unwrap_or(i64::MAX);
+        if added == 0 {
+            return 0;
+        }
+        if self.length == 0 && id <= self.head.last {
+            return added;
+        }
+        if id == self.head.last {
+            return added;
+        }
+        if id > self.head.last {
+            return -1;
+        }
+        let deleted = self.head.max_deleted;
+        if deleted == Id::MIN || deleted < self.first {
+            if id < self.first {
+                return added - self.length;
+            }
+            if id == self.first {
+                return added - self.length + 1;
+            }
+        }
+        -1
+    }
+}
+
+async fn edge(ctx: &mut Ctx<'_>, key: &[u8], order: &str) -> Result<Id, Fail> {
+    let row = sqlx::query(&format!(
+        "SELECT ms, seq FROM hf_stream WHERE key = $1 ORDER BY {order} LIMIT 1"
+    ))
+    .bind(key)
+    .fetch_one(&mut *ctx.conn)
+    .await?;
+    Id::of_row(&row, 0)
+}
+
 /// A u64 as a column value that sorts like it.
-fn col(v: u64) -> i64 {
+pub(super) fn col(v: u64) -> i64 {
     i64::from_ne_bytes((v ^ (1 << 63)).to_ne_bytes())
 }
 
-fn uncol(v: i64) -> u64 {
+pub(super) fn uncol(v: i64) -> u64 {
     u64::from_ne_bytes(v.to_ne_bytes()) ^ (1 << 63)
 }
 
@@ -99,7 +225,7 @@ fn digits(text: &[u8]) -> Option<u64> {
 }
 
 /// `ms[-seq]` with a default for a missing seq; `-`/`+` only when `specials`.
-fn parse_id(text: &[u8], missing_seq: u64, specials: bool) -> Option<Id> {
+pub(super) fn parse_id(text: &[u8], missing_seq: u64, specials: bool) -> Option<Id> {
     if specials && text == b"-" {
         return Some(Id::MIN);
     }
@@ -221,7 +347,7 @@ fn encode_fields(pairs: &[Bytes]) -> Vec<u8> {
     out
 }
 
-fn decode_fields(mut raw: &[u8]) -> Vec<Frame> {
+pub(super) fn decode_fields(mut raw: &[u8]) -> Vec<Frame> {
     let mut out = Vec::new();
     while raw.len() >= 4 {
         let len = u32::from_be_bytes([raw[0], raw[1], raw[2], raw[3]]) as usize;
@@ -303,7 +429,8 @@ pub async fn xadd(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     if meta.is_none() && nomkstream {
         return Ok(null());
     }
-    let last = Id::from_stored(meta.as_ref().and_then(|m| m.value.as_deref()));
+    let mut head = Head::from_stored(meta.as_ref().and_then(|m| m.value.as_deref()));
+    let last = head.last;
     if last == Id::MAX {
         return fail("ERR The stream has exhausted the last possible ID, unable to add more items");
     }
@@ -345,7 +472,13 @@ pub async fn xadd(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
             .bind(encode_fields(fields)),
     )
     .await?;
-    ctx.set_value(key, &id.stored()).await?;
+    if head.added.is_none() {
+        // A row from before the count: its entries so far (the new one included).
+        head.added = Some(head.added(ctx.count(key, Kind::Stream).await? - 1));
+    }
+    head.added = head.added.map(|n| n.saturating_add(1));
+    head.last = id;
+    ctx.set_value(key, &head.stored(0)).await?;
     if let Some(trim) = trim {
         apply_trim(ctx, key, trim).await?;
     }
@@ -377,9 +510,11 @@ pub async fn xdel(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     let key = arg(a, 1);
     ctx.lock(&[key]).await?;
     // Redis looks the key up before it reads the ids.
-    if ctx.typed(key, Kind::Stream).await?.is_none() {
+    let Some(meta) = ctx.typed(key, Kind::Stream).await? else {
         return Ok(int(0));
-    }
+    };
+    let mut head = Head::from_stored(meta.value.as_deref());
+    let length = ctx.count(key, Kind::Stream).await?;
     let mut ids = Vec::new();
     for raw in a.iter().skip(2) {
         match parse_id(raw, 0, false) {
@@ -397,13 +532,19 @@ pub async fn xdel(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
                     .bind(col(id.seq)),
             )
             .await?;
-        n += done.rows_affected() as i64;
+        if done.rows_affected() > 0 {
+            n += 1;
+            head.max_deleted = head.max_deleted.max(id);
+        }
+    }
+    if n > 0 {
+        ctx.set_value(key, &head.stored(length)).await?;
     }
     Ok(int(n))
 }
 
 /// One end of an XRANGE interval; `(` makes it exclusive.
-fn range_end(text: &[u8], start: bool) -> Result<Option<Id>, Fail> {
+pub(super) fn range_end(text: &[u8], start: bool) -> Result<Option<Id>, Fail> {
     let (exclusive, text) = match text.split_first() {
         Some((b'(', rest)) => (true, rest),
         _ => (false, text),
@@ -538,35 +679,57 @@ pub async fn xread(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     }
     let mut found = Vec::new();
     for (key, from) in keys.iter().zip(after) {
-        let Some(from) = from.next() else { continue };
-        let rows = sqlx::query(
-            "SELECT ms, seq, fields FROM hf_stream WHERE key = $1 \
-             AND (ms > $2 OR (ms = $2 AND seq >= $3)) ORDER BY ms, seq LIMIT $4",
-        )
-        .bind(key.as_ref())
-        .bind(col(from.ms))
-        .bind(col(from.seq))
-        .bind(if count > 0 { count } else { i64::MAX })
-        .fetch_all(&mut *ctx.conn)
-        .await?;
-        if rows.is_empty() {
+        let entries = entries_after(ctx, key, from, count).await?;
+        if entries.is_empty() {
             continue;
         }
-        let mut entries = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let id = Id {
-                ms: uncol(row.try_get(0)?),
-                seq: uncol(row.try_get(1)?),
-            };
-            let fields: Vec<u8> = row.try_get(2)?;
-            entries.push(array(vec![bulk(id.text()), array(decode_fields(&fields))]));
-        }
+        let entries = entries
+            .iter()
+            .map(|(id, fields)| entry(*id, fields))
+            .collect();
         found.push((key.clone(), array(entries)));
     }
     if found.is_empty() {
         return Ok(null());
     }
-    Ok(match ctx.proto {
+    Ok(keyed(ctx.proto, found))
+}
+
+/// Up to `count` (0: all) entries after `after`, in order.
+pub(super) async fn entries_after(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    after: Id,
+    count: i64,
+) -> Result<Vec<(Id, Vec<u8>)>, Fail> {
+    let Some(from) = after.next() else {
+        return Ok(Vec::new());
+    };
+    let rows = sqlx::query(
+        "SELECT ms, seq, fields FROM hf_stream WHERE key = $1 \
+         AND (ms > $2 OR (ms = $2 AND seq >= $3)) ORDER BY ms, seq LIMIT $4",
+    )
+    .bind(key)
+    .bind(col(from.ms))
+    .bind(col(from.seq))
+    .bind(if count > 0 { count } else { i64::MAX })
+    .fetch_all(&mut *ctx.conn)
+    .await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in &rows {
+        out.push((Id::of_row(row, 0)?, row.try_get(2)?));
+    }
+    Ok(out)
+}
+
+/// One entry as the range commands answer it.
+pub(super) fn entry(id: Id, fields: &[u8]) -> Frame {
+    array(vec![bulk(id.text()), array(decode_fields(fields))])
+}
+
+/// `XREAD`'s and `XREADGROUP`'s reply: the entries of each stream, a map in RESP3.
+pub(super) fn keyed(proto: crate::backend::Proto, found: Vec<(Bytes, Frame)>) -> Frame {
+    match proto {
         crate::backend::Proto::Resp3 => {
             let mut map = redis_protocol::resp3::types::FrameMap::default();
             for (key, entries) in found {
@@ -583,7 +746,7 @@ pub async fn xread(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
                 .map(|(key, entries)| array(vec![bulk(key), entries]))
                 .collect(),
         ),
-    })
+    }
 }
 
 /// `XREAD`'s `BLOCK` argument: milliseconds, 0 for ever.
@@ -606,8 +769,7 @@ pub async fn xlast(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
 }
 
 /// `XSETID key last-id [ENTRIESADDED entries-added] [MAXDELETEDID max-deleted-id]`: the id
-/// the next `XADD *` must pass. The two counters are checked as Redis checks them, not kept
-/// (no `XINFO` reads them yet).
+/// the next `XADD *` must pass, and the two counters `XINFO STREAM` shows.
 pub async fn xsetid(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     let key = arg(a, 1);
     let Some(id) = parse_id(arg(a, 2), 0, false) else {
@@ -638,9 +800,10 @@ pub async fn xsetid(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
         );
     }
     ctx.lock(&[key]).await?;
-    if ctx.typed(key, Kind::Stream).await?.is_none() {
+    let Some(meta) = ctx.typed(key, Kind::Stream).await? else {
         return fail("ERR no such key");
-    }
+    };
+    let mut head = Head::from_stored(meta.value.as_deref());
     let len = ctx.count(key, Kind::Stream).await?;
     if added.is_some_and(|n| n < len) {
         return fail(
@@ -664,6 +827,13 @@ pub async fn xsetid(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
             );
         }
     }
-    ctx.set_value(key, &id.stored()).await?;
+    head.last = id;
+    if let Some(n) = added {
+        head.added = Some(n.unsigned_abs());
+    }
+    if let Some(d) = max_deleted.filter(|d| *d != Id::MIN) {
+        head.max_deleted = d;
+    }
+    ctx.set_value(key, &head.stored(len)).await?;
     Ok(ok())
 }

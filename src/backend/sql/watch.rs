@@ -45,6 +45,13 @@ pub fn modified(a: &[Bytes]) -> Option<Vec<&[u8]>> {
         b"RENAME" | b"RENAMENX" | b"SMOVE" | b"LMOVE" | b"RPOPLPUSH" | b"BLMOVE"
         | b"BRPOPLPUSH" => [at(1), at(2)].into_iter().flatten().collect(),
         b"COPY" => at(2).into_iter().collect(),
+        // As in Redis, a consumer group's bookkeeping is not a change of its stream;
+        // `XGROUP CREATE` may create the stream (`MKSTREAM`).
+        b"XREADGROUP" | b"XACK" | b"XCLAIM" | b"XAUTOCLAIM" => Vec::new(),
+        b"XGROUP" if at(1).is_some_and(|s| s.eq_ignore_ascii_case(b"CREATE")) => {
+            at(2).into_iter().collect()
+        }
+        b"XGROUP" => Vec::new(),
         // Only its STORE destination, if any.
         b"SORT" => a
             .iter()
