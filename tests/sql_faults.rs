@@ -795,3 +795,45 @@ backend = "db"
     }
     proxy.stop().await;
 }
+
+/// A client blocked in `BLPOP` while PostgreSQL goes down keeps waiting through the outage
+/// (its tries reach no database, so they took nothing) and gets the job pushed once the
+/// database is back; past the namespace's failover budget it gets the error instead.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_blocked_pop_waits_through_an_outage_within_the_budget() {
+    let mut pg = PgServer::start();
+    let backend = format!("kind = \"postgres\"\nurl = \"{}\"", pg.url());
+    let patient = Proxy::start(&sql_namespace(&backend)).await;
+    let short = Proxy::start(&format!(
+        "{}acquire_timeout = \"200ms\"\n[namespaces.retry]\nmax_attempts = 3\nmin_delay = \"100ms\"\n\
+         max_delay = \"200ms\"\njitter = 0.0\n",
+        sql_namespace(&backend)
+    ))
+    .await;
+    let blpop = |addr: String| {
+        tokio::spawn(async move {
+            let mut conn = RawConn::connect(&addr).await;
+            let started = Instant::now();
+            let reply = conn.command(&["BLPOP", "q", "30"]).await;
+            (text(&reply), started.elapsed())
+        })
+    };
+    let waiting = blpop(patient.addr.clone());
+    let giving_up = blpop(short.addr.clone());
+    sleep(Duration::from_millis(500)).await;
+    pg.stop_immediate();
+    let (reply, waited) = giving_up.await.expect("the short-budget client");
+    assert!(reply.starts_with('-'), "past its budget: {reply:?}");
+    assert!(waited < Duration::from_secs(5), "{waited:?}");
+    sleep(Duration::from_secs(2)).await;
+    pg.start_again();
+    let mut producer = patient.connect().await;
+    assert_eq!(
+        text(&producer.command(&["RPUSH", "q", "job"]).await),
+        ":1\r\n"
+    );
+    let (reply, _) = waiting.await.expect("the patient client");
+    assert_eq!(reply, "*2\r\n$1\r\nq\r\n$3\r\njob\r\n");
+    patient.stop().await;
+    short.stop().await;
+}

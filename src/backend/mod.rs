@@ -85,6 +85,9 @@ pub struct Request<'a> {
     pub placement: Placement<'a>,
     /// The command blocks its connection (BLPOP, ...): no response timeout.
     pub blocking: bool,
+    /// How long a blocking command keeps waiting through a backend it cannot reach (every
+    /// try NotAttempted) before it answers the error: its namespace's failover budget.
+    pub hold: Duration,
     /// Exact mode: the request's token. The backend applies the command and records its
     /// reply under the token atomically; a dispatch that finds the token answers the
     /// recorded reply and applies nothing.
@@ -112,6 +115,7 @@ impl<'a> Request<'a> {
             pin,
             placement: Placement::Pinned,
             blocking: false,
+            hold: Duration::ZERO,
             token: None,
             replicas: None,
             route: None,

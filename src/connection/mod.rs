@@ -639,6 +639,7 @@ impl Conn {
         let request = Request {
             blocking,
             route,
+            hold: namespace.policy.backoff.total_before_jitter(),
             ..Request::new(args, proto, pin)
         };
         let result = dedicated.send(&request).await;

@@ -551,6 +551,7 @@ impl Session {
             pin: self.pin.load(Ordering::Relaxed),
             placement: placement(spec, class, &self.pin),
             blocking: false,
+            hold: Duration::ZERO,
             token,
             // A read has nothing to replicate.
             replicas: if class == Idempotence::Read {

@@ -265,6 +265,11 @@ impl Wakers {
         }
     }
 
+    /// How often the first in line tries again unwoken.
+    pub fn poll(&self) -> Duration {
+        self.poll
+    }
+
     /// Whether any client waits now (a commit looks no further when none does).
     pub fn any(&self) -> bool {
         self.waiting.load(Ordering::Acquire) > 0

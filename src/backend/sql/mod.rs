@@ -1076,7 +1076,7 @@ impl SqlDedicated {
             None if name.as_slice() == b"EXEC" => Err(BackendError::reply(Bytes::from_static(
                 b"ERR EXEC without MULTI",
             ))),
-            None if blocking::waits(request.args) => self.block(request.args).await,
+            None if blocking::waits(request.args) => self.block(request.args, request.hold).await,
             None => self.once(request.args).await,
         }
     }
@@ -1184,7 +1184,10 @@ impl SqlDedicated {
 
     /// A blocking command: tried, and tried again whenever one of its keys may have
     /// something, until it takes something or its timeout passes (then nil, as Redis).
-    async fn block(&self, args: &[Bytes]) -> Result<Frame, BackendError> {
+    /// While the database cannot be reached (a try NotAttempted: it took nothing) it keeps
+    /// trying every `blocking_poll`, for up to `hold`, as any command is held through an
+    /// outage; a try that may have taken something (Transient) ends it with the error.
+    async fn block(&self, args: &[Bytes], hold: Duration) -> Result<Frame, BackendError> {
         let until = match blocking::timeout(args) {
             Ok(limit) => limit.map(|d| tokio::time::Instant::now() + d),
             // One attempt answers the error Redis answers first (BLMOVE's sides come
@@ -1203,10 +1206,27 @@ impl SqlDedicated {
         // Registered before the first try: a write between the try and the wait still
         // wakes it.
         let waiter = self.inner.wakers.wait_on(blocking::keys(args));
+        let mut down_since = None;
         loop {
-            let reply = self.once(args).await?;
-            if !matches!(reply, Frame::Null) {
-                return Ok(reply);
+            match self.once(args).await {
+                Ok(Frame::Null) => down_since = None,
+                Ok(reply) => return Ok(reply),
+                Err(e) if crate::error::classify(&e) == crate::error::ErrorClass::NotAttempted => {
+                    let since = *down_since.get_or_insert_with(tokio::time::Instant::now);
+                    if since.elapsed() >= hold {
+                        return Err(e);
+                    }
+                    let next = tokio::time::Instant::now() + self.inner.wakers.poll();
+                    match until {
+                        Some(until) if until <= next => {
+                            tokio::time::sleep_until(until).await;
+                            return Ok(Frame::Null);
+                        }
+                        _ => tokio::time::sleep_until(next).await,
+                    }
+                    continue;
+                }
+                Err(e) => return Err(e),
             }
             if !waiter.wait(until).await {
                 return Ok(Frame::Null);
