@@ -84,6 +84,11 @@ pub struct UserConfig {
     /// Only Read commands (GET, SCAN, ...) are allowed.
     #[serde(default)]
     pub read_only: bool,
+    /// May change the backend servers and other clients: `CONFIG SET` reaches a Redis
+    /// backend, `CLIENT KILL` closes clients. Without `[[users]]`, `CLIENT KILL` is open
+    /// to every client and `CONFIG SET` to none.
+    #[serde(default)]
+    pub admin: bool,
 }
 
 /// `[server]`
@@ -182,6 +187,17 @@ pub enum ReplyMode {
     Settled,
     /// Exactly-once replies through a per-request token.
     Exact,
+}
+
+impl ReplyMode {
+    /// As the configuration spells it (`fast`, `settled`, `exact`).
+    pub fn spelling(self) -> &'static str {
+        match self {
+            ReplyMode::Fast => "fast",
+            ReplyMode::Settled => "settled",
+            ReplyMode::Exact => "exact",
+        }
+    }
 }
 
 /// `[defaults]`: every namespace inherits these.

@@ -63,13 +63,14 @@ pub async fn run(shared: Arc<Shared>, listener: TcpListener, shutdown: impl Futu
                 let shared = shared.clone();
                 let stop = stop_rx.clone();
                 let tls = tls.clone();
+                let addrs = (Some(peer), stream.local_addr().ok());
                 connections.spawn(async move {
                     crate::metrics::client_connection(true);
                     match tls {
-                        None => crate::connection::serve(stream, shared, stop).await,
+                        None => crate::connection::serve(stream, shared, stop, addrs).await,
                         Some(acceptor) => {
                             match tokio::time::timeout(TLS_HANDSHAKE, acceptor.accept(stream)).await {
-                                Ok(Ok(stream)) => crate::connection::serve(stream, shared, stop).await,
+                                Ok(Ok(stream)) => crate::connection::serve(stream, shared, stop, addrs).await,
                                 _ => crate::metrics::limit("tls_handshake"),
                             }
                         }

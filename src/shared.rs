@@ -1,15 +1,19 @@
 //! What every connection shares: the configuration generation (its namespaces' router and
-//! backends), swapped whole on reload; the process-wide retry budget; client ids; and the
-//! shutdown signal that tells held requests to stop waiting.
+//! backends), swapped whole on reload; the process-wide retry budget; the connected clients
+//! (`CLIENT LIST`, `CLIENT KILL`, `INFO`'s counts); and the shutdown signal that tells held
+//! requests to stop waiting.
 
 use crate::backend::{BackendError, Backends};
 use crate::config::Config;
 use crate::namespace::{BuildError, Router};
 use crate::retry::budget::RetryBudget;
 use arc_swap::ArcSwap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// What a configuration generation serves: swapped whole on reload, so a command always sees
@@ -35,6 +39,8 @@ pub struct Shared {
     pub started: Instant,
     /// Source of `CLIENT ID`s.
     next_id: AtomicU64,
+    /// The connected clients, by id.
+    pub clients: Arc<Clients>,
     /// Turns true when shutdown's grace period is over: held requests stop waiting.
     give_up: watch::Sender<bool>,
 }
@@ -70,6 +76,7 @@ impl Shared {
             }),
             started: Instant::now(),
             next_id: AtomicU64::new(1),
+            clients: Arc::default(),
             give_up: watch::channel(false).0,
         })
     }
@@ -140,5 +147,144 @@ impl Shared {
     /// Tells held requests to stop waiting: shutdown's grace period is over.
     pub fn give_up(&self) {
         let _ = self.give_up.send(true);
+    }
+}
+
+/// What `CLIENT LIST` shows of a client that the client itself changes.
+#[derive(Clone, Debug, Default)]
+pub struct ClientState {
+    /// `CLIENT SETNAME`.
+    pub name: Option<bytes::Bytes>,
+    /// The `[[users]]` name it authenticated as; None: `default`.
+    pub user: Option<String>,
+    /// 2 or 3.
+    pub resp: u8,
+    /// Its last command's name in the command table, and its subcommand where the table
+    /// has none (`CLIENT LIST`): `CLIENT LIST` shows `get`, `client|list`.
+    pub cmd: (&'static str, Option<bytes::Bytes>),
+    /// Commands queued in `MULTI`, or -1.
+    pub multi: i64,
+    /// When its last command came.
+    pub last: Option<quanta::Instant>,
+}
+
+/// One connected client.
+pub struct Client {
+    /// `CLIENT ID`.
+    pub id: u64,
+    /// Its address, and the listener's (None for a stream without one).
+    pub addr: Option<SocketAddr>,
+    /// The address it connected to.
+    pub laddr: Option<SocketAddr>,
+    /// When it connected.
+    pub since: quanta::Instant,
+    /// Updated by its connection, read by others' `CLIENT LIST`.
+    pub state: Mutex<ClientState>,
+    /// Set by `CLIENT KILL`: the connection closes at its next safe point.
+    pub killed: AtomicBool,
+    /// Wakes the connection when it is killed.
+    pub kill: Notify,
+}
+
+impl Client {
+    /// Closes the client at its next safe point.
+    pub fn kill(&self) {
+        self.killed.store(true, Ordering::Release);
+        self.kill.notify_one();
+    }
+}
+
+/// The connected clients and the counters `INFO` reports.
+#[derive(Default)]
+pub struct Clients {
+    by_id: Mutex<BTreeMap<u64, Arc<Client>>>,
+    /// Connections accepted since start.
+    pub received: AtomicU64,
+    /// Commands handled since start.
+    pub commands: AtomicU64,
+    /// Clients waiting in a blocking command now.
+    pub blocked: AtomicUsize,
+    /// The previous `INFO`'s (time, commands), for `instantaneous_ops_per_sec`.
+    sample: Mutex<Option<(Instant, u64)>>,
+}
+
+impl Clients {
+    /// Registers a client; it leaves when the returned guard drops.
+    pub fn join(
+        self: &Arc<Self>,
+        id: u64,
+        addr: Option<SocketAddr>,
+        laddr: Option<SocketAddr>,
+    ) -> (Arc<Client>, Leave) {
+        let client = Arc::new(Client {
+            id,
+            addr,
+            laddr,
+            since: quanta::Instant::now(),
+            state: Mutex::new(ClientState {
+                resp: 2,
+                multi: -1,
+                ..ClientState::default()
+            }),
+            killed: AtomicBool::new(false),
+            kill: Notify::new(),
+        });
+        self.received.fetch_add(1, Ordering::Relaxed);
+        self.lock().insert(id, client.clone());
+        (
+            client,
+            Leave {
+                clients: self.clone(),
+                id,
+            },
+        )
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Arc<Client>>> {
+        self.by_id.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Every connected client, by id.
+    pub fn all(&self) -> Vec<Arc<Client>> {
+        self.lock().values().cloned().collect()
+    }
+
+    /// How many clients are connected.
+    pub fn count(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Commands a second since the previous call at least a second ago (0 on the first).
+    pub fn ops_per_sec(&self) -> u64 {
+        let now = Instant::now();
+        let total = self.commands.load(Ordering::Relaxed);
+        let mut sample = self.sample.lock().unwrap_or_else(|p| p.into_inner());
+        let rate = match *sample {
+            Some((at, before)) => {
+                let secs = now.duration_since(at).as_secs_f64();
+                if secs > 0.0 {
+                    (total.saturating_sub(before) as f64 / secs) as u64
+                } else {
+                    0
+                }
+            }
+            None => 0,
+        };
+        if sample.map_or(true, |(at, _)| now.duration_since(at).as_secs() >= 1) {
+            *sample = Some((now, total));
+        }
+        rate
+    }
+}
+
+/// Removes its client from [`Clients`] when dropped.
+pub struct Leave {
+    clients: Arc<Clients>,
+    id: u64,
+}
+
+impl Drop for Leave {
+    fn drop(&mut self) {
+        self.clients.lock().remove(&self.id);
     }
 }

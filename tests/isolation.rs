@@ -300,11 +300,26 @@ const KEYLESS_ALLOWED: &[(&str, &str)] = &[
         "CONFIG|GET",
         "a named, non-secret parameter (globs and passwords are refused)",
     ),
+    (
+        "SCRIPT|LOAD",
+        "caches a script, which runs only through EVALSHA, itself checked",
+    ),
+    ("SCRIPT|EXISTS", "whether scripts are cached: no data"),
 ];
 
 /// Keyless commands refused to a user limited to some namespaces whose catch-all shares its
 /// backend with one the user may not reach.
-const KEYLESS_REFUSED: &[&str] = &["KEYS", "SCAN", "RANDOMKEY", "DBSIZE", "FLUSHALL", "FLUSHDB"];
+/// `CONFIG SET` is refused to every user but an admin.
+const KEYLESS_REFUSED: &[&str] = &[
+    "KEYS",
+    "SCAN",
+    "RANDOMKEY",
+    "DBSIZE",
+    "FLUSHALL",
+    "FLUSHDB",
+    "SCRIPT|FLUSH",
+    "CONFIG|SET",
+];
 
 /// Walks the whole table as carol on `backend`; returns (checked, refused, allowed).
 async fn walk(backend: &str) -> (usize, usize, usize) {

@@ -9,6 +9,7 @@ pub mod exact;
 pub mod fake;
 pub mod link;
 pub mod redis;
+pub mod scripts;
 pub mod sentinel;
 pub mod sql;
 

@@ -820,6 +820,17 @@ impl RedisBackend {
         let slot = self.placed(request).await;
         let live = ensure_connected(slot, acquire_timeout).await?;
         let mut result = live.send(request, self.response_timeout).await;
+        if let Err(BackendError::Reply { prefix, .. }) = &result {
+            // A script the client loaded, missing from this server's cache (a restart, a
+            // failover, another Cluster node): nothing ran; its text runs it and caches it.
+            if prefix == "NOSCRIPT" {
+                if let Some(args) = super::scripts::by_text(request.args) {
+                    result = live
+                        .send(&request.with_args(&args), self.response_timeout)
+                        .await;
+                }
+            }
+        }
         // On a link the write waited for its replicas already, with the others of its batch.
         let counted = matches!(live.conn, Conn::Link(_) | Conn::Cluster(_));
         if let (Ok(_), Some((wanted, timeout)), false) = (&result, request.replicas, counted) {
@@ -871,6 +882,13 @@ impl RedisBackend {
     ) -> Option<Vec<Result<Reply, BackendError>>> {
         let first = requests.first()?;
         if matches!(self.flavor, Flavor::Cluster(_)) && requests.iter().any(whole_keyspace) {
+            return None;
+        }
+        // An EVALSHA may need its NOSCRIPT answered with the script's text (`dispatch`).
+        if requests
+            .iter()
+            .any(|r| super::scripts::by_text(r.args).is_some())
+        {
             return None;
         }
         let lead = Request {

@@ -331,9 +331,18 @@ pub(super) static ROWS: &[Spec] = &[
     Spec::new("EVALSHA_RO", -3, NUMKEYS_AT_2, Read).reach(Reach::Scripts),
     Spec::new("FCALL", -3, NUMKEYS_AT_2, NonIdempotent).reach(Reach::Scripts),
     Spec::new("FCALL_RO", -3, NUMKEYS_AT_2, Read).reach(Reach::Scripts),
+    // Sent to every Redis backend the client may reach, so a later EVALSHA finds the
+    // script wherever its keys route; holdfast keeps the text for EVALSHA's NOSCRIPT.
+    Spec::container("SCRIPT"),
+    Spec::new("SCRIPT|EXISTS", -3, NO_KEYS, Read).every_backend(),
+    Spec::new("SCRIPT|FLUSH", -2, NO_KEYS, Idempotent).every_backend(),
+    Spec::new("SCRIPT|LOAD", 3, NO_KEYS, Idempotent).every_backend(),
     // ---- server: forwarded to the catch-all backend ----
     Spec::container("CONFIG"),
     Spec::new("CONFIG|GET", -3, NO_KEYS, Read).reach(Reach::ServerConfig),
+    // Setting a value twice leaves it set and answers OK again. Only a user with `admin`
+    // may send it to a Redis backend (on SQL the encoding thresholds are harmless).
+    Spec::new("CONFIG|SET", -4, NO_KEYS, Idempotent).reach(Reach::ServerAdmin),
     Spec::new("DBSIZE", 1, NO_KEYS, Read).reach(Reach::Keyspace),
     Spec::new("FLUSHALL", -1, NO_KEYS, Idempotent).every_backend(),
     Spec::new("FLUSHDB", -1, NO_KEYS, Idempotent).every_backend(),
@@ -349,8 +358,8 @@ pub(super) static ROWS: &[Spec] = &[
     Spec::local("INFO", -1, Local::Info),
     Spec::local("PING", -1, Local::Ping),
     Spec::local("QUIT", -1, Local::Quit),
-    Spec::local("READONLY", 1, Local::Ok),
-    Spec::local("READWRITE", 1, Local::Ok),
+    Spec::local("READONLY", 1, Local::ClusterOnly),
+    Spec::local("READWRITE", 1, Local::ClusterOnly),
     Spec::local("RESET", 1, Local::Reset),
     Spec::local("SELECT", 2, Local::Select),
     // ---- transactions: answered by holdfast, on a backend connection of their own ----

@@ -95,6 +95,9 @@ pub enum Reach {
     ServerConfig,
     /// Another database of its backend, given `DB n` (`COPY`).
     Database,
+    /// The backend server's configuration, changed (`CONFIG SET`): a user with `admin`
+    /// only.
+    ServerAdmin,
 }
 
 /// Commands holdfast answers itself instead of forwarding.
@@ -130,8 +133,8 @@ pub enum Local {
     Watch,
     /// `UNWATCH`
     Unwatch,
-    /// `READONLY` / `READWRITE`: cluster-client courtesy, answered OK.
-    Ok,
+    /// `READONLY` / `READWRITE`: cluster commands, answered as a standalone Redis does.
+    ClusterOnly,
 }
 
 /// How a command is executed.

@@ -107,6 +107,38 @@ impl Conn {
         matched
     }
 
+    /// Whether the authenticated user has `admin` in `[[users]]`.
+    pub(super) fn is_admin(&self) -> bool {
+        let Some(name) = &self.user else {
+            return false;
+        };
+        self.state
+            .config
+            .users
+            .iter()
+            .any(|u| &u.name == name && u.admin)
+    }
+
+    /// Whether `CLIENT KILL` is this client's to send: an admin's, or anyone's when no
+    /// `[[users]]` are configured (as in a Redis without ACLs).
+    pub(super) fn may_kill(&self) -> bool {
+        self.state.config.users.is_empty() || self.is_admin()
+    }
+
+    /// `CONFIG SET` of encoding thresholds only, to a SQL backend: no observable effect.
+    fn harmless(&self, command: &Command) -> bool {
+        let sql = matches!(
+            *self.state.router.catch_all().backend,
+            crate::backend::Backend::Sql(_)
+        );
+        sql && command
+            .args
+            .iter()
+            .skip(2)
+            .step_by(2)
+            .all(|name| crate::backend::sql::harmless_setting(name))
+    }
+
     /// The namespaces the authenticated user may reach; None: all of them.
     pub(super) fn reachable(&self) -> Option<Vec<String>> {
         let name = self.user.as_ref()?;
@@ -129,6 +161,12 @@ impl Conn {
                 "ERR holdfast: COPY with DB is not served: the other database is outside every namespace"
                     .to_string(),
             );
+        }
+        if command.spec.reach == Reach::ServerAdmin && !self.is_admin() && !self.harmless(command) {
+            return Err(format!(
+                "NOPERM holdfast: '{}' changes the backend server; it needs a user with admin = true in [[users]]",
+                command.spec.name.to_ascii_lowercase()
+            ));
         }
         let Some(name) = &self.user else {
             return Ok(());
@@ -172,7 +210,7 @@ impl Conn {
             routed.push(ns);
         }
         match command.spec.reach {
-            Reach::Keys | Reach::Database => Ok(()),
+            Reach::Keys | Reach::Database | Reach::ServerAdmin => Ok(()),
             Reach::SortPatterns => {
                 let outside = sort_patterns(&command.args)
                     .into_iter()

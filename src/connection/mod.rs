@@ -99,6 +99,8 @@ struct Conn {
     /// The command being handled had its first dispatch sent ahead: the namespace it was
     /// routed to then (it is not routed again), and what it left.
     ahead: Option<(Arc<Namespace>, Ahead<Reply, BackendError>)>,
+    /// This client as others see it (`CLIENT LIST`, `CLIENT KILL`).
+    client: Arc<crate::shared::Client>,
 }
 
 fn simple(text: &str) -> Frame {
@@ -144,15 +146,22 @@ fn wrongpass() -> Frame {
     error("WRONGPASS invalid username-password pair or user is disabled.")
 }
 
-/// Serves one client until it closes, framing is lost, or shutdown reaches a safe point.
-pub async fn serve<S>(stream: S, shared: Arc<Shared>, shutdown: watch::Receiver<bool>)
-where
+/// Serves one client until it closes, framing is lost, `CLIENT KILL` names it, or shutdown
+/// reaches a safe point. `addrs` are the client's address and the one it connected to.
+pub async fn serve<S>(
+    stream: S,
+    shared: Arc<Shared>,
+    shutdown: watch::Receiver<bool>,
+    addrs: (Option<std::net::SocketAddr>, Option<std::net::SocketAddr>),
+) where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let (mut reader, mut writer) = tokio::io::split(stream);
     let id = shared.next_client_id();
     let state = shared.current();
+    let (client, _leave) = shared.clients.join(id, addrs.0, addrs.1);
     let mut conn = Conn {
+        client,
         authed: open_to_all(&state),
         user: None,
         exec: Session::new(id, shared.give_up_signal()),
@@ -188,6 +197,9 @@ where
         let _ = stop_watch.changed().await;
     };
     tokio::pin!(stopping);
+    let killed = conn.client.clone();
+    let killed = killed.kill.notified();
+    tokio::pin!(killed);
     'serve: loop {
         loop {
             // Every complete request in the buffer (up to max_pipeline), then each in order.
@@ -234,7 +246,7 @@ where
                         break 'serve;
                     };
                     conn.ahead = None;
-                    if flow == Flow::Close {
+                    if flow == Flow::Close || conn.client.killed.load(Ordering::Acquire) {
                         let _ = output.write_to(&mut writer).await;
                         break 'serve;
                     }
@@ -279,6 +291,7 @@ where
                 Ok(_) => read_size = READ_CHUNK,
             },
             () = &mut stopping => break,
+            () = &mut killed => break,
             _ = idle_for => {
                 m::limit("idle_timeout");
                 break;
@@ -288,6 +301,34 @@ where
     let _ = writer.shutdown().await;
     if let Some((_, dedicated)) = conn.dedicated.take() {
         dedicated.close().await;
+    }
+}
+
+/// Two `SCRIPT EXISTS` answers as one: 1 where both say 1.
+fn both_exist(a: Reply, b: Reply) -> Reply {
+    match (a.into_frame(), b.into_frame()) {
+        (Frame::Array { data: a, .. }, Frame::Array { data: b, .. }) if a.len() == b.len() => {
+            array(
+                a.into_iter()
+                    .zip(b)
+                    .map(|(x, y)| match (x, y) {
+                        (Frame::Number { data: 1, .. }, Frame::Number { data: 1, .. }) => number(1),
+                        _ => number(0),
+                    })
+                    .collect(),
+            )
+            .into()
+        }
+        (a, _) => a.into(),
+    }
+}
+
+/// Counts a client out of `INFO`'s `blocked_clients` when its blocking command ends.
+struct Unblock<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Drop for Unblock<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -413,6 +454,7 @@ impl Conn {
                 return Flow::Continue;
             }
         };
+        self.note(&command, started);
         let local = command.local();
         if !self.authed
             && !matches!(
@@ -466,6 +508,30 @@ impl Conn {
         }
     }
 
+    /// Counts the command and shows it, with what the client changed of itself, to
+    /// `CLIENT LIST`.
+    fn note(&self, command: &Command, at: Instant) {
+        self.shared.clients.commands.fetch_add(1, Ordering::Relaxed);
+        let sub = matches!(command.local(), Some(Local::Client | Local::Command))
+            .then(|| command.args.get(1).cloned())
+            .flatten();
+        let resp = match self.exec.proto {
+            Proto::Resp2 => 2,
+            Proto::Resp3 => 3,
+        };
+        let mut state = self.client.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.cmd = (command.spec.name, sub);
+        state.last = Some(at);
+        state.multi = self.multi.as_ref().map_or(-1, |m| m.queue.len() as i64);
+        state.resp = resp;
+        if state.name != self.name {
+            state.name.clone_from(&self.name);
+        }
+        if state.user != self.user {
+            state.user.clone_from(&self.user);
+        }
+    }
+
     /// Sends a command to its namespace's backend through the retry loop.
     async fn forward(&mut self, command: &Command, started: Instant) -> (Reply, DoubleStyle) {
         if let Some((namespace, _)) = &self.ahead {
@@ -497,10 +563,13 @@ impl Conn {
         self.forward_to(namespace, command, started).await
     }
 
-    /// FLUSHDB and FLUSHALL: sent once to the backend of each namespace this client may
-    /// reach. A backend that also holds a namespace the client may not reach is not its to
-    /// empty: NOPERM, and nothing is sent anywhere.
+    /// FLUSHDB, FLUSHALL and SCRIPT: sent once to the backend of each namespace this client
+    /// may reach. A backend that also holds a namespace the client may not reach is not its
+    /// to empty: NOPERM, and nothing is sent anywhere. `SCRIPT LOAD` and `SCRIPT EXISTS` empty
+    /// nothing; the `SCRIPT` commands go to Redis backends only (SQL backends run no scripts).
     async fn every_backend(&mut self, command: &Command, started: Instant) -> (Reply, DoubleStyle) {
+        let script = command.spec.name.starts_with("SCRIPT|");
+        let harmless = matches!(command.spec.name, "SCRIPT|LOAD" | "SCRIPT|EXISTS");
         let reachable = self.reachable();
         let reach = |ns: &Namespace| {
             reachable
@@ -513,7 +582,11 @@ impl Conn {
             let shared_with_others = all
                 .iter()
                 .any(|other| Arc::ptr_eq(&other.backend, &ns.backend) && !reach(other));
-            if shared_with_others {
+            if script && matches!(*ns.backend, Backend::Sql(_)) && (harmless || !shared_with_others)
+            {
+                continue;
+            }
+            if shared_with_others && !harmless {
                 m::request("", command.label(), "refused", started.elapsed());
                 let text = format!(
                     "NOPERM this user has no permissions to run the '{}' command",
@@ -525,13 +598,34 @@ impl Conn {
                 targets.push(ns.clone());
             }
         }
-        let mut first = None;
+        if script && targets.is_empty() {
+            m::request("", command.label(), "refused", started.elapsed());
+            let text = "ERR holdfast: scripts are not served by SQL backends";
+            return (error(text).into(), DoubleStyle::default());
+        }
+        let mut first: Option<(Reply, DoubleStyle)> = None;
         for ns in targets {
             let (reply, doubles) = self.forward_to(ns, command, started).await;
             if reply.is_error() {
                 return (reply, doubles);
             }
-            first.get_or_insert((reply, doubles));
+            first = Some(match first {
+                // A script exists only where every backend has it.
+                Some((seen, d)) if command.spec.name == "SCRIPT|EXISTS" => {
+                    (both_exist(seen, reply), d)
+                }
+                Some(seen) => seen,
+                None => (reply, doubles),
+            });
+        }
+        match command.spec.name {
+            "SCRIPT|LOAD" => {
+                if let Some(script) = command.args.get(2) {
+                    crate::backend::scripts::remember(script);
+                }
+            }
+            "SCRIPT|FLUSH" => crate::backend::scripts::forget_all(),
+            _ => {}
         }
         first.unwrap_or_else(|| (simple("OK").into(), DoubleStyle::default()))
     }
@@ -635,6 +729,7 @@ impl Conn {
     ) -> Result<Frame, BackendError> {
         let proto = self.exec.proto;
         let pin = self.id;
+        let clients = self.shared.clients.clone();
         let dedicated = self.dedicated_for(namespace).await?;
         let request = Request {
             blocking,
@@ -642,7 +737,14 @@ impl Conn {
             hold: namespace.policy.backoff.total_before_jitter(),
             ..Request::new(args, proto, pin)
         };
+        let blocked = &clients.blocked;
+        if blocking {
+            blocked.fetch_add(1, Ordering::Relaxed);
+        }
+        // Counted down even when the client goes and this future is dropped.
+        let _unblock = blocking.then(|| Unblock(blocked));
         let result = dedicated.send(&request).await;
+        drop(_unblock);
         if let Err(e) = &result {
             // Anything but the server's own error reply leaves the connection's state
             // unknown (a lost reply, a refused redirection inside MULTI): it is closed, and
@@ -665,7 +767,9 @@ impl Conn {
                 None => simple("PONG"),
             },
             Local::Echo => bulk(args.get(1).cloned().unwrap_or_default()),
-            Local::Ok => ok(),
+            // holdfast is one standalone server to its clients, as Redis without cluster
+            // mode answers (a cluster client would otherwise think its replicas readable).
+            Local::ClusterOnly => error("ERR This instance has cluster support disabled"),
             Local::Quit => {
                 self.reply(out, &ok());
                 return Flow::Close;

@@ -50,7 +50,7 @@ pub fn writes(name: &[u8]) -> Option<bool> {
         | b"ZRANDMEMBER" | b"ZSCAN" | b"ZINTER" | b"ZUNION" | b"ZDIFF" | b"ZINTERCARD"
         | b"LRANGE" | b"LLEN" | b"LINDEX" | b"LPOS" | b"XLEN" | b"XRANGE" | b"XREVRANGE"
         | b"WAIT" | b"HF.WATCHED" | b"TIME" | b"SORT_RO" | b"XREAD" | b"HF.XLAST" | b"XPENDING"
-        | b"XINFO" => false,
+        | b"XINFO" | b"CONFIG" => false,
         // holdfast's own: `WATCH` registers its keys (`watch`).
         b"HF.WATCH" => true,
         b"SET" | b"SETNX" | b"SETEX" | b"PSETEX" | b"GETSET" | b"GETDEL" | b"GETEX" | b"MSET"
@@ -230,6 +230,7 @@ pub async fn run(ctx: &mut Ctx<'_>, a: &[Bytes], allow_flush: bool) -> Out {
         b"XCLAIM" => xgroups::xclaim(ctx, a).await,
         b"XAUTOCLAIM" => xgroups::xautoclaim(ctx, a).await,
         b"XINFO" => xgroups::xinfo(ctx, a).await,
+        b"CONFIG" => super::config::config(a),
         b"SORT" => sort::sort(ctx, a, false).await,
         b"SORT_RO" => sort::sort(ctx, a, true).await,
         b"ZRANGESTORE" => zsets::zrangestore(ctx, a).await,

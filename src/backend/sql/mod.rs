@@ -19,6 +19,8 @@
 mod args;
 mod blocking;
 mod commands;
+mod config;
+pub use config::harmless_setting;
 mod deadline;
 mod group;
 mod hashes;
