@@ -5,7 +5,9 @@
 use super::sets::Algebra;
 use super::store::{fail, Ctx, Out};
 use super::zsets::{Form, ZAlgebra};
-use super::{blocking, hashes, keys, lists, sets, sort, streams, strings, watch, xgroups, zsets};
+use super::{
+    bits, blocking, hashes, keys, lists, sets, sort, streams, strings, watch, xgroups, zsets,
+};
 use bytes::Bytes;
 
 /// A command name in upper case, on the stack: looked up three times per request, so no
@@ -50,7 +52,7 @@ pub fn writes(name: &[u8]) -> Option<bool> {
         | b"ZRANDMEMBER" | b"ZSCAN" | b"ZINTER" | b"ZUNION" | b"ZDIFF" | b"ZINTERCARD"
         | b"LRANGE" | b"LLEN" | b"LINDEX" | b"LPOS" | b"XLEN" | b"XRANGE" | b"XREVRANGE"
         | b"WAIT" | b"HF.WATCHED" | b"TIME" | b"SORT_RO" | b"XREAD" | b"HF.XLAST" | b"XPENDING"
-        | b"XINFO" | b"CONFIG" => false,
+        | b"XINFO" | b"CONFIG" | b"GETBIT" | b"BITCOUNT" | b"BITPOS" => false,
         // holdfast's own: `WATCH` registers its keys (`watch`).
         b"HF.WATCH" => true,
         b"SET" | b"SETNX" | b"SETEX" | b"PSETEX" | b"GETSET" | b"GETDEL" | b"GETEX" | b"MSET"
@@ -65,9 +67,8 @@ pub fn writes(name: &[u8]) -> Option<bool> {
         | b"LPOP" | b"RPOP" | b"LSET" | b"LREM" | b"LTRIM" | b"LINSERT" | b"SORT" | b"XSETID"
         | b"ZRANGESTORE" | b"BLPOP" | b"BRPOP" | b"BLMOVE" | b"BRPOPLPUSH" | b"BLMPOP"
         | b"BZPOPMIN" | b"BZPOPMAX" | b"BZMPOP" | b"LMOVE" | b"RPOPLPUSH" | b"LMPOP" | b"XADD"
-        | b"XTRIM" | b"XDEL" | b"XGROUP" | b"XREADGROUP" | b"XACK" | b"XCLAIM" | b"XAUTOCLAIM" => {
-            true
-        }
+        | b"XTRIM" | b"XDEL" | b"XGROUP" | b"XREADGROUP" | b"XACK" | b"XCLAIM" | b"XAUTOCLAIM"
+        | b"SETBIT" | b"BITOP" => true,
         _ => return None,
     })
 }
@@ -231,6 +232,11 @@ pub async fn run(ctx: &mut Ctx<'_>, a: &[Bytes], allow_flush: bool) -> Out {
         b"XAUTOCLAIM" => xgroups::xautoclaim(ctx, a).await,
         b"XINFO" => xgroups::xinfo(ctx, a).await,
         b"CONFIG" => super::config::config(a),
+        b"SETBIT" => bits::setbit(ctx, a).await,
+        b"GETBIT" => bits::getbit(ctx, a).await,
+        b"BITCOUNT" => bits::bitcount(ctx, a).await,
+        b"BITPOS" => bits::bitpos(ctx, a).await,
+        b"BITOP" => bits::bitop(ctx, a).await,
         b"SORT" => sort::sort(ctx, a, false).await,
         b"SORT_RO" => sort::sort(ctx, a, true).await,
         b"ZRANGESTORE" => zsets::zrangestore(ctx, a).await,

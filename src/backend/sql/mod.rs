@@ -17,6 +17,7 @@
 //! statement) and plain GETs are read in batches (`reads`).
 
 mod args;
+mod bits;
 mod blocking;
 mod commands;
 mod config;
@@ -953,6 +954,9 @@ fn lock_keys(args: &[Bytes]) -> Vec<&[u8]> {
     let name = args.first().map_or(&[][..], |n| n.as_ref());
     if name == watch::CHECK {
         return args.iter().skip(1).step_by(2).map(|k| k.as_ref()).collect();
+    }
+    if name.eq_ignore_ascii_case(b"BITOP") {
+        return args.iter().skip(2).map(|k| k.as_ref()).collect();
     }
     if name.eq_ignore_ascii_case(b"XGROUP") {
         return args.get(2).map(|k| k.as_ref()).into_iter().collect();

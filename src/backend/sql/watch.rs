@@ -45,6 +45,7 @@ pub fn modified(a: &[Bytes]) -> Option<Vec<&[u8]>> {
         b"RENAME" | b"RENAMENX" | b"SMOVE" | b"LMOVE" | b"RPOPLPUSH" | b"BLMOVE"
         | b"BRPOPLPUSH" => [at(1), at(2)].into_iter().flatten().collect(),
         b"COPY" => at(2).into_iter().collect(),
+        b"BITOP" => at(2).into_iter().collect(),
         // As in Redis, a consumer group's bookkeeping is not a change of its stream;
         // `XGROUP CREATE` may create the stream (`MKSTREAM`).
         b"XREADGROUP" | b"XACK" | b"XCLAIM" | b"XAUTOCLAIM" => Vec::new(),
