@@ -129,6 +129,10 @@ pub struct ServerConfig {
     /// whose first dispatch is sent ahead together (see the README's performance section).
     /// Bounds the memory a deep pipeline takes per connection.
     pub max_pipeline: usize,
+    /// Most Pub/Sub messages waiting for one subscribed client that does not read them; at
+    /// one more the client is disconnected, as Redis does past `client-output-buffer-limit
+    /// pubsub` (its library reconnects and subscribes again).
+    pub max_pubsub_backlog: usize,
     /// Runtime threads serving clients. 1 (the default) runs everything on one thread, as
     /// twemproxy does: a sidecar shares its host's cores with the application and the
     /// backend, and one thread spares every cross-thread wake-up (measured: a quarter less CPU
@@ -169,6 +173,7 @@ impl Default for ServerConfig {
             max_keys_per_command: 10_000,
             max_queued_commands: 10_000,
             max_pipeline: 256,
+            max_pubsub_backlog: 10_000,
             threads: 1,
             idle_timeout: Duration::ZERO,
             shutdown_grace: Duration::from_secs(30),
@@ -691,6 +696,10 @@ pub struct NamespaceConfig {
     /// Key prefixes; none makes this the catch-all.
     #[serde(default)]
     pub prefixes: Vec<String>,
+    /// Pub/Sub channel prefixes: a channel's longest matching prefix picks the namespace
+    /// whose backend carries it; the catch-all takes every other channel.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub channels: Vec<String>,
     /// A key of `[backends]`.
     pub backend: String,
     /// Overrides `[defaults] reply_mode`.
@@ -774,6 +783,7 @@ impl Default for Config {
             namespaces: vec![NamespaceConfig {
                 name: "default".to_string(),
                 prefixes: Vec::new(),
+                channels: Vec::new(),
                 backend: "local".to_string(),
                 reply_mode: None,
                 acquire_timeout: None,
@@ -883,6 +893,9 @@ impl Config {
         }
         if self.server.max_queued_commands == 0 {
             return Err(invalid("server.max_queued_commands", "must be at least 1"));
+        }
+        if self.server.max_pubsub_backlog == 0 {
+            return Err(invalid("server.max_pubsub_backlog", "must be at least 1"));
         }
         if self.server.max_pipeline == 0 || self.server.max_pipeline > 65_536 {
             return Err(invalid(
@@ -1001,6 +1014,7 @@ impl Config {
         let mut catch_all = None;
         let mut names = std::collections::HashSet::new();
         let mut prefixes: BTreeMap<&str, &str> = BTreeMap::new();
+        let mut channels: BTreeMap<&str, &str> = BTreeMap::new();
         for (i, ns) in self.namespaces.iter().enumerate() {
             let key = format!("namespaces[{i}]");
             if ns.name.is_empty() {
@@ -1037,6 +1051,20 @@ impl Config {
                     return Err(invalid(
                         format!("{key}.prefixes"),
                         format!("prefix `{prefix}` is claimed by `{other}` too"),
+                    ));
+                }
+            }
+            for prefix in &ns.channels {
+                if prefix.is_empty() {
+                    return Err(invalid(
+                        format!("{key}.channels"),
+                        "an empty prefix; the catch-all takes every channel no prefix claims",
+                    ));
+                }
+                if let Some(other) = channels.insert(prefix, ns.name.as_str()) {
+                    return Err(invalid(
+                        format!("{key}.channels"),
+                        format!("channel prefix `{prefix}` is claimed by `{other}` too"),
                     ));
                 }
             }

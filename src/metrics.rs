@@ -188,7 +188,23 @@ pub const LIMITS: Def = def(
     "holdfast_limits_total",
     Counter,
     &["limit"],
-    "Requests or connections stopped at a limit (max_request_bytes, max_bulk_bytes, max_arguments, max_keys_per_command, max_queued_commands, idle_timeout, tls_handshake, inline, malformed).",
+    "Requests or connections stopped at a limit (max_request_bytes, max_bulk_bytes, max_arguments, max_keys_per_command, max_queued_commands, max_pubsub_backlog, pubsub_lost, idle_timeout, tls_handshake, inline, malformed).",
+);
+
+/// Pub/Sub subscriptions restored on a backend after its connection ended.
+pub const PUBSUB_RESUBSCRIBES: Def = def(
+    "holdfast_pubsub_resubscribes_total",
+    Counter,
+    &["backend"],
+    "Pub/Sub subscriptions restored after a backend connection ended (a failover, a restart): messages published meanwhile were not delivered.",
+);
+
+/// Subscribed clients now.
+pub const PUBSUB_CLIENTS: Def = def(
+    "holdfast_pubsub_clients",
+    Gauge,
+    &[],
+    "Clients with at least one Pub/Sub subscription.",
 );
 
 /// Replies settled or exact after a dispatch that may have been applied.
@@ -237,6 +253,8 @@ pub const CATALOGUE: &[Def] = &[
     CONFIG_GENERATION,
     CONFIG_RELOADS,
     LIMITS,
+    PUBSUB_RESUBSCRIBES,
+    PUBSUB_CLIENTS,
     GROUP_COMMIT,
     CORRECTIONS,
     UNCERTAIN,
@@ -623,6 +641,16 @@ pub fn pool_waiting(backend: &str, waiting: bool) {
 /// A request or connection was stopped at `limit`.
 pub fn limit(limit: &'static str) {
     counter!(LIMITS.name, "limit" => limit).increment(1);
+}
+
+/// Pub/Sub subscriptions were restored on `backend` after its connection ended.
+pub fn pubsub_resubscribe(backend: &str) {
+    counter!(PUBSUB_RESUBSCRIBES.name, "backend" => backend.to_string()).increment(1);
+}
+
+/// A client began (+1) or stopped (-1) having subscriptions.
+pub fn pubsub_clients(delta: f64) {
+    gauge!(PUBSUB_CLIENTS.name).increment(delta);
 }
 
 /// A configuration generation was applied.

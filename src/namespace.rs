@@ -47,6 +47,8 @@ pub struct Router {
     prefixes: Vec<(Vec<u8>, usize)>,
     /// The namespace without prefixes.
     catch_all: usize,
+    /// Pub/Sub: (channel prefix, index into `namespaces`), longest prefix first.
+    channels: Vec<(Vec<u8>, usize)>,
 }
 
 /// A namespace's configuration referred to something that was not built.
@@ -63,6 +65,7 @@ impl Router {
         let mut namespaces = Vec::new();
         let mut prefixes = Vec::new();
         let mut catch_all = None;
+        let mut channels = Vec::new();
         for (index, ns) in config.namespaces.iter().enumerate() {
             let policy = ns.effective(&config.defaults);
             let backend = backends
@@ -85,13 +88,18 @@ impl Router {
             for prefix in &ns.prefixes {
                 prefixes.push((prefix.as_bytes().to_vec(), index));
             }
+            for prefix in &ns.channels {
+                channels.push((prefix.as_bytes().to_vec(), index));
+            }
         }
         prefixes.sort_by_key(|(prefix, _)| std::cmp::Reverse(prefix.len()));
+        channels.sort_by_key(|(prefix, _)| std::cmp::Reverse(prefix.len()));
         let catch_all = catch_all.ok_or_else(|| BuildError("no catch-all namespace".into()))?;
         Ok(Router {
             namespaces,
             prefixes,
             catch_all,
+            channels,
         })
     }
 
@@ -156,5 +164,105 @@ impl Router {
     /// Every namespace.
     pub fn namespaces(&self) -> &[Arc<Namespace>] {
         &self.namespaces
+    }
+
+    /// The namespace whose backend carries Pub/Sub `channel`: its longest matching
+    /// `channels` prefix, else the catch-all.
+    pub fn namespace_of_channel(&self, channel: &[u8]) -> &Arc<Namespace> {
+        &self.namespaces[self.channel_index(channel)]
+    }
+
+    fn channel_index(&self, channel: &[u8]) -> usize {
+        self.channels
+            .iter()
+            .find(|(prefix, _)| channel.starts_with(prefix))
+            .map_or(self.catch_all, |(_, index)| *index)
+    }
+
+    /// The namespaces a channel matching `pattern` (a Redis glob) may fall in, each once, in
+    /// configuration order: see [`pattern_reaches`].
+    pub fn namespaces_of_pattern(&self, pattern: &[u8]) -> Vec<&Arc<Namespace>> {
+        let prefixes: Vec<(&[u8], usize)> = self
+            .channels
+            .iter()
+            .map(|(prefix, index)| (prefix.as_slice(), *index))
+            .collect();
+        pattern_reaches(pattern, &prefixes, self.catch_all)
+            .into_iter()
+            .map(|index| &self.namespaces[index])
+            .collect()
+    }
+}
+
+/// The literal start of a Redis glob: everything before its first `*`, `?`, `[` or `\`.
+pub fn literal_head(pattern: &[u8]) -> &[u8] {
+    let end = pattern
+        .iter()
+        .position(|b| matches!(b, b'*' | b'?' | b'[' | b'\\'))
+        .unwrap_or(pattern.len());
+    &pattern[..end]
+}
+
+/// Which namespaces (indices, sorted, each once) a channel matching `pattern` may route to,
+/// given the channel prefixes and the catch-all. A channel matching the pattern begins with
+/// its literal head `h`, so it routes to the longest prefix that `h` begins with (the
+/// catch-all when none does: a shorter one is shadowed by it), or to a longer prefix that
+/// begins with `h` (unless the pattern is all literal: one channel, routed by `h` alone). A
+/// pattern without a literal head (`*`) reaches every namespace with channels and the
+/// catch-all. It may name a namespace no matching channel reaches (`news.s*` and a prefix
+/// `news.x`): subscribing there too delivers nothing extra.
+pub fn pattern_reaches(
+    pattern: &[u8],
+    prefixes: &[(&[u8], usize)],
+    catch_all: usize,
+) -> Vec<usize> {
+    let head = literal_head(pattern);
+    let whole = head.len() == pattern.len();
+    let longest = prefixes
+        .iter()
+        .filter(|(prefix, _)| head.starts_with(prefix))
+        .max_by_key(|(prefix, _)| prefix.len())
+        .map_or(catch_all, |(_, index)| *index);
+    let mut reached = vec![longest];
+    if !whole {
+        reached.extend(
+            prefixes
+                .iter()
+                .filter(|(prefix, _)| prefix.starts_with(head))
+                .map(|(_, index)| *index),
+        );
+    }
+    reached.sort_unstable();
+    reached.dedup();
+    reached
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pattern_reaches;
+
+    #[test]
+    fn a_pattern_reaches_every_namespace_its_channels_may_route_to() {
+        // Namespaces: 0 catch-all, 1 `news.`, 2 `news.sport.`, 3 `jobs.`.
+        let prefixes: [(&[u8], usize); 3] = [(b"news.sport.", 2), (b"news.", 1), (b"jobs.", 3)];
+        let cases: [(&[u8], &[usize]); 9] = [
+            (b"*", &[0, 1, 2, 3]),
+            (b"news.*", &[1, 2]),
+            (b"news.sport.*", &[2]),
+            (b"news.s*", &[1, 2]),
+            (b"ne*", &[0, 1, 2]),
+            (b"jobs.[ab]", &[3]),
+            (b"other.*", &[0]),
+            (b"news.sport.x", &[2]),
+            (b"plain", &[0]),
+        ];
+        for (pattern, want) in cases {
+            assert_eq!(
+                pattern_reaches(pattern, &prefixes, 0),
+                want,
+                "{}",
+                String::from_utf8_lossy(pattern)
+            );
+        }
     }
 }

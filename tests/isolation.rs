@@ -14,6 +14,9 @@ fn text(reply: &[u8]) -> String {
     String::from_utf8_lossy(reply).into_owned()
 }
 
+const NOPERM_CHANNELS: &str =
+    "-NOPERM this user has no permissions to access one of the channels used as arguments\r\n";
+
 const NOPERM_KEYS: &str =
     "-NOPERM this user has no permissions to access one of the keys used as arguments\r\n";
 
@@ -25,6 +28,7 @@ fn tenants(backend: &str, extra: &str) -> String {
         "[backends.shared]\n{backend}\n\
          [[namespaces]]\nname = \"tenant_a\"\nbackend = \"shared\"\nprefixes = [\"a:\"]\n\
          [[namespaces]]\nname = \"tenant_b\"\nbackend = \"shared\"\nprefixes = [\"secret:\"]\n\
+         channels = [\"secret.\"]\n\
          [[namespaces]]\nname = \"default\"\nbackend = \"shared\"\n\
          [[users]]\nname = \"alice\"\npassword = \"pa\"\nnamespaces = [\"tenant_a\"]\n\
          [[users]]\nname = \"carol\"\npassword = \"pc\"\nnamespaces = [\"tenant_a\", \"default\"]\n\
@@ -338,6 +342,21 @@ async fn walk(backend: &str) -> (usize, usize, usize) {
         }
         checked += 1;
         let args = sample(spec);
+        if spec.reach == table::Reach::Channel {
+            // Routed by its channel, whatever its keys: another namespace's is refused,
+            // the user's own served.
+            let mut args = args.clone();
+            args[1] = "secret.c".to_string();
+            let sent: Vec<&str> = args.iter().map(String::as_str).collect();
+            let reply = text(&carol.command(&sent).await);
+            assert_eq!(reply, NOPERM_CHANNELS, "{sent:?}");
+            args[1] = "secret:k".to_string();
+            let sent: Vec<&str> = args.iter().map(String::as_str).collect();
+            let reply = text(&carol.command(&sent).await);
+            assert!(reply.starts_with(':'), "{sent:?}: {reply}");
+            refused += 1;
+            continue;
+        }
         let raw: Vec<bytes::Bytes> = args.iter().map(|a| bytes::Bytes::from(a.clone())).collect();
         let keys: Vec<usize> = table::key_indices(spec.keys, &raw).collect();
         if keys.is_empty() {

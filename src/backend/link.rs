@@ -101,6 +101,11 @@ impl Target {
         }
     }
 
+    /// The address it connects to.
+    pub fn addr(&self) -> (String, u16) {
+        (self.host.clone(), self.port)
+    }
+
     /// Longest a connect and its handshake may take.
     pub fn connection_timeout(&self) -> Duration {
         self.connection_timeout

@@ -7,7 +7,9 @@
 pub mod cluster;
 pub mod exact;
 pub mod fake;
+pub mod feed;
 pub mod link;
+pub mod pubsub;
 pub mod redis;
 pub mod scripts;
 pub mod sentinel;

@@ -749,6 +749,38 @@ impl RedisBackend {
         &self.name
     }
 
+    /// A subscribed client's connections to this backend (`feed.rs`), delivering into
+    /// `outbox`, given up after `hold` without a connection.
+    ///
+    /// # Errors
+    /// [`BackendError::Unsupported`] for a backend reached over TLS: its subscribers would
+    /// need a TLS line of their own, which holdfast does not dial yet.
+    pub fn feed(
+        &self,
+        outbox: super::pubsub::Outbox,
+        hold: Duration,
+    ) -> Result<super::feed::RedisFeed, BackendError> {
+        use super::feed::{Ctx, Locate, RedisFeed};
+        let timeouts = (self.connection.connection_timeout, self.response_timeout);
+        let target = link::Target::of(&self.config, Proto::Resp2, timeouts).ok_or_else(|| {
+            BackendError::Unsupported {
+                what: format!("Pub/Sub is not carried to backend '{}' over TLS", self.name),
+            }
+        })?;
+        let locate = match (self.flavor, &self.follower, &self.topology) {
+            (Flavor::Sentinel, Some(follower), _) => Locate::Sentinel(follower.watch().clone()),
+            (Flavor::Cluster(_), _, Some(topology)) => Locate::Cluster(topology.clone()),
+            _ => Locate::Fixed,
+        };
+        Ok(RedisFeed::new(Ctx {
+            backend: self.name.clone(),
+            target,
+            locate,
+            outbox,
+            hold,
+        }))
+    }
+
     /// Under Sentinel, the view of the primary its connections follow.
     fn follow(&self) -> Option<Arc<Watch>> {
         self.follower.as_ref().map(|f| f.watch().clone())

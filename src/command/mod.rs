@@ -142,6 +142,14 @@ impl Command {
         table::key_indices(self.spec.keys, &self.args).filter_map(|i| self.args.get(i))
     }
 
+    /// The Pub/Sub channel it publishes to (`PUBLISH`, `SPUBLISH`): routed by the channel
+    /// prefixes, not the key prefixes.
+    pub fn channel(&self) -> Option<&[u8]> {
+        (self.spec.reach == table::Reach::Channel)
+            .then(|| self.args.get(1).map(|c| c.as_ref()))
+            .flatten()
+    }
+
     /// Whether it may change data, which `min_replicas_ack` waits for a replica to have:
     /// every class but a read, bar a connection-bound read (`XREAD … BLOCK`).
     pub fn writes(&self) -> bool {

@@ -13,9 +13,8 @@
 //! as `*-1` instead of `$-1`. Put a one-line `// why` where a choice is not obvious.
 //!
 //! Left out on purpose: MOVE, SWAPDB, MIGRATE (they reach past one namespace's database),
-//! publish/subscribe (channels are not keys, and holdfast routes by key), MONITOR, cluster,
-//! replication and administration commands, SCRIPT and FUNCTION management, PFDEBUG and
-//! PFSELFTEST (administration commands in the hyperloglog group).
+//! MONITOR, cluster, replication and administration commands, FUNCTION management, PFDEBUG
+//! and PFSELFTEST (administration commands in the hyperloglog group).
 
 use super::table::Idempotence::{
     ConnectionBound, Idempotent, IdempotentEffect, NonIdempotent, Read,
@@ -348,6 +347,23 @@ pub(super) static ROWS: &[Spec] = &[
     Spec::new("FLUSHDB", -1, NO_KEYS, Idempotent).every_backend(),
     Spec::new("LASTSAVE", 1, NO_KEYS, Read),
     Spec::new("TIME", 1, NO_KEYS, Read),
+    // ---- publish/subscribe: channels route by the namespaces' `channels` prefixes ----
+    // A retried PUBLISH may deliver twice: it is retried only when it was never sent.
+    Spec::new("PUBLISH", 3, NO_KEYS, NonIdempotent).reach(Reach::Channel),
+    // Redis declares the shard channel a key: a Cluster routes it by its slot.
+    Spec::new("SPUBLISH", 3, KEY1, NonIdempotent).reach(Reach::Channel),
+    Spec::local("SUBSCRIBE", -2, Local::Subscribe),
+    Spec::local("PSUBSCRIBE", -2, Local::Subscribe),
+    Spec::local("SSUBSCRIBE", -2, Local::Subscribe),
+    Spec::local("UNSUBSCRIBE", -1, Local::Subscribe),
+    Spec::local("PUNSUBSCRIBE", -1, Local::Subscribe),
+    Spec::local("SUNSUBSCRIBE", -1, Local::Subscribe),
+    Spec::container("PUBSUB"),
+    Spec::local("PUBSUB|CHANNELS", -2, Local::Pubsub),
+    Spec::local("PUBSUB|NUMPAT", 2, Local::Pubsub),
+    Spec::local("PUBSUB|NUMSUB", -2, Local::Pubsub),
+    Spec::local("PUBSUB|SHARDCHANNELS", -2, Local::Pubsub),
+    Spec::local("PUBSUB|SHARDNUMSUB", -2, Local::Pubsub),
     // ---- connection: answered by holdfast ----
     Spec::local("AUTH", -2, Local::Auth),
     // Not a container: the connection reads the subcommand itself.

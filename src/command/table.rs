@@ -98,6 +98,8 @@ pub enum Reach {
     /// The backend server's configuration, changed (`CONFIG SET`): a user with `admin`
     /// only.
     ServerAdmin,
+    /// A Pub/Sub channel, argument 1 (`PUBLISH`): routed by the namespaces' `channels`.
+    Channel,
 }
 
 /// Commands holdfast answers itself instead of forwarding.
@@ -135,6 +137,12 @@ pub enum Local {
     Unwatch,
     /// `READONLY` / `READWRITE`: cluster commands, answered as a standalone Redis does.
     ClusterOnly,
+    /// `SUBSCRIBE`, `PSUBSCRIBE`, `SSUBSCRIBE` and their `UNSUBSCRIBE`s: the client's own
+    /// subscriptions, on backend connections of its own.
+    Subscribe,
+    /// `PUBSUB CHANNELS | NUMSUB | NUMPAT | SHARDCHANNELS | SHARDNUMSUB`: asked of every
+    /// backend carrying channels the client may reach.
+    Pubsub,
 }
 
 /// How a command is executed.

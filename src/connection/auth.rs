@@ -196,6 +196,16 @@ impl Conn {
         };
         let router = &self.state.router;
         let reaches = |ns: &Namespace| allowed.contains(&ns.name);
+        if command.spec.reach == Reach::Channel {
+            // A publish reaches the namespace its channel routes to, not its keys'.
+            return match command.channel().map(|c| router.namespace_of_channel(c)) {
+                Some(ns) if reaches(ns) => Ok(()),
+                _ => Err(
+                    "NOPERM this user has no permissions to access one of the channels used as arguments"
+                        .to_string(),
+                ),
+            };
+        }
         let mut keys = command.keys().peekable();
         // FLUSHDB/FLUSHALL check each namespace they would reach themselves.
         if keys.peek().is_none() && !command.spec.every_backend && !reaches(router.catch_all()) {
@@ -210,7 +220,7 @@ impl Conn {
             routed.push(ns);
         }
         match command.spec.reach {
-            Reach::Keys | Reach::Database | Reach::ServerAdmin => Ok(()),
+            Reach::Keys | Reach::Database | Reach::ServerAdmin | Reach::Channel => Ok(()),
             Reach::SortPatterns => {
                 let outside = sort_patterns(&command.args)
                     .into_iter()

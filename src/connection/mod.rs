@@ -14,6 +14,7 @@ mod auth;
 mod info;
 mod pipelined;
 mod replicas;
+mod subscribe;
 mod transaction;
 
 use auth::open_to_all;
@@ -101,6 +102,8 @@ struct Conn {
     ahead: Option<(Arc<Namespace>, Ahead<Reply, BackendError>)>,
     /// This client as others see it (`CLIENT LIST`, `CLIENT KILL`).
     client: Arc<crate::shared::Client>,
+    /// Its Pub/Sub subscriptions, from its first `SUBSCRIBE` (`subscribe.rs`).
+    subs: Option<subscribe::Subscriptions>,
 }
 
 fn simple(text: &str) -> Frame {
@@ -173,6 +176,7 @@ pub async fn serve<S>(
         dedicated: None,
         watching: false,
         ahead: None,
+        subs: None,
     };
     let activity = conn.exec.activity();
     let server = &conn.state.config.server;
@@ -264,8 +268,16 @@ pub async fn serve<S>(
                 break 'serve;
             }
         }
-        if !output.is_empty() && output.write_to(&mut writer).await.is_err() {
-            break;
+        if !output.is_empty() {
+            // A client that reads nothing blocks this write; one that is killed meanwhile (a
+            // subscriber past its backlog) is closed, not waited on.
+            let written = tokio::select! {
+                written = output.write_to(&mut writer) => written.is_ok(),
+                () = &mut killed => false,
+            };
+            if !written {
+                break;
+            }
         }
         if *shutdown.borrow() {
             break;
@@ -290,6 +302,12 @@ pub async fn serve<S>(
                 Ok(n) if n == room => read_size = (read_size * 2).min(READ_MAX),
                 Ok(_) => read_size = READ_CHUNK,
             },
+            // What the client's subscriptions delivered; never ready without one.
+            delivery = subscribe::next_delivery(&mut conn.subs) => {
+                if let Some(delivery) = delivery {
+                    conn.deliver(delivery, &mut output);
+                }
+            }
             () = &mut stopping => break,
             () = &mut killed => break,
             _ = idle_for => {
@@ -473,7 +491,26 @@ impl Conn {
             self.reply(out, &error(refusal));
             return Flow::Continue;
         }
+        if self.subscribed()
+            && self.exec.proto == Proto::Resp2
+            && !matches!(
+                local,
+                Some(Local::Subscribe | Local::Ping | Local::Quit | Local::Reset)
+            )
+        {
+            self.reply(out, &subscribe::only_subscribe_commands(command.spec.name));
+            return Flow::Continue;
+        }
         if let Some(multi) = self.multi.as_mut() {
+            if matches!(local, Some(Local::Subscribe)) {
+                multi.dirty = true;
+                let text = format!(
+                    "ERR holdfast: {} inside MULTI is not served",
+                    command.spec.name
+                );
+                self.reply(out, &error(text));
+                return Flow::Continue;
+            }
             if !matches!(
                 local,
                 Some(
@@ -553,7 +590,12 @@ impl Conn {
         if command.spec.every_backend {
             return self.every_backend(command, started).await;
         }
-        let namespace = match self.state.router.route(command.keys().map(|k| k.as_ref())) {
+        // A publish goes where its channel routes (`channels`), whatever its keys say.
+        let routed = match command.channel() {
+            Some(channel) => Ok(self.state.router.namespace_of_channel(channel)),
+            None => self.state.router.route(command.keys().map(|k| k.as_ref())),
+        };
+        let namespace = match routed {
             Ok(ns) => ns.clone(),
             Err(e) => {
                 m::request("", command.label(), "refused", started.elapsed());
@@ -762,10 +804,17 @@ impl Conn {
     async fn local(&mut self, local: Local, command: Command, out: &mut Output) -> Flow {
         let args = &command.args;
         let frame = match local {
-            Local::Ping => match args.get(1) {
-                Some(message) => bulk(message.clone()),
-                None => simple("PONG"),
+            Local::Ping => match (self.subscribed_ping(args.get(1)), args.get(1)) {
+                (Some(pong), _) => pong,
+                (None, Some(message)) => bulk(message.clone()),
+                (None, None) => simple("PONG"),
             },
+            Local::Subscribe => return self.subscription(&command, out).await,
+            Local::Pubsub => {
+                let (reply, doubles) = self.pubsub_query(&command, Instant::now()).await;
+                self.reply_to(out, reply, &command, doubles);
+                return Flow::Continue;
+            }
             Local::Echo => bulk(args.get(1).cloned().unwrap_or_default()),
             // holdfast is one standalone server to its clients, as Redis without cluster
             // mode answers (a cluster client would otherwise think its replicas readable).
@@ -788,6 +837,7 @@ impl Conn {
             Local::Info => bulk(self.info(args)),
             Local::Command => command_reply(args),
             Local::Reset => {
+                self.unsubscribe_all();
                 self.multi = None;
                 self.unwatch().await;
                 self.exec.proto = Proto::Resp2;

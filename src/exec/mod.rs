@@ -366,7 +366,10 @@ impl Session {
         // mode: the other modes need no look at the keys here), on a backend that can keep
         // the token for this command (a Redis script takes a bounded number of arguments; an
         // evicting Redis could lose it).
+        // A publish is never recorded under a token: a message delivered is not state a
+        // retry could find (SPUBLISH names its channel as a key, for a Cluster's slot).
         let single_key = namespace.reply_mode == ReplyMode::Exact
+            && command.spec.reach != table::Reach::Channel
             && matches!(command.spec.keys, table::Keys::Range { first: 1, .. })
             && command.keys().all(|k| command.args.get(1) == Some(k))
             && namespace.backend.takes_token(command.args.len());

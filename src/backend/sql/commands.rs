@@ -3,12 +3,13 @@
 //! A command not listed here is answered with an error naming it, never forwarded anywhere.
 
 use super::sets::Algebra;
-use super::store::{fail, Ctx, Out};
+use super::store::{fail, Ctx, Dialect, Out, SYNTAX};
 use super::zsets::{Form, ZAlgebra};
 use super::{
     bits, blocking, hashes, keys, lists, sets, sort, streams, strings, watch, xgroups, zsets,
 };
 use bytes::Bytes;
+use redis_protocol::resp3::types::BytesFrame as Frame;
 
 /// A command name in upper case, on the stack: looked up three times per request, so no
 /// allocation. A name longer than any served one comes out empty and matches nothing.
@@ -69,6 +70,8 @@ pub fn writes(name: &[u8]) -> Option<bool> {
         | b"BZPOPMIN" | b"BZPOPMAX" | b"BZMPOP" | b"LMOVE" | b"RPOPLPUSH" | b"LMPOP" | b"XADD"
         | b"XTRIM" | b"XDEL" | b"XGROUP" | b"XREADGROUP" | b"XACK" | b"XCLAIM" | b"XAUTOCLAIM"
         | b"SETBIT" | b"BITOP" => true,
+        // On PostgreSQL a NOTIFY in the transaction; delivered once it commits (`broker`).
+        b"PUBLISH" | b"SPUBLISH" => true,
         _ => return None,
     })
 }
@@ -240,6 +243,8 @@ pub async fn run(ctx: &mut Ctx<'_>, a: &[Bytes], allow_flush: bool) -> Out {
         b"SORT" => sort::sort(ctx, a, false).await,
         b"SORT_RO" => sort::sort(ctx, a, true).await,
         b"ZRANGESTORE" => zsets::zrangestore(ctx, a).await,
+        b"PUBLISH" => publish(ctx, a, false).await,
+        b"SPUBLISH" => publish(ctx, a, true).await,
         // holdfast's clock, which SQL expiry runs on too.
         b"TIME" => {
             let now = std::time::SystemTime::now()
@@ -262,6 +267,31 @@ pub async fn run(ctx: &mut Ctx<'_>, a: &[Bytes], allow_flush: bool) -> Out {
             a.first().map(|n| n.as_ref()).unwrap_or_default(),
         )),
     }
+}
+
+/// `PUBLISH channel message`: on PostgreSQL a `NOTIFY`, sent if the transaction commits.
+/// The reply is a placeholder: the backend counts the subscribers once it has committed
+/// (`SqlBackend::run`), and on SQLite delivers to them then.
+async fn publish(ctx: &mut Ctx<'_>, a: &[Bytes], shard: bool) -> Out {
+    let (Some(channel), Some(message)) = (a.get(1), a.get(2)) else {
+        return fail(SYNTAX);
+    };
+    if ctx.dialect == Dialect::Postgres {
+        let text = match super::broker::encode(shard, channel, message) {
+            Ok(text) => text,
+            Err(reply) => return fail(reply),
+        };
+        ctx.exec(
+            sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(super::broker::PG_CHANNEL)
+                .bind(text),
+        )
+        .await?;
+    }
+    Ok(Frame::Number {
+        data: 0,
+        attributes: None,
+    })
 }
 
 /// The reply to a command the SQL backends do not serve.

@@ -19,6 +19,7 @@
 mod args;
 mod bits;
 mod blocking;
+pub mod broker;
 mod commands;
 mod config;
 pub use config::harmless_setting;
@@ -216,6 +217,8 @@ struct Inner {
     reads: Option<reads::GetBatcher>,
     /// Clients waiting in a blocking command, woken by the writes of this process.
     wakers: Arc<blocking::Wakers>,
+    /// Pub/Sub subscribers of this process (`broker.rs`).
+    broker: Arc<broker::Broker>,
 }
 
 fn now_ms() -> i64 {
@@ -285,7 +288,7 @@ impl SqlBackend {
             name,
             Dialect::Sqlite,
             (writer, reader),
-            None,
+            (None, Vec::new()),
             (
                 config.allow_flush,
                 config.response_timeout,
@@ -334,6 +337,11 @@ impl SqlBackend {
         });
         // The first host is the primary until a failure says otherwise.
         let first = hosts.first().cloned().unwrap_or_default();
+        let listen_on = if hosts.is_empty() {
+            vec![first.clone()]
+        } else {
+            hosts.clone()
+        };
         let pool = build(&first).map_err(|e| BackendError::Unsupported {
             what: format!("backends.{name}.url: {e}"),
         })?;
@@ -348,7 +356,7 @@ impl SqlBackend {
             name,
             Dialect::Postgres,
             (pool.clone(), pool),
-            failover,
+            (failover, listen_on),
             (
                 config.allow_flush,
                 config.response_timeout,
@@ -362,7 +370,7 @@ impl SqlBackend {
         name: &str,
         dialect: Dialect,
         (writer, reader): (AnyPool, AnyPool),
-        failover: Option<Failover>,
+        (failover, listen_on): (Option<Failover>, Vec<String>),
         (allow_flush, response_timeout, blocking_poll): (bool, Duration, Duration),
     ) -> SqlBackend {
         let readers = reader.options().get_max_connections() as usize;
@@ -385,6 +393,7 @@ impl SqlBackend {
                 response_timeout,
             )),
             wakers: Arc::new(blocking::Wakers::new(blocking_poll)),
+            broker: broker::Broker::new(name, listen_on),
         });
         // Migrate at start, and reap expired keys, for as long as the backend is in use.
         let weak = Arc::downgrade(&inner);
@@ -429,6 +438,16 @@ impl SqlBackend {
             .await?;
         let frame = replies.pop().unwrap_or(Frame::Null);
         BackendError::check_reply(frame)
+    }
+
+    /// A subscribed client's registration with this backend's broker.
+    pub fn feed(&self, outbox: crate::backend::pubsub::Outbox) -> broker::Ticket {
+        self.inner.broker.join(outbox)
+    }
+
+    /// `PUBSUB …` over this process's subscribers of this backend.
+    pub fn pubsub(&self, args: &[Bytes]) -> Frame {
+        self.inner.broker.pubsub(args)
     }
 
     /// A MULTI/EXEC emulation owned by one client connection.
@@ -780,9 +799,21 @@ impl Inner {
         batch: bool,
         token: Option<&[u8]>,
     ) -> Result<Vec<Frame>, BackendError> {
-        let result = self
+        let mut result = self
             .run_once(commands, proto, acquire_timeout, batch, token)
             .await;
+        if let Ok(replies) = &mut result {
+            // Committed: a PUBLISH among them is delivered now (SQLite; PostgreSQL's comes
+            // through LISTEN) and answered with the subscribers it reaches.
+            for (command, reply) in commands.iter().zip(replies.iter_mut()) {
+                if let Some(count) = self.broker.published(command, reply) {
+                    *reply = Frame::Number {
+                        data: count,
+                        attributes: None,
+                    };
+                }
+            }
+        }
         if let (Ok(replies), true) = (&result, self.wakers.any()) {
             // Committed: a client blocked on one of these keys may find something now
             // (every argument is offered as a key: a spurious wake-up only tries again). A

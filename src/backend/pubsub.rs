@@ -1,0 +1,144 @@
+//! Pub/Sub as the backends carry it: what a subscribed client is sent ([`Delivery`]), the
+//! bounded queue it is sent through ([`Outbox`]), and a client's subscriptions on one
+//! backend ([`Feed`]): a connection of its own to a Redis backend (`feed.rs`), or a ticket
+//! with the in-process broker of a SQL backend (`sql/broker.rs`).
+//!
+//! A feed only carries messages. What the client is told (its confirmations and their
+//! counts, over every backend it subscribed on) is the connection's (`connection/subscribe.rs`).
+
+use super::{Backend, BackendError};
+use bytes::Bytes;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// The three kinds of subscription Redis keeps apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// `SUBSCRIBE channel`: `message` deliveries.
+    Channel,
+    /// `PSUBSCRIBE pattern`: `pmessage` deliveries.
+    Pattern,
+    /// `SSUBSCRIBE shardchannel`: `smessage` deliveries.
+    Shard,
+}
+
+impl Kind {
+    /// The subscribe command of this kind.
+    pub fn subscribe(self) -> &'static [u8] {
+        match self {
+            Kind::Channel => b"SUBSCRIBE",
+            Kind::Pattern => b"PSUBSCRIBE",
+            Kind::Shard => b"SSUBSCRIBE",
+        }
+    }
+
+    /// The unsubscribe command of this kind.
+    pub fn unsubscribe(self) -> &'static [u8] {
+        match self {
+            Kind::Channel => b"UNSUBSCRIBE",
+            Kind::Pattern => b"PUNSUBSCRIBE",
+            Kind::Shard => b"SUNSUBSCRIBE",
+        }
+    }
+}
+
+/// One published message for one subscribed client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Delivery {
+    /// How the client subscribed to it.
+    pub kind: Kind,
+    /// The pattern that matched (`Kind::Pattern` only).
+    pub pattern: Option<Bytes>,
+    /// The channel it was published to.
+    pub channel: Bytes,
+    /// The message.
+    pub payload: Bytes,
+}
+
+/// What happens to a client whose feed cannot carry on: its queue is full (it does not read
+/// what it is sent), or its subscriptions could not be restored in time after a backend
+/// failure. The connection closes it, as Redis closes such a client; its library connects
+/// and subscribes again.
+pub type Lost = Arc<dyn Fn(&'static str) + Send + Sync>;
+
+/// The bounded queue of one subscribed client, shared by its feeds.
+#[derive(Clone)]
+pub struct Outbox {
+    tx: mpsc::Sender<Delivery>,
+    lost: Lost,
+}
+
+impl Outbox {
+    /// A queue of at most `backlog` deliveries, and its receiving end.
+    pub fn new(backlog: usize, lost: Lost) -> (Outbox, mpsc::Receiver<Delivery>) {
+        let (tx, rx) = mpsc::channel(backlog.max(1));
+        (Outbox { tx, lost }, rx)
+    }
+
+    /// Queues a delivery; a full queue loses the client (never an unbounded one).
+    pub fn put(&self, delivery: Delivery) {
+        if let Err(mpsc::error::TrySendError::Full(_)) = self.tx.try_send(delivery) {
+            (self.lost)("max_pubsub_backlog");
+        }
+    }
+
+    /// The client cannot be kept subscribed.
+    pub fn lose(&self, why: &'static str) {
+        (self.lost)(why);
+    }
+
+    /// Whether the client's end is gone.
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+}
+
+/// A client's subscriptions on one backend.
+pub enum Feed {
+    /// A Redis connection of the client's own.
+    Redis(super::feed::RedisFeed),
+    /// The in-process broker of a SQL backend.
+    Local(super::sql::broker::Ticket),
+}
+
+impl Feed {
+    /// Subscribes to `names`, returning once the backend has them: a message published
+    /// after this returns is delivered.
+    ///
+    /// # Errors
+    /// [`BackendError`] when the backend could not be reached in `timeout`.
+    pub async fn subscribe(
+        &self,
+        kind: Kind,
+        names: &[Bytes],
+        timeout: Duration,
+    ) -> Result<(), BackendError> {
+        match self {
+            Feed::Redis(feed) => feed.subscribe(kind, names, timeout).await,
+            Feed::Local(ticket) => ticket.subscribe(kind, names, timeout).await,
+        }
+    }
+
+    /// Unsubscribes from `names`. Nothing to wait for: the client's end no longer passes
+    /// on what was sent for them.
+    pub fn unsubscribe(&self, kind: Kind, names: &[Bytes]) {
+        match self {
+            Feed::Redis(feed) => feed.unsubscribe(kind, names),
+            Feed::Local(ticket) => ticket.unsubscribe(kind, names),
+        }
+    }
+}
+
+impl Backend {
+    /// A feed for one client on this backend, delivering into `outbox`.
+    ///
+    /// # Errors
+    /// [`BackendError::Unsupported`] where Pub/Sub is not carried (a Redis reached over TLS).
+    pub fn feed(&self, outbox: Outbox, hold: Duration) -> Result<Feed, BackendError> {
+        match self {
+            Backend::Redis(redis) => Ok(Feed::Redis(redis.feed(outbox, hold)?)),
+            Backend::Sql(sql) => Ok(Feed::Local(sql.feed(outbox))),
+        }
+    }
+}

@@ -1,0 +1,593 @@
+//! Pub/Sub through holdfast, against real servers: a scripted session answered byte for byte
+//! as a real redis-server answers it (RESP2 and RESP3) on every backend kind; channels routed
+//! by their namespace's `channels` prefixes and patterns reaching every backend they may;
+//! holdfasts sharing a PostgreSQL hearing each other's `PUBLISH`; a subscriber kept
+//! subscribed through a Redis restart and a Sentinel failover; a subscriber that does not
+//! read closed at `max_pubsub_backlog`; a subscription no backend confirms refused within its
+//! budget; a limited user kept to its namespaces' channels.
+
+#[allow(unused_imports)]
+mod support;
+use support::sentinel::Sentinel;
+use support::*;
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+fn text(reply: &[u8]) -> String {
+    String::from_utf8_lossy(reply).into_owned()
+}
+
+async fn until<F, Fut>(limit: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = Instant::now();
+    while !check().await {
+        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Who sends a step of the script.
+#[derive(Clone, Copy)]
+enum Who {
+    Sub,
+    Pub,
+}
+
+/// The scripted session: (who sends, the command, how many frames the subscriber then reads).
+/// Replies to `Pub` are one frame each; a `Sub` command's frames are its confirmations and,
+/// after a publish, the messages it delivered. Each message matches one subscription only, so
+/// their order is Redis's (channel subscribers before patterns) without relying on how Redis
+/// orders patterns among themselves.
+fn script() -> Vec<(Who, Vec<&'static str>, usize)> {
+    use Who::{Pub, Sub};
+    vec![
+        (Sub, vec!["SUBSCRIBE", "news", "jobs"], 2),
+        (Sub, vec!["SUBSCRIBE", "news", "other", "other"], 3),
+        (Sub, vec!["PSUBSCRIBE", "n*", "j?bs"], 2),
+        (Pub, vec!["PUBLISH", "news", "hello"], 2),
+        (Pub, vec!["PUBLISH", "nobody", "x"], 1),
+        (Pub, vec!["PUBLISH", "jobs", ""], 2),
+        (Pub, vec!["PUBLISH", "other", "a\r\nb\x00c"], 1),
+        (Sub, vec!["PING"], 1),
+        (Sub, vec!["PING", "hi"], 1),
+        (Sub, vec!["GET", "k"], 1),
+        (Pub, vec!["PUBSUB", "NUMSUB", "news", "jobs", "nothing"], 0),
+        (Pub, vec!["PUBSUB", "NUMSUB"], 0),
+        (Pub, vec!["PUBSUB", "NUMPAT"], 0),
+        (Pub, vec!["PUBSUB", "CHANNELS", "n*"], 0),
+        (Pub, vec!["PUBSUB", "CHANNELS", "zz*"], 0),
+        (Sub, vec!["SSUBSCRIBE", "s1"], 1),
+        (Pub, vec!["SPUBLISH", "s1", "m"], 1),
+        (Pub, vec!["PUBSUB", "SHARDNUMSUB", "s1", "s2"], 0),
+        (Pub, vec!["PUBSUB", "SHARDCHANNELS"], 0),
+        (Sub, vec!["SUNSUBSCRIBE"], 1),
+        (Sub, vec!["SUNSUBSCRIBE"], 1),
+        (Sub, vec!["UNSUBSCRIBE", "news", "nothing"], 2),
+        (Sub, vec!["PUNSUBSCRIBE", "n*"], 1),
+        (Sub, vec!["UNSUBSCRIBE", "other"], 1),
+        (Sub, vec!["PUNSUBSCRIBE"], 1),
+        (Pub, vec!["PUBLISH", "news", "gone"], 0),
+        (Sub, vec!["UNSUBSCRIBE"], 1),
+        (Sub, vec!["UNSUBSCRIBE"], 1),
+        (Sub, vec!["PUNSUBSCRIBE"], 1),
+        (Sub, vec!["GET", "k"], 1),
+        (Sub, vec!["SUBSCRIBE"], 1),
+        (Pub, vec!["PUBLISH", "a"], 0),
+        (Pub, vec!["PUBSUB", "NOPE"], 0),
+        (Sub, vec!["SUBSCRIBE", "z"], 1),
+        (Sub, vec!["RESET"], 1),
+        (Pub, vec!["PUBLISH", "z", "after reset"], 0),
+        (Sub, vec!["PING"], 1),
+    ]
+}
+
+/// Runs the script against a server at `addr`, the subscriber in `resp` (2 or 3); returns
+/// every frame read, in order.
+async fn transcript(addr: &str, resp: u8) -> Vec<String> {
+    let mut sub = RawConn::connect(addr).await;
+    let mut publisher = RawConn::connect(addr).await;
+    if resp == 3 {
+        // Its reply names the server: not compared.
+        sub.command(&["HELLO", "3"]).await;
+    }
+    let mut frames = Vec::new();
+    for (who, command, reads) in script() {
+        match who {
+            Who::Sub => {
+                sub.send(&encode_str(&command)).await;
+                for _ in 0..reads {
+                    frames.push(format!(
+                        "sub {:?}: {}",
+                        command,
+                        text(&sub.read_reply().await)
+                    ));
+                }
+            }
+            Who::Pub => {
+                let reply = publisher.command(&command).await;
+                frames.push(format!("pub {:?}: {}", command, text(&reply)));
+                for _ in 0..reads {
+                    frames.push(format!(
+                        "sub after {:?}: {}",
+                        command,
+                        text(&sub.read_reply().await)
+                    ));
+                }
+            }
+        }
+    }
+    // Nothing more was delivered than the script expects.
+    let extra = sub.try_read_reply(Duration::from_millis(300)).await;
+    assert!(extra.is_err(), "an unexpected frame: {extra:?}");
+    frames
+}
+
+async fn same_as_redis(redis: &RedisServer, proxy: &Proxy, what: &str) {
+    for resp in [2, 3] {
+        let want = transcript(&redis.addr(), resp).await;
+        let got = transcript(&proxy.addr, resp).await;
+        for (i, (w, g)) in want.iter().zip(&got).enumerate() {
+            assert_eq!(g, w, "{what}, RESP{resp}, frame {i}");
+        }
+        assert_eq!(got.len(), want.len(), "{what}, RESP{resp}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pubsub_answers_as_redis_does_on_redis_and_sqlite() {
+    let redis = RedisServer::start();
+    let on_redis = Proxy::start(&one_backend(&redis.url(), "main", "")).await;
+    same_as_redis(&redis, &on_redis, "holdfast on Redis").await;
+    on_redis.stop().await;
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = format!(
+        "kind = \"sqlite\"\npath = \"{}\"",
+        dir.path().join("ps.db").display()
+    );
+    let on_sqlite = Proxy::start(&sql_namespace(&sqlite)).await;
+    same_as_redis(&redis, &on_sqlite, "holdfast on SQLite").await;
+    on_sqlite.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pubsub_answers_as_redis_does_on_postgres_and_across_two_holdfasts() {
+    if !support::postgres::available() {
+        eprintln!("PostgreSQL is not installed: skipped");
+        return;
+    }
+    let redis = RedisServer::start();
+    let pg = PgServer::start();
+    let config = sql_namespace(&format!("kind = \"postgres\"\nurl = \"{}\"", pg.url()));
+    let a = Proxy::start(&config).await;
+    same_as_redis(&redis, &a, "holdfast on PostgreSQL").await;
+
+    // Two holdfasts on one database: a PUBLISH through either reaches the subscribers of
+    // both, in the order committed; its reply counts the publishing holdfast's own.
+    let b = Proxy::start(&config).await;
+    let mut on_a = a.connect().await;
+    let mut on_b = b.connect().await;
+    on_a.command(&["SUBSCRIBE", "orders"]).await;
+    on_b.command(&["PSUBSCRIBE", "ord*"]).await;
+    let mut publisher = b.connect().await;
+    for i in 0..20 {
+        let reply = publisher
+            .command(&["PUBLISH", "orders", &format!("m{i}")])
+            .await;
+        assert_eq!(text(&reply), ":1\r\n", "b's own subscriber only");
+    }
+    for i in 0..20 {
+        let m = format!("m{i}");
+        assert_eq!(
+            text(&on_a.read_reply().await),
+            format!(
+                "*3\r\n$7\r\nmessage\r\n$6\r\norders\r\n${}\r\n{m}\r\n",
+                m.len()
+            )
+        );
+        assert_eq!(
+            text(&on_b.read_reply().await),
+            format!(
+                "*4\r\n$8\r\npmessage\r\n$4\r\nord*\r\n$6\r\norders\r\n${}\r\n{m}\r\n",
+                m.len()
+            )
+        );
+    }
+    // NOTIFY's payload limit is said before anything is sent.
+    let big = "x".repeat(7000);
+    let reply = text(&publisher.command(&["PUBLISH", "orders", &big]).await);
+    assert!(
+        reply.starts_with("-ERR holdfast: a PUBLISH on PostgreSQL carries at most"),
+        "{reply}"
+    );
+    assert!(on_a
+        .try_read_reply(Duration::from_millis(300))
+        .await
+        .is_err());
+    // A PUBLISH inside a MULTI that is discarded sends nothing; one that commits, once.
+    publisher.command(&["MULTI"]).await;
+    publisher.command(&["PUBLISH", "orders", "never"]).await;
+    publisher.command(&["DISCARD"]).await;
+    publisher.command(&["MULTI"]).await;
+    publisher.command(&["PUBLISH", "orders", "in-exec"]).await;
+    assert_eq!(text(&publisher.command(&["EXEC"]).await), "*1\r\n:1\r\n");
+    assert_eq!(
+        text(&on_a.read_reply().await),
+        "*3\r\n$7\r\nmessage\r\n$6\r\norders\r\n$7\r\nin-exec\r\n"
+    );
+    a.stop().await;
+    b.stop().await;
+}
+
+/// Two Redis backends: channels under `jobs.` are carried by the second, every other by the
+/// first (the catch-all); a pattern is subscribed on each backend a matching channel may
+/// route to.
+#[tokio::test(flavor = "multi_thread")]
+async fn channels_route_by_prefix_and_patterns_reach_every_backend_they_may() {
+    let first = RedisServer::start();
+    let second = RedisServer::start();
+    let proxy = Proxy::start(&format!(
+        r#"
+[defaults]
+reply_mode = "fast"
+[backends.first]
+kind = "redis"
+url = "{}"
+[backends.second]
+kind = "redis"
+url = "{}"
+[[namespaces]]
+name = "jobs"
+prefixes = ["job:"]
+channels = ["jobs."]
+backend = "second"
+[[namespaces]]
+name = "rest"
+backend = "first"
+"#,
+        first.url(),
+        second.url()
+    ))
+    .await;
+    let mut sub = proxy.connect().await;
+    sub.send(&encode_str(&["SUBSCRIBE", "jobs.done", "news"]))
+        .await;
+    sub.read_replies(2).await;
+    sub.send(&encode_str(&["PSUBSCRIBE", "jobs.*", "*"])).await;
+    sub.read_replies(2).await;
+    // Each name where it routes: `jobs.*` only on the second, `*` on both.
+    let channels = |server: &RedisServer| server.cmd(&["PUBSUB", "CHANNELS"]);
+    assert!(channels(&second).contains("jobs.done") && !channels(&second).contains("news"));
+    assert!(channels(&first).contains("news") && !channels(&first).contains("jobs.done"));
+    assert_eq!(first.cmd(&["PUBSUB", "NUMPAT"]), ":1\r\n");
+    assert_eq!(second.cmd(&["PUBSUB", "NUMPAT"]), ":2\r\n");
+    // A publish through holdfast goes where its channel routes.
+    let mut publisher = proxy.connect().await;
+    assert_eq!(
+        text(&publisher.command(&["PUBLISH", "jobs.done", "1"]).await),
+        ":3\r\n",
+        "jobs.done, jobs.* and * on the second backend"
+    );
+    let got = sub.read_replies(3).await;
+    assert!(
+        text(&got[0]).contains("message\r\n$9\r\njobs.done"),
+        "{got:?}"
+    );
+    assert_eq!(
+        text(&publisher.command(&["PUBLISH", "news", "2"]).await),
+        ":2\r\n"
+    );
+    sub.read_replies(2).await;
+    // PUBSUB answers for every backend, each channel counted where it routes.
+    assert_eq!(
+        text(
+            &publisher
+                .command(&["PUBSUB", "NUMSUB", "jobs.done", "news"])
+                .await
+        ),
+        "*4\r\n$9\r\njobs.done\r\n:1\r\n$4\r\nnews\r\n:1\r\n"
+    );
+    assert_eq!(
+        text(&publisher.command(&["PUBSUB", "NUMPAT"]).await),
+        ":3\r\n"
+    );
+    // A channel published on the first backend directly under `jobs.` is not holdfast's to
+    // report: it routes to the second.
+    let mut direct = RawConn::connect(&first.addr()).await;
+    direct.send(&encode_str(&["SUBSCRIBE", "jobs.stray"])).await;
+    direct.read_reply().await;
+    let listed = text(&publisher.command(&["PUBSUB", "CHANNELS"]).await);
+    assert!(
+        !listed.contains("jobs.stray") && listed.contains("news"),
+        "{listed}"
+    );
+    // Unsubscribed everywhere: both backends forget the client's connections.
+    sub.send(&encode_str(&["UNSUBSCRIBE"])).await;
+    sub.read_replies(2).await;
+    sub.send(&encode_str(&["PUNSUBSCRIBE"])).await;
+    sub.read_replies(2).await;
+    until(
+        Duration::from_secs(5),
+        "the subscriber's lines to close",
+        || async {
+            second.cmd(&["PUBSUB", "NUMPAT"]) == ":0\r\n"
+                && !second.cmd(&["PUBSUB", "CHANNELS"]).contains("jobs.done")
+        },
+    )
+    .await;
+    assert!(second
+        .cmd(&["CLIENT", "LIST"])
+        .lines()
+        .all(|l| !l.contains("sub=1")));
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subscriber_is_subscribed_again_after_its_redis_restarts() {
+    let mut redis = RedisServer::start();
+    let proxy = Proxy::start(&one_backend(&redis.url(), "main", "")).await;
+    let mut sub = proxy.connect().await;
+    sub.send(&encode_str(&["SUBSCRIBE", "events"])).await;
+    sub.read_reply().await;
+    sub.send(&encode_str(&["PSUBSCRIBE", "ev*"])).await;
+    sub.read_reply().await;
+    redis.restart();
+    // Subscribed again on the restarted server, the client told nothing.
+    until(Duration::from_secs(10), "the resubscription", || async {
+        redis
+            .cmd(&["PUBSUB", "NUMSUB", "events"])
+            .ends_with(":1\r\n")
+            && redis.cmd(&["PUBSUB", "NUMPAT"]) == ":1\r\n"
+    })
+    .await;
+    let mut publisher = proxy.connect().await;
+    assert_eq!(
+        text(&publisher.command(&["PUBLISH", "events", "after"]).await),
+        ":2\r\n"
+    );
+    assert_eq!(
+        text(&sub.read_reply().await),
+        "*3\r\n$7\r\nmessage\r\n$6\r\nevents\r\n$5\r\nafter\r\n"
+    );
+    sub.read_reply().await;
+    assert!(
+        proxy
+            .metric("holdfast_pubsub_resubscribes_total{backend=\"main\"}")
+            .await
+            >= 1.0
+    );
+    proxy.stop().await;
+}
+
+/// A Sentinel failover: the subscriber's line is fenced when the sentinels name the new
+/// primary, and it subscribes there within the hold budget.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subscriber_follows_a_sentinel_failover_to_the_new_primary() {
+    let master = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
+    let port = master.port().to_string();
+    let replica = RedisServer::start_with(&[
+        "--repl-diskless-sync-delay",
+        "0",
+        "--replicaof",
+        "127.0.0.1",
+        &port,
+    ]);
+    until(Duration::from_secs(20), "the replica's sync", || async {
+        replica
+            .cmd(&["INFO", "replication"])
+            .contains("master_link_status:up")
+    })
+    .await;
+    let sentinels: Vec<Sentinel> = (0..3).map(|_| Sentinel::start(master.port())).collect();
+    for s in &sentinels {
+        until(Duration::from_secs(20), "sentinels to meet", || async {
+            let others = s.query(&["SENTINEL", "SENTINELS", "mymaster"]).await;
+            let replicas = s.query(&["SENTINEL", "REPLICAS", "mymaster"]).await;
+            others.is_some_and(|o| o.starts_with("*2"))
+                && replicas.is_some_and(|r| r.starts_with("*1"))
+        })
+        .await;
+    }
+    let addrs: Vec<String> = sentinels
+        .iter()
+        .map(|s| format!("\"{}\"", s.addr()))
+        .collect();
+    let proxy = Proxy::start(&format!(
+        "[defaults]\nreply_mode = \"fast\"\n[backends.ha]\nkind = \"sentinel\"\n\
+         master_name = \"mymaster\"\nsentinels = [{}]\npool_size = 2\n\
+         [[namespaces]]\nname = \"ha\"\nbackend = \"ha\"\n",
+        addrs.join(", ")
+    ))
+    .await;
+    let mut sub = proxy.connect().await;
+    sub.send(&encode_str(&["SUBSCRIBE", "events"])).await;
+    sub.read_reply().await;
+    assert!(master
+        .cmd(&["PUBSUB", "NUMSUB", "events"])
+        .ends_with(":1\r\n"));
+    let began = Instant::now();
+    let reply = sentinels[0]
+        .query(&["SENTINEL", "FAILOVER", "mymaster"])
+        .await
+        .unwrap_or_default();
+    assert!(reply.starts_with("+OK"), "{reply}");
+    until(
+        Duration::from_secs(60),
+        "the subscriber on the new primary",
+        || async {
+            replica
+                .cmd(&["INFO", "replication"])
+                .contains("role:master")
+                && replica
+                    .cmd(&["PUBSUB", "NUMSUB", "events"])
+                    .ends_with(":1\r\n")
+        },
+    )
+    .await;
+    let moved = began.elapsed();
+    // The budget is the default one (about 93 s); the move took far less.
+    assert!(moved < Duration::from_secs(60), "{moved:?}");
+    let mut publisher = proxy.connect().await;
+    // A publish on the new primary reaches the client; what was published while it moved
+    // may have been missed (the README says so).
+    let start = Instant::now();
+    while publisher.command(&["PUBLISH", "events", "on-new"]).await != b":1\r\n" {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no publish reached it"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut got = text(&sub.read_reply().await);
+    while !got.contains("on-new") {
+        got = text(&sub.read_reply().await);
+    }
+    eprintln!("subscriber on the new primary {moved:?} after SENTINEL FAILOVER");
+    proxy.stop().await;
+    drop(sentinels);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subscriber_that_does_not_read_is_closed_at_max_pubsub_backlog() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[server]\nmax_pubsub_backlog = 16\n{}",
+        sql_namespace(&format!(
+            "kind = \"sqlite\"\npath = \"{}\"",
+            dir.path().join("b.db").display()
+        ))
+    );
+    let proxy = Proxy::start(&config).await;
+    let mut sub = proxy.connect().await;
+    sub.command(&["SUBSCRIBE", "flood"]).await;
+    let mut publisher = proxy.connect().await;
+    let payload = "p".repeat(64 * 1024);
+    // The subscriber reads nothing: its socket fills, then its queue, and it is closed
+    // instead of holdfast buffering for it without bound.
+    let mut published = 0;
+    while proxy
+        .metric("holdfast_limits_total{limit=\"max_pubsub_backlog\"}")
+        .await
+        < 1.0
+    {
+        for _ in 0..50 {
+            publisher.command(&["PUBLISH", "flood", &payload]).await;
+            published += 1;
+        }
+        assert!(published < 20_000, "the backlog limit never fired");
+    }
+    let mut stream = sub.into_inner();
+    let mut sink = vec![0u8; 1 << 20];
+    let drained = tokio::time::timeout(Duration::from_secs(10), async {
+        use tokio::io::AsyncReadExt;
+        loop {
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    assert!(drained.is_ok(), "the slow subscriber was not closed");
+    // Everyone else is served.
+    assert_eq!(
+        text(&publisher.command(&["PUBLISH", "flood", "x"]).await),
+        ":0\r\n"
+    );
+    proxy.stop().await;
+}
+
+/// A backend that is down: a `SUBSCRIBE` is held through the budget and then refused, with
+/// nothing subscribed; a subscriber whose backend stays down past the budget is closed (its
+/// library connects and subscribes again).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subscription_no_backend_confirms_is_refused_within_the_budget() {
+    let mut redis = RedisServer::start();
+    let budget = "acquire_timeout = \"300ms\"\n[namespaces.retry]\nmax_attempts = 4\nmin_delay = \"100ms\"\nmax_delay = \"400ms\"\n";
+    let proxy = Proxy::start(&one_backend(&redis.url(), "main", budget)).await;
+    let mut early = proxy.connect().await;
+    early.send(&encode_str(&["SUBSCRIBE", "c"])).await;
+    early.read_reply().await;
+    redis.kill();
+    let began = Instant::now();
+    let mut late = proxy.connect().await;
+    let reply = text(&late.command(&["SUBSCRIBE", "d"]).await);
+    let waited = began.elapsed();
+    assert!(reply.starts_with("-UNAVAILABLE not subscribed"), "{reply}");
+    assert!(waited < Duration::from_secs(5), "{waited:?}");
+    // Nothing subscribed: the client is not in subscribed mode.
+    assert_eq!(text(&late.command(&["PING"]).await), "+PONG\r\n");
+    // The early subscriber's line stays down past its hold: it is closed.
+    early.expect_disconnect(Duration::from_secs(10)).await;
+    assert!(
+        proxy
+            .metric("holdfast_limits_total{limit=\"pubsub_lost\"}")
+            .await
+            >= 1.0
+    );
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_limited_user_subscribes_and_publishes_only_on_its_namespaces_channels() {
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = Proxy::start(&format!(
+        r#"
+[defaults]
+reply_mode = "fast"
+[backends.a]
+kind = "sqlite"
+path = "{}"
+[backends.b]
+kind = "sqlite"
+path = "{}"
+[[namespaces]]
+name = "mine"
+prefixes = ["mine:"]
+channels = ["mine."]
+backend = "a"
+[[namespaces]]
+name = "theirs"
+backend = "b"
+[[users]]
+name = "carol"
+password = "pw"
+namespaces = ["mine"]
+"#,
+        dir.path().join("a.db").display(),
+        dir.path().join("b.db").display()
+    ))
+    .await;
+    let mut carol = proxy.connect().await;
+    assert_eq!(
+        text(&carol.command(&["AUTH", "carol", "pw"]).await),
+        "+OK\r\n"
+    );
+    let noperm =
+        "-NOPERM this user has no permissions to access one of the channels used as arguments\r\n";
+    assert_eq!(
+        text(&carol.command(&["SUBSCRIBE", "mine.a", "other"]).await),
+        noperm
+    );
+    assert_eq!(text(&carol.command(&["PSUBSCRIBE", "mi*"]).await), noperm);
+    assert_eq!(
+        text(&carol.command(&["PUBLISH", "other", "x"]).await),
+        noperm
+    );
+    assert_eq!(
+        text(&carol.command(&["SPUBLISH", "other", "x"]).await),
+        noperm
+    );
+    assert_eq!(
+        text(&carol.command(&["PUBLISH", "mine.a", "x"]).await),
+        ":0\r\n"
+    );
+    assert_eq!(
+        text(&carol.command(&["PSUBSCRIBE", "mine.*"]).await),
+        "*3\r\n$10\r\npsubscribe\r\n$6\r\nmine.*\r\n:1\r\n"
+    );
+    proxy.stop().await;
+}
