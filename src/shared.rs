@@ -166,6 +166,8 @@ pub struct ClientState {
     pub multi: i64,
     /// When its last command came.
     pub last: Option<quanta::Instant>,
+    /// Its Pub/Sub subscriptions: channels, patterns, shard channels.
+    pub subs: [usize; 3],
 }
 
 /// One connected client.

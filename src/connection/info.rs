@@ -70,7 +70,7 @@ impl Conn {
             cmd.push_str("NULL");
         }
         format!(
-            "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags=N db=0 sub=0 psub=0 ssub=0 \
+            "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={} db=0 sub={} psub={} ssub={} \
              multi={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 \
              tot-mem=0 events=r cmd={} user={} redir=-1 resp={}",
             client.id,
@@ -79,6 +79,11 @@ impl Conn {
             name,
             secs(client.since),
             state.last.map_or(0, secs),
+            // P: a subscriber, as Redis flags one.
+            if state.subs.iter().any(|n| *n > 0) { "P" } else { "N" },
+            state.subs[0],
+            state.subs[1],
+            state.subs[2],
             state.multi,
             cmd,
             state.user.as_deref().unwrap_or("default"),

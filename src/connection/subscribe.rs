@@ -184,6 +184,7 @@ impl Conn {
     /// Leaves every subscription (`RESET`).
     pub(super) fn unsubscribe_all(&mut self) {
         self.subs = None;
+        self.show_subscriptions();
     }
 
     /// The namespaces that carry `name` of `kind`.
@@ -217,7 +218,17 @@ impl Conn {
         if self.subs.as_ref().is_some_and(Subscriptions::is_empty) {
             self.subs = None;
         }
+        self.show_subscriptions();
         Flow::Continue
+    }
+
+    /// Shows the client's subscription counts to `CLIENT LIST`.
+    pub(super) fn show_subscriptions(&self) {
+        let counts = self.subs.as_ref().map_or([0; 3], |s| {
+            [s.names[0].len(), s.names[1].len(), s.names[2].len()]
+        });
+        let mut state = self.client.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.subs = counts;
     }
 
     async fn subscribe(&mut self, kind: Kind, names: &[Bytes]) -> Result<Vec<Frame>, Frame> {
