@@ -327,3 +327,60 @@ async fn a_key_of_a_slot_being_migrated_is_followed_with_asking() {
     );
     proxy.stop().await;
 }
+
+/// Pub/Sub on a Cluster: channels and patterns on one primary (a Cluster delivers a
+/// `PUBLISH` on every node), shard channels at their slot's owner, one connection per slot.
+#[tokio::test(flavor = "multi_thread")]
+async fn pubsub_on_a_cluster_delivers_channels_everywhere_and_shard_channels_by_slot() {
+    let cluster = Cluster::start();
+    let proxy = one_namespace(&cluster, "fast").await;
+    let mut sub = proxy.connect().await;
+    sub.send(&encode_str(&["SUBSCRIBE", "news"])).await;
+    sub.read_reply().await;
+    // Two slots (on two primaries, as `--cluster create` splits them): one call, two lines.
+    let a = "{user1}:events".to_string();
+    let b = (2..100)
+        .map(|i| format!("{{user{i}}}:events"))
+        .find(|b| cluster.primary_of(b) != cluster.primary_of(&a))
+        .expect("a channel on another primary");
+    let (a, b) = (a.as_str(), b.as_str());
+    sub.send(&encode_str(&["SSUBSCRIBE", a, b])).await;
+    assert_eq!(
+        sub.read_replies(2)
+            .await
+            .iter()
+            .map(|r| text(r))
+            .collect::<Vec<_>>(),
+        vec![
+            format!("*3\r\n$10\r\nssubscribe\r\n${}\r\n{a}\r\n:1\r\n", a.len()),
+            format!("*3\r\n$10\r\nssubscribe\r\n${}\r\n{b}\r\n:2\r\n", b.len()),
+        ]
+    );
+    for channel in [a, b] {
+        let owner = &cluster.nodes[cluster.primary_of(channel)];
+        assert!(
+            owner.cmd(&["PUBSUB", "SHARDCHANNELS"]).contains(channel),
+            "{channel} not at its slot's owner"
+        );
+    }
+    let mut publisher = proxy.connect().await;
+    for channel in [a, b] {
+        // At the slot's owner, where the subscription is: counted there.
+        let reply = publisher.command(&["SPUBLISH", channel, "s"]).await;
+        assert_eq!(text(&reply), ":1\r\n", "{channel}");
+        assert_eq!(
+            text(&sub.read_reply().await),
+            format!(
+                "*3\r\n$8\r\nsmessage\r\n${}\r\n{channel}\r\n$1\r\ns\r\n",
+                channel.len()
+            )
+        );
+    }
+    // Whatever node a PUBLISH reaches, the Cluster delivers it to the subscriber's.
+    publisher.command(&["PUBLISH", "news", "n"]).await;
+    assert_eq!(
+        text(&sub.read_reply().await),
+        "*3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n$1\r\nn\r\n"
+    );
+    proxy.stop().await;
+}

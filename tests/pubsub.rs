@@ -284,6 +284,14 @@ backend = "first"
         ":2\r\n"
     );
     sub.read_replies(2).await;
+    // Pipelined publishes are sent ahead together, each where its channel routes.
+    let mut two = encode_str(&["PUBLISH", "jobs.done", "p1"]);
+    two.extend(encode_str(&["PUBLISH", "jobs.done", "p2"]));
+    publisher.send(&two).await;
+    for reply in publisher.read_replies(2).await {
+        assert_eq!(text(&reply), ":3\r\n");
+    }
+    sub.read_replies(6).await;
     // PUBSUB answers for every backend, each channel counted where it routes.
     assert_eq!(
         text(
@@ -307,6 +315,20 @@ backend = "first"
         !listed.contains("jobs.stray") && listed.contains("news"),
         "{listed}"
     );
+    // In a transaction too, a publish goes where its channel routes: with keys of another
+    // namespace it is refused and nothing applied; with its own, it runs in the transaction.
+    for (key, channel, want) in [
+        ("job:1", "news", "-CROSSNAMESPACE"),
+        ("job:1", "jobs.done", "*2\r\n+OK\r\n:3\r\n"),
+    ] {
+        assert_eq!(text(&publisher.command(&["MULTI"]).await), "+OK\r\n");
+        publisher.command(&["SET", key, "v"]).await;
+        publisher.command(&["PUBLISH", channel, "t"]).await;
+        let reply = text(&publisher.command(&["EXEC"]).await);
+        assert!(reply.starts_with(want), "{key} {channel}: {reply}");
+    }
+    assert_eq!(second.cmd(&["GET", "job:1"]), "$1\r\nv\r\n");
+    sub.read_replies(3).await;
     // Unsubscribed everywhere: both backends forget the client's connections.
     sub.send(&encode_str(&["UNSUBSCRIBE"])).await;
     sub.read_replies(2).await;
@@ -613,5 +635,177 @@ namespaces = ["mine"]
         text(&carol.command(&["PSUBSCRIBE", "mine.*"]).await),
         "*3\r\n$10\r\npsubscribe\r\n$6\r\nmine.*\r\n:1\r\n"
     );
+    proxy.stop().await;
+}
+
+/// A PUBLISH whose reply is lost may have been delivered: it is answered `INDOUBT`, counted
+/// so, and never sent again; a subscriber gets the message once. In exact mode too.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_publish_whose_reply_is_lost_is_indoubt_and_delivered_once() {
+    let redis = RedisServer::start();
+    let relay = Relay::start(&redis.addr()).await;
+    let mut direct = RawConn::connect(&redis.addr()).await;
+    direct.send(&encode_str(&["SUBSCRIBE", "once"])).await;
+    direct.read_reply().await;
+    for mode in ["fast", "exact"] {
+        let url = format!("redis://{}", relay.addr());
+        let proxy = Proxy::start(&one_backend(
+            &url,
+            mode,
+            &format!("reply_mode = \"{mode}\""),
+        ))
+        .await;
+        let mut conn = proxy.connect().await;
+        assert_eq!(conn.command(&["PING"]).await, b"+PONG\r\n");
+        relay.drop_after_request_with(b"PUBLISH");
+        let reply = text(&conn.command(&["PUBLISH", "once", mode]).await);
+        assert!(
+            reply.starts_with("-INDOUBT may have been applied"),
+            "{mode}: {reply}"
+        );
+        assert_eq!(
+            text(&direct.read_reply().await),
+            format!(
+                "*3\r\n$7\r\nmessage\r\n$4\r\nonce\r\n${}\r\n{mode}\r\n",
+                mode.len()
+            )
+        );
+        let extra = direct.try_read_reply(Duration::from_millis(500)).await;
+        assert!(extra.is_err(), "{mode}: delivered twice: {extra:?}");
+        let series = format!(
+            "holdfast_requests_total{{namespace=\"{mode}\",command=\"PUBLISH\",outcome=\"indoubt\"}}"
+        );
+        assert_eq!(proxy.metric(&series).await, 1.0, "{mode}");
+        proxy.stop().await;
+    }
+}
+
+/// Two backends that are one Redis (databases 0 and 1: Pub/Sub ignores the database): a
+/// pattern subscribed on both takes each message once, from the backend its channel routes
+/// to.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pattern_on_two_backends_of_one_server_takes_each_message_once() {
+    let redis = RedisServer::start();
+    let proxy = Proxy::start(&format!(
+        "[defaults]\nreply_mode = \"fast\"\n\
+         [backends.zero]\nkind = \"redis\"\nurl = \"{0}/0\"\n\
+         [backends.one]\nkind = \"redis\"\nurl = \"{0}/1\"\n\
+         [[namespaces]]\nname = \"jobs\"\nchannels = [\"jobs.\"]\nprefixes = [\"job:\"]\nbackend = \"one\"\n\
+         [[namespaces]]\nname = \"rest\"\nbackend = \"zero\"\n",
+        redis.url().trim_end_matches("/0")
+    ))
+    .await;
+    let mut sub = proxy.connect().await;
+    sub.command(&["PSUBSCRIBE", "*"]).await;
+    let mut publisher = proxy.connect().await;
+    for channel in ["jobs.a", "news"] {
+        // Two receivers at Redis: the pattern's line of each backend.
+        assert_eq!(
+            text(&publisher.command(&["PUBLISH", channel, "x"]).await),
+            ":2\r\n"
+        );
+        let got = text(&sub.read_reply().await);
+        assert!(got.contains(channel), "{got}");
+        let again = sub.try_read_reply(Duration::from_millis(300)).await;
+        assert!(again.is_err(), "{channel} delivered twice: {again:?}");
+    }
+    proxy.stop().await;
+}
+
+/// A client that unsubscribes and subscribes again faster than the backend answers keeps its
+/// connection and its messages (the answers are paired with what was asked): Redis is made
+/// to sleep while the `UNSUBSCRIBE` and the `SUBSCRIBE` are written to it, and answers both
+/// after.
+#[tokio::test(flavor = "multi_thread")]
+async fn unsubscribing_and_subscribing_again_at_once_keeps_the_line() {
+    let redis = RedisServer::start_with(&["--enable-debug-command", "yes"]);
+    let proxy = Proxy::start(&format!(
+        "[backends.flip]\nkind = \"redis\"\nurl = \"{}\"\n\
+         [[namespaces]]\nname = \"flip\"\nbackend = \"flip\"\n",
+        redis.url()
+    ))
+    .await;
+    let mut sub = proxy.connect().await;
+    sub.send(&encode_str(&["SUBSCRIBE", "a", "b"])).await;
+    sub.read_replies(2).await;
+    let mut sleeper = RawConn::connect(&redis.addr()).await;
+    for round in 0..3 {
+        sleeper.send(&encode_str(&["DEBUG", "SLEEP", "0.3"])).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Answered by holdfast at once; written to the sleeping Redis.
+        sub.command(&["UNSUBSCRIBE", "b"]).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        // Confirmed once Redis wakes and answers both.
+        let reply = text(&sub.command(&["SUBSCRIBE", "b"]).await);
+        assert_eq!(
+            reply, "*3\r\n$9\r\nsubscribe\r\n$1\r\nb\r\n:2\r\n",
+            "round {round}"
+        );
+        assert_eq!(text(&sleeper.read_reply().await), "+OK\r\n");
+    }
+    let mut publisher = proxy.connect().await;
+    for channel in ["a", "b"] {
+        assert_eq!(
+            text(&publisher.command(&["PUBLISH", channel, "m"]).await),
+            ":1\r\n"
+        );
+        let got = text(&sub.read_reply().await);
+        assert!(
+            got.contains(&format!("${}\r\n{channel}\r\n", channel.len())),
+            "{got}"
+        );
+    }
+    assert_eq!(
+        proxy
+            .metric("holdfast_pubsub_resubscribes_total{backend=\"flip\"}")
+            .await,
+        0.0,
+        "the line was dialled again"
+    );
+    proxy.stop().await;
+}
+
+/// The backend's own refusal of a channel (an ACL user without it) is the answer, at once,
+/// and the client's other subscriptions go on.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_channel_the_backends_acl_refuses_is_answered_with_its_refusal() {
+    let redis = RedisServer::start();
+    assert_eq!(
+        redis.cmd(&[
+            "ACL",
+            "SETUSER",
+            "sub",
+            "on",
+            ">pw",
+            "~*",
+            "+@all",
+            "resetchannels",
+            "&ok.*"
+        ]),
+        "+OK\r\n"
+    );
+    let url = format!("redis://sub:pw@{}", redis.addr());
+    let proxy = Proxy::start(&one_backend(&url, "acl", "")).await;
+    let mut sub = proxy.connect().await;
+    sub.command(&["SUBSCRIBE", "ok.1"]).await;
+    let began = Instant::now();
+    let reply = text(&sub.command(&["SUBSCRIBE", "secret"]).await);
+    assert!(reply.starts_with("-NOPERM"), "{reply}");
+    assert!(
+        began.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        began.elapsed()
+    );
+    let mut publisher = proxy.connect().await;
+    let start = Instant::now();
+    while publisher.command(&["PUBLISH", "ok.1", "m"]).await != b":1\r\n" {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "ok.1 not subscribed again"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let got = text(&sub.read_reply().await);
+    assert!(got.contains("ok.1"), "{got}");
     proxy.stop().await;
 }

@@ -35,7 +35,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
-use tokio::sync::{watch, Notify};
+use tokio::sync::{oneshot, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -45,6 +45,11 @@ pub const PING_EVERY: Duration = Duration::from_secs(2);
 
 /// Most names in one `SUBSCRIBE` a line writes (a client's long list is sent in parts).
 const NAMES_PER_COMMAND: usize = 1024;
+
+/// Most hash slots one client's shard channels may span on a Cluster backend: each slot is a
+/// connection of its own (a Cluster client would open one per node; holdfast follows slots,
+/// which move one by one).
+pub const MAX_SLOT_LINES: usize = 64;
 
 /// How a feed finds the server of a line.
 pub(super) enum Locate {
@@ -67,8 +72,8 @@ enum Line {
 
 /// What a feed's lines share.
 pub(super) struct Ctx {
-    /// The `[backends]` key, for logs and metrics.
-    pub backend: String,
+    /// The `[backends]` key, for logs, metrics and deliveries.
+    pub backend: Arc<str>,
     /// How to connect and introduce a line (RESP2).
     pub target: Target,
     /// Where a line connects.
@@ -89,13 +94,26 @@ fn index(kind: Kind) -> usize {
 
 const KINDS: [Kind; 3] = [Kind::Channel, Kind::Pattern, Kind::Shard];
 
-/// A line's two sets of names, by kind.
+/// A subscriber waiting for its names to be confirmed.
+struct Waiter {
+    /// The kind of its names (`index`).
+    kind: usize,
+    /// Its names not confirmed yet.
+    pending: HashSet<Bytes>,
+    /// Answered once `pending` is empty, or with the server's refusal.
+    done: oneshot::Sender<Result<(), BackendError>>,
+}
+
+/// A line's sets of names, by kind, and who waits on them.
 #[derive(Default)]
 struct Names {
     /// What the client wants.
     wanted: [HashSet<Bytes>; 3],
-    /// What the server confirmed on the current connection.
+    /// What the server confirmed on the current connection, with no `UNSUBSCRIBE` of it
+    /// written since.
     confirmed: [HashSet<Bytes>; 3],
+    /// Subscribers waiting for confirmations.
+    waiters: Vec<Waiter>,
     /// Why the last dial failed, for a subscriber that gives up waiting.
     failed: Option<Error>,
 }
@@ -104,6 +122,29 @@ impl Names {
     fn is_empty(&self) -> bool {
         self.wanted.iter().all(HashSet::is_empty)
     }
+
+    /// The server confirmed `name`: it counts for every subscriber waiting on it (constant
+    /// work per waiter, so a long list is not scanned again for each name).
+    fn confirm(&mut self, kind: usize, name: Bytes) {
+        let mut i = 0;
+        while i < self.waiters.len() {
+            let waiter = &mut self.waiters[i];
+            if waiter.kind == kind && waiter.pending.remove(&name) && waiter.pending.is_empty() {
+                let waiter = self.waiters.swap_remove(i);
+                let _ = waiter.done.send(Ok(()));
+                continue;
+            }
+            i += 1;
+        }
+        self.confirmed[kind].insert(name);
+    }
+
+    /// The server refused a subscription (`-NOPERM` of its ACL, say): every waiter hears it.
+    fn refuse(&mut self, text: &Bytes) {
+        for waiter in self.waiters.drain(..) {
+            let _ = waiter.done.send(Err(BackendError::reply(text.clone())));
+        }
+    }
 }
 
 /// What a line's task and the feed share.
@@ -111,17 +152,11 @@ struct Shared {
     names: Mutex<Names>,
     /// Wakes the task: what is wanted changed.
     changed: Notify,
-    /// Bumped whenever `confirmed` changes.
-    confirmations: watch::Sender<u64>,
 }
 
 impl Shared {
     fn names(&self) -> MutexGuard<'_, Names> {
         self.names.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn confirmed_changed(&self) {
-        self.confirmations.send_modify(|n| *n = n.wrapping_add(1));
     }
 }
 
@@ -177,50 +212,81 @@ impl RedisFeed {
         let mut waits = Vec::new();
         {
             let mut lines = self.lines();
+            let mut by_line: HashMap<Line, HashSet<Bytes>> = HashMap::new();
             for name in names {
-                let line = self.line_of(kind, name);
+                by_line
+                    .entry(self.line_of(kind, name))
+                    .or_default()
+                    .insert(name.clone());
+            }
+            let new_lines = by_line.keys().filter(|l| !lines.contains_key(l)).count();
+            let slot_lines = lines.keys().filter(|l| matches!(l, Line::Slot(_))).count();
+            if kind == Kind::Shard && slot_lines + new_lines > MAX_SLOT_LINES {
+                return Err(BackendError::Unsupported {
+                    what: format!(
+                        "a client's shard channels may span at most {MAX_SLOT_LINES} hash slots of a Cluster backend"
+                    ),
+                });
+            }
+            for (line, wanted) in by_line {
                 let handle = lines.entry(line).or_insert_with(|| {
                     let shared = Arc::new(Shared {
                         names: Mutex::new(Names::default()),
                         changed: Notify::new(),
-                        confirmations: watch::Sender::new(0),
                     });
                     let task = tokio::spawn(run_line(self.ctx.clone(), line, shared.clone()));
                     LineHandle { shared, task }
                 });
-                handle.shared.names().wanted[index(kind)].insert(name.clone());
-                if !waits.iter().any(|(l, _)| *l == line) {
-                    waits.push((line, handle.shared.clone()));
+                let mut names = handle.shared.names();
+                let i = index(kind);
+                let pending: HashSet<Bytes> = wanted
+                    .iter()
+                    .filter(|n| !names.confirmed[i].contains(*n))
+                    .cloned()
+                    .collect();
+                names.wanted[i].extend(wanted);
+                if pending.is_empty() {
+                    continue;
                 }
+                let (done, answered) = oneshot::channel();
+                names.waiters.push(Waiter {
+                    kind: i,
+                    pending,
+                    done,
+                });
+                drop(names);
+                handle.shared.changed.notify_one();
+                waits.push((handle.shared.clone(), answered));
             }
-        }
-        for (_, shared) in &waits {
-            shared.changed.notify_one();
         }
         let confirmed = async {
-            for (_, shared) in &waits {
-                let mut seen = shared.confirmations.subscribe();
-                let all = |_: &u64| {
-                    let names_now = shared.names();
-                    names.iter().all(|n| {
-                        names_now.confirmed[index(kind)].contains(n)
-                            || !names_now.wanted[index(kind)].contains(n)
-                    })
-                };
-                if seen.wait_for(all).await.is_err() {
-                    return false;
+            for (_, answered) in &mut waits {
+                match answered.await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(refused)) => return Err(refused),
+                    // The line is gone (the client is being closed).
+                    Err(_) => return Err(self.not_confirmed(timeout, None)),
                 }
             }
-            true
+            Ok(())
         };
-        if tokio::time::timeout(timeout, confirmed).await == Ok(true) {
-            return Ok(());
+        let result = match tokio::time::timeout(timeout, confirmed).await {
+            Ok(result) => result,
+            Err(_) => {
+                let failed = waits
+                    .iter()
+                    .find_map(|(shared, _)| shared.names().failed.clone());
+                Err(self.not_confirmed(timeout, failed))
+            }
+        };
+        if result.is_err() {
+            self.unsubscribe(kind, names);
         }
-        let failed = waits
-            .iter()
-            .find_map(|(_, shared)| shared.names().failed.clone());
-        self.unsubscribe(kind, names);
-        Err(BackendError::Connect {
+        result
+    }
+
+    fn not_confirmed(&self, timeout: Duration, failed: Option<Error>) -> BackendError {
+        BackendError::Connect {
             source: failed.unwrap_or_else(|| {
                 Error::new(
                     ErrorKind::IO,
@@ -230,7 +296,7 @@ impl RedisFeed {
                     ),
                 )
             }),
-        })
+        }
     }
 
     /// Unsubscribes from `names`; a line left with nothing wanted is closed. Messages for
@@ -287,13 +353,9 @@ async fn run_line(ctx: Arc<Ctx>, line: Line, shared: Arc<Shared>) {
                 delay = Duration::from_millis(50);
                 shared.names().failed = None;
                 let end = serve(&ctx, &shared, stream, fence).await;
-                {
-                    let mut names = shared.names();
-                    for set in &mut names.confirmed {
-                        set.clear();
-                    }
+                for set in &mut shared.names().confirmed {
+                    set.clear();
                 }
-                shared.confirmed_changed();
                 if let (End::Moved, Locate::Cluster(topology)) = (end, &ctx.locate) {
                     let _ = topology.read().await;
                 }
@@ -367,11 +429,20 @@ async fn connect(ctx: &Ctx, line: Line) -> Result<(TcpStream, Fence), Error> {
     Ok((stream, fence))
 }
 
+/// A published message as read.
+#[derive(Debug, PartialEq, Eq)]
+struct Message {
+    kind: Kind,
+    pattern: Option<Bytes>,
+    channel: Bytes,
+    payload: Bytes,
+}
+
 /// What a frame from a subscribed connection is.
 #[derive(Debug, PartialEq, Eq)]
 enum Incoming {
     /// A published message.
-    Message(Delivery),
+    Message(Message),
     /// The server confirmed a subscription.
     Subscribed(Kind, Bytes),
     /// The server ended a subscription (ours asked, or its own: a moved slot).
@@ -401,7 +472,7 @@ fn incoming(frame: Frame) -> Incoming {
     let at = |i: usize| rest.get(i).cloned().flatten();
     let delivery =
         |kind, pattern, channel: Option<Bytes>, payload: Option<Bytes>| match (channel, payload) {
-            (Some(channel), Some(payload)) => Incoming::Message(Delivery {
+            (Some(channel), Some(payload)) => Incoming::Message(Message {
                 kind,
                 pattern,
                 channel,
@@ -432,6 +503,11 @@ fn incoming(frame: Frame) -> Incoming {
 async fn serve(ctx: &Ctx, shared: &Shared, mut stream: TcpStream, fence: Fence) -> End {
     // What was sent on this connection, by kind: the difference to `wanted` is what to send.
     let mut sent: [HashSet<Bytes>; 3] = Default::default();
+    // Subscribe and unsubscribe commands written for a name and not answered yet: a
+    // confirmation counts only once they are all answered (the client may unsubscribe and
+    // subscribe again faster than the server answers), and an `unsubscribe` nobody asked for
+    // is the server's own (a moved slot).
+    let mut inflight: HashMap<(usize, Bytes), u32> = HashMap::new();
     let mut buf = BytesMut::with_capacity(4096);
     let fenced = async {
         match &fence {
@@ -447,30 +523,29 @@ async fn serve(ctx: &Ctx, shared: &Shared, mut stream: TcpStream, fence: Fence) 
     // Everything wanted goes out at once on a fresh connection.
     shared.changed.notify_one();
     loop {
+        let mut out = Output::default();
         tokio::select! {
             () = shared.changed.notified() => {
-                let mut out = Output::default();
-                {
-                    let names = shared.names();
-                    for kind in KINDS {
-                        let i = index(kind);
-                        let add: Vec<Bytes> = names.wanted[i].difference(&sent[i]).cloned().collect();
-                        let drop: Vec<Bytes> = sent[i].difference(&names.wanted[i]).cloned().collect();
-                        for (command, list) in [(kind.subscribe(), &add), (kind.unsubscribe(), &drop)] {
-                            for part in list.chunks(NAMES_PER_COMMAND) {
-                                let mut args = vec![Bytes::from_static(command)];
-                                args.extend(part.iter().cloned());
-                                link::encode(&mut out, &args);
-                            }
-                        }
-                        sent[i].extend(add);
-                        for name in &drop {
-                            sent[i].remove(name);
+                let mut names = shared.names();
+                for kind in KINDS {
+                    let i = index(kind);
+                    let add: Vec<Bytes> = names.wanted[i].difference(&sent[i]).cloned().collect();
+                    let drop: Vec<Bytes> = sent[i].difference(&names.wanted[i]).cloned().collect();
+                    for (command, list) in [(kind.subscribe(), &add), (kind.unsubscribe(), &drop)] {
+                        for part in list.chunks(NAMES_PER_COMMAND) {
+                            let mut args = vec![Bytes::from_static(command)];
+                            args.extend(part.iter().cloned());
+                            link::encode(&mut out, &args);
                         }
                     }
-                }
-                if !out.is_empty() && out.write_to(&mut stream).await.is_err() {
-                    return End::Lost;
+                    for name in add.iter().chain(&drop) {
+                        *inflight.entry((i, name.clone())).or_default() += 1;
+                    }
+                    for name in &drop {
+                        sent[i].remove(name);
+                        names.confirmed[i].remove(name);
+                    }
+                    sent[i].extend(add);
                 }
             }
             read = stream.read_buf(&mut buf) => {
@@ -484,29 +559,43 @@ async fn serve(ctx: &Ctx, shared: &Shared, mut stream: TcpStream, fence: Fence) 
                         Ok(None) => break,
                         Err(_) => return End::Lost,
                     };
+                    if let Frame::SimpleError { data, .. } = &frame {
+                        if !data.starts_with("MOVED ") {
+                            // A subscription refused (an ACL without the channel): its
+                            // waiters hear why; the connection is dialled again, so what was
+                            // sent matches what the server has.
+                            shared.names().refuse(data.inner());
+                            return End::Lost;
+                        }
+                    }
                     match incoming(frame) {
-                        Incoming::Message(delivery) => {
+                        Incoming::Message(m) => {
                             let wanted = {
                                 let names = shared.names();
-                                let i = index(delivery.kind);
-                                let name = delivery.pattern.as_ref().unwrap_or(&delivery.channel);
-                                names.wanted[i].contains(name)
+                                let name = m.pattern.as_ref().unwrap_or(&m.channel);
+                                names.wanted[index(m.kind)].contains(name)
                             };
                             if wanted {
-                                ctx.outbox.put(delivery);
+                                ctx.outbox.put(Delivery {
+                                    backend: ctx.backend.clone(),
+                                    kind: m.kind,
+                                    pattern: m.pattern,
+                                    channel: m.channel,
+                                    payload: m.payload,
+                                });
                             }
                         }
-                        Incoming::Subscribed(kind, name) => {
-                            let mut names = shared.names();
-                            if names.wanted[index(kind)].contains(&name) {
-                                names.confirmed[index(kind)].insert(name);
+                        Incoming::Subscribed(kind, name) | Incoming::Unsubscribed(kind, name) if answers(&mut inflight, index(kind), &name) => {
+                            // The last answer for this name: it stands as `sent` says.
+                            if sent[index(kind)].contains(&name) {
+                                shared.names().confirm(index(kind), name);
                             }
-                            drop(names);
-                            shared.confirmed_changed();
                         }
+                        Incoming::Subscribed(..) => {}
                         Incoming::Unsubscribed(kind, name) => {
-                            shared.names().confirmed[index(kind)].remove(&name);
-                            shared.confirmed_changed();
+                            if inflight.contains_key(&(index(kind), name.clone())) {
+                                continue;
+                            }
                             if sent[index(kind)].contains(&name) {
                                 // Not asked for: the server moved it away.
                                 return End::Moved;
@@ -522,13 +611,32 @@ async fn serve(ctx: &Ctx, shared: &Shared, mut stream: TcpStream, fence: Fence) 
                 if heard.elapsed() > silent_for {
                     return End::Lost;
                 }
-                let mut out = Output::default();
                 link::encode(&mut out, &[Bytes::from_static(b"PING")]);
-                if out.write_to(&mut stream).await.is_err() {
-                    return End::Lost;
-                }
             }
         }
+        // A server that stops reading (frozen, its socket full) is not waited on for ever.
+        if !out.is_empty() {
+            let wrote = tokio::time::timeout(silent_for, out.write_to(&mut stream)).await;
+            if !matches!(wrote, Ok(Ok(()))) {
+                return End::Lost;
+            }
+        }
+    }
+}
+
+/// Counts one answer for `name`; true when it was the last one awaited.
+fn answers(inflight: &mut HashMap<(usize, Bytes), u32>, kind: usize, name: &Bytes) -> bool {
+    let key = (kind, name.clone());
+    match inflight.get_mut(&key) {
+        Some(n) if *n > 1 => {
+            *n -= 1;
+            false
+        }
+        Some(_) => {
+            inflight.remove(&key);
+            true
+        }
+        None => false,
     }
 }
 
@@ -554,7 +662,7 @@ mod tests {
     fn frames_of_a_subscribed_connection_are_read_by_kind() {
         let b = |s: &str| Bytes::copy_from_slice(s.as_bytes());
         let message = |kind, pattern: Option<&str>, channel: &str, payload: &str| {
-            Incoming::Message(Delivery {
+            Incoming::Message(Message {
                 kind,
                 pattern: pattern.map(b),
                 channel: b(channel),

@@ -46,6 +46,9 @@ impl Kind {
 /// One published message for one subscribed client.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Delivery {
+    /// The `[backends]` key of the backend that delivered it: a pattern subscribed on
+    /// several backends takes a message only from the one its channel routes to.
+    pub backend: Arc<str>,
     /// How the client subscribed to it.
     pub kind: Kind,
     /// The pattern that matched (`Kind::Pattern` only).

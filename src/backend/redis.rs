@@ -773,7 +773,7 @@ impl RedisBackend {
             _ => Locate::Fixed,
         };
         Ok(RedisFeed::new(Ctx {
-            backend: self.name.clone(),
+            backend: self.name.as_str().into(),
             target,
             locate,
             outbox,

@@ -590,12 +590,7 @@ impl Conn {
         if command.spec.every_backend {
             return self.every_backend(command, started).await;
         }
-        // A publish goes where its channel routes (`channels`), whatever its keys say.
-        let routed = match command.channel() {
-            Some(channel) => Ok(self.state.router.namespace_of_channel(channel)),
-            None => self.state.router.route(command.keys().map(|k| k.as_ref())),
-        };
-        let namespace = match routed {
+        let namespace = match self.route(command) {
             Ok(ns) => ns.clone(),
             Err(e) => {
                 m::request("", command.label(), "refused", started.elapsed());
@@ -603,6 +598,15 @@ impl Conn {
             }
         };
         self.forward_to(namespace, command, started).await
+    }
+
+    /// The namespace a command goes to: a publish's channel's (`channels`), whatever its keys
+    /// say; any other's keys'.
+    fn route(&self, command: &Command) -> Result<&Arc<Namespace>, crate::namespace::RouteError> {
+        match command.channel() {
+            Some(channel) => Ok(self.state.router.namespace_of_channel(channel)),
+            None => self.state.router.route(command.keys().map(|k| k.as_ref())),
+        }
     }
 
     /// FLUSHDB, FLUSHALL and SCRIPT: sent once to the backend of each namespace this client

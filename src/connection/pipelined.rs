@@ -23,6 +23,8 @@ impl Conn {
             || command.spec.every_backend
             || command.class == Idempotence::ConnectionBound
             || self.exec.giving_up()
+            // A RESP2 subscriber may send only what `handle` answers itself.
+            || (self.subscribed() && self.exec.proto == crate::backend::Proto::Resp2)
         {
             return None;
         }
@@ -31,8 +33,7 @@ impl Conn {
         if command.keys().count() > self.state.config.server.max_keys_per_command {
             return None;
         }
-        let keys = command.keys().map(|k| k.as_ref());
-        let namespace = self.state.router.route(keys).ok()?;
+        let namespace = self.route(command).ok()?;
         if !namespace.backend.pipelines()
             || (namespace.replicas.is_some() && command.class != Idempotence::Read)
             || !matches!(self.exec.plan(&**namespace, command), Plan::Fast)

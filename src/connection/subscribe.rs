@@ -19,7 +19,7 @@
 
 use super::{array, bulk, error, number, Conn, Flow};
 use crate::backend::pubsub::{Delivery, Feed, Kind, Outbox};
-use crate::backend::{Backend, DoubleStyle, Proto, Reply};
+use crate::backend::{Backend, BackendError, DoubleStyle, Proto, Reply};
 use crate::command::Command;
 use crate::error::{classify, ErrorClass};
 use crate::metrics as m;
@@ -40,8 +40,8 @@ pub(super) struct Subscriptions {
     pub(super) rx: mpsc::Receiver<Delivery>,
     /// One feed per backend it subscribed on.
     feeds: Vec<(Arc<Backend>, Feed)>,
-    /// Its names by kind ([`slot`]), in the order subscribed, each with the feeds (indices
-    /// into `feeds`) carrying it.
+    /// Its names by kind ([`slot`]), each with the feeds (indices into `feeds`) carrying it;
+    /// in the order subscribed until one is unsubscribed (Redis keeps no order either).
     names: [IndexMap<Bytes, Vec<usize>>; 3],
 }
 
@@ -76,7 +76,7 @@ impl Subscriptions {
 
     /// Drops `name` of `kind`, telling its feeds.
     fn remove(&mut self, kind: Kind, name: &Bytes) -> bool {
-        let Some(feeds) = self.names[slot(kind)].shift_remove(name) else {
+        let Some(feeds) = self.names[slot(kind)].swap_remove(name) else {
             return false;
         };
         for at in feeds {
@@ -159,11 +159,24 @@ impl Conn {
         self.subs.is_some()
     }
 
-    /// Writes what was delivered to the client since the last look, `first` among it.
+    /// Writes what was delivered to the client since the last look, `first` among it. A
+    /// pattern's message is taken only from the backend its channel routes to: a pattern
+    /// subscribed on two backends that are one server (two databases of one Redis, whose
+    /// Pub/Sub ignores the database) would otherwise deliver it twice.
     pub(super) fn deliver(&mut self, first: Delivery, out: &mut Output) {
         let mut next = Some(first);
         while let Some(delivery) = next {
-            self.reply(out, &delivery_frame(delivery));
+            let routed = delivery.kind != Kind::Pattern
+                || self
+                    .state
+                    .router
+                    .namespace_of_channel(&delivery.channel)
+                    .backend
+                    .name()
+                    == &*delivery.backend;
+            if routed {
+                self.reply(out, &delivery_frame(delivery));
+            }
             if out.len() >= super::FLUSH_AT {
                 break;
             }
@@ -210,7 +223,7 @@ impl Conn {
                 Err(refusal) => vec![refusal],
             }
         } else {
-            self.unsubscribe(kind, &names)
+            self.unsubscribe(kind, &names, out)
         };
         for frame in &frames {
             self.reply(out, frame);
@@ -294,7 +307,13 @@ impl Conn {
         frames
     }
 
-    fn unsubscribe(&mut self, kind: Kind, names: &[Bytes]) -> Vec<Frame> {
+    /// `(P|S)UNSUBSCRIBE`. What was delivered before it is written first, as Redis sends a
+    /// message before the confirmation of an unsubscribe it processed after; the feeds drop
+    /// what comes for a name once it is no longer wanted, so nothing for it follows.
+    fn unsubscribe(&mut self, kind: Kind, names: &[Bytes], out: &mut Output) -> Vec<Frame> {
+        if let Some(first) = self.subs.as_mut().and_then(|s| s.rx.try_recv().ok()) {
+            self.deliver(first, out);
+        }
         let Some(subs) = self.subs.as_mut() else {
             let named: Vec<Option<Bytes>> = if names.is_empty() {
                 vec![None]
@@ -306,16 +325,34 @@ impl Conn {
                 .map(|name| unsubscribed(kind, name, 0))
                 .collect();
         };
-        let all: Vec<Bytes>;
-        let names = if names.is_empty() {
-            all = subs.names[slot(kind)].keys().cloned().collect();
+        if names.is_empty() {
+            // Every name of the kind, in the order subscribed, counted down.
+            let all = std::mem::take(&mut subs.names[slot(kind)]);
             if all.is_empty() {
                 return vec![unsubscribed(kind, None, subs.count(kind))];
             }
-            &all
-        } else {
-            names
-        };
+            let mut by_feed: Vec<Vec<Bytes>> = vec![Vec::new(); subs.feeds.len()];
+            for (name, feeds) in &all {
+                for at in feeds {
+                    if let Some(list) = by_feed.get_mut(*at) {
+                        list.push(name.clone());
+                    }
+                }
+            }
+            for ((_, feed), list) in subs.feeds.iter().zip(&by_feed) {
+                if !list.is_empty() {
+                    feed.unsubscribe(kind, list);
+                }
+            }
+            let mut left = subs.count(kind) + all.len() as i64;
+            return all
+                .into_keys()
+                .map(|name| {
+                    left -= 1;
+                    unsubscribed(kind, Some(name), left)
+                })
+                .collect();
+        }
         names
             .iter()
             .map(|name| {
@@ -438,12 +475,15 @@ async fn subscribe_on(
     kind: Kind,
     plan: &[(Bytes, Vec<Arc<Namespace>>)],
 ) -> Result<(), Frame> {
-    // By backend: (feed index, the namespace it was reached through, its new names).
+    // By backend: (feed index, the namespace it was reached through, its new names); and
+    // each new name with the feeds that will carry it.
     let mut batches: Vec<(usize, Arc<Namespace>, Vec<Bytes>)> = Vec::new();
+    let mut fresh: IndexMap<Bytes, Vec<usize>> = IndexMap::new();
     for (name, carriers) in plan {
-        if subs.names[slot(kind)].contains_key(name) {
+        if subs.names[slot(kind)].contains_key(name) || fresh.contains_key(name) {
             continue;
         }
+        let mut carried = Vec::with_capacity(carriers.len());
         for ns in carriers {
             let at = match subs
                 .feeds
@@ -462,55 +502,44 @@ async fn subscribe_on(
                 }
             };
             match batches.iter_mut().find(|(i, _, _)| *i == at) {
-                Some((_, _, names)) => {
-                    if !names.contains(name) {
-                        names.push(name.clone());
-                    }
-                }
+                Some((_, _, names)) => names.push(name.clone()),
                 None => batches.push((at, ns.clone(), vec![name.clone()])),
             }
+            carried.push(at);
         }
+        fresh.insert(name.clone(), carried);
     }
-    let mut done: Vec<usize> = Vec::new();
     for (batch, (at, ns, names)) in batches.iter().enumerate() {
         let Some((_, feed)) = subs.feeds.get(*at) else {
             continue;
         };
         let hold = ns.policy.backoff.total_before_jitter();
-        if let Err(e) = feed.subscribe(kind, names, hold).await {
-            // Undo what this command subscribed elsewhere.
-            for i in &done {
-                if let Some((at, _, names)) = batches.get(*i) {
-                    if let Some((_, feed)) = subs.feeds.get(*at) {
-                        feed.unsubscribe(kind, names);
-                    }
-                }
-            }
-            let text = if classify(&e) == ErrorClass::Other {
-                format!("ERR holdfast: {e}")
-            } else {
-                format!(
-                    "UNAVAILABLE not subscribed: backend '{}' of namespace '{}' did not confirm the subscription within {:?} ({})",
-                    ns.backend.name(),
-                    ns.name,
-                    hold,
-                    crate::exec::chain(&e)
-                )
-            };
-            return Err(error(text));
-        }
-        done.push(batch);
-    }
-    for (name, _) in plan {
-        if subs.names[slot(kind)].contains_key(name) {
+        let Err(e) = feed.subscribe(kind, names, hold).await else {
             continue;
+        };
+        // Nothing of this command stays subscribed: the failed batch (a SQL backend keeps
+        // what it was given) and those before it.
+        for (at, _, names) in &batches[..=batch] {
+            if let Some((_, feed)) = subs.feeds.get(*at) {
+                feed.unsubscribe(kind, names);
+            }
         }
-        let feeds: Vec<usize> = batches
-            .iter()
-            .filter(|(_, _, names)| names.contains(name))
-            .map(|(at, _, _)| *at)
-            .collect();
-        subs.names[slot(kind)].insert(name.clone(), feeds);
+        let answer = match e {
+            // The backend's own refusal (`-NOPERM` of its ACL), as it answered.
+            BackendError::Reply { frame, .. } => *frame,
+            e if classify(&e) == ErrorClass::Other => error(format!("ERR holdfast: {e}")),
+            e => error(format!(
+                "UNAVAILABLE not subscribed: backend '{}' of namespace '{}' did not confirm the subscription within {:?} ({})",
+                ns.backend.name(),
+                ns.name,
+                hold,
+                crate::exec::chain(&e)
+            )),
+        };
+        return Err(answer);
+    }
+    for (name, feeds) in fresh {
+        subs.names[slot(kind)].insert(name, feeds);
     }
     Ok(())
 }
@@ -556,6 +585,7 @@ mod tests {
             _ => Vec::new(),
         };
         let d = |kind, pattern: Option<&str>| Delivery {
+            backend: "b".into(),
             kind,
             pattern: pattern.map(b),
             channel: b("ch"),

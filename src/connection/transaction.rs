@@ -55,17 +55,33 @@ impl Conn {
             );
             return Flow::Continue;
         }
+        // A publish goes where its channel routes, not by its keys (SPUBLISH's channel is
+        // one): every channel and every key must fall in one namespace.
         let keys: Vec<&[u8]> = multi
             .queue
             .iter()
+            .filter(|c| c.channel().is_none())
             .flat_map(|c| c.keys())
             .map(|k| k.as_ref())
             .collect();
-        let routed = self
-            .state
-            .router
-            .route(keys.iter().copied())
-            .map(Arc::clone);
+        let router = &self.state.router;
+        let channels: Vec<&Arc<crate::namespace::Namespace>> = multi
+            .queue
+            .iter()
+            .filter_map(|c| c.channel())
+            .map(|c| router.namespace_of_channel(c))
+            .collect();
+        let routed = match (channels.first(), keys.is_empty()) {
+            (Some(ns), true) => Ok(Arc::clone(ns)),
+            _ => router.route(keys.iter().copied()).map(Arc::clone),
+        };
+        let routed = routed.and_then(|ns| match channels.iter().find(|c| c.name != ns.name) {
+            Some(other) => Err(crate::namespace::RouteError::CrossNamespace {
+                first: ns.name.clone(),
+                second: other.name.clone(),
+            }),
+            None => Ok(ns),
+        });
         let namespace = match routed {
             Ok(ns) => ns,
             Err(e) => {

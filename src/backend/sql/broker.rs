@@ -67,7 +67,7 @@ struct Listen {
 
 /// The subscribers of one SQL backend in this process.
 pub struct Broker {
-    name: String,
+    name: Arc<str>,
     state: Mutex<State>,
     listen: Option<Listen>,
 }
@@ -82,7 +82,7 @@ impl Broker {
             up: watch::channel(false).0,
         });
         Arc::new(Broker {
-            name: name.to_string(),
+            name: name.into(),
             state: Mutex::new(State::default()),
             listen,
         })
@@ -123,6 +123,7 @@ impl Broker {
                 if sub.shards.contains(channel) {
                     count += 1;
                     sub.outbox.put(Delivery {
+                        backend: self.name.clone(),
                         kind: Kind::Shard,
                         pattern: None,
                         channel: channel.clone(),
@@ -134,6 +135,7 @@ impl Broker {
             if sub.channels.contains(channel) {
                 count += 1;
                 sub.outbox.put(Delivery {
+                    backend: self.name.clone(),
                     kind: Kind::Channel,
                     pattern: None,
                     channel: channel.clone(),
@@ -144,6 +146,7 @@ impl Broker {
                 if glob(pattern, channel) {
                     count += 1;
                     sub.outbox.put(Delivery {
+                        backend: self.name.clone(),
                         kind: Kind::Pattern,
                         pattern: Some(pattern.clone()),
                         channel: channel.clone(),
@@ -280,8 +283,12 @@ impl Broker {
         let Some(listen) = &self.listen else {
             return Ok(());
         };
-        if !listen.started.swap(true, Ordering::AcqRel) {
-            tokio::spawn(listen_loop(Arc::downgrade(self)));
+        {
+            // Under the state lock: the listening task decides to stop under it too.
+            let _state = self.state();
+            if !listen.started.swap(true, Ordering::AcqRel) {
+                tokio::spawn(listen_loop(Arc::downgrade(self)));
+            }
         }
         let mut up = listen.up.subscribe();
         let listening = async move { up.wait_for(|up| *up).await.is_ok() };
@@ -330,10 +337,46 @@ pub fn decode(text: &str) -> Option<(bool, Bytes, Bytes)> {
     ))
 }
 
+/// How long the `LISTEN` connection may stay quiet before it is asked a `SELECT 1`, and how
+/// long that may take: a server that stopped answering is left, not listened to for ever.
+const LISTEN_CHECK: Duration = Duration::from_secs(5);
+const LISTEN_PROBE: Duration = Duration::from_secs(2);
+
+/// Whether the listening task should stop: no subscriber is left in this process (or the
+/// broker is gone). Decided under the state lock, where [`Broker::listening`] starts it.
+fn idle(broker: &Weak<Broker>) -> bool {
+    let Some(b) = broker.upgrade() else {
+        return true;
+    };
+    let Some(listen) = &b.listen else {
+        return true;
+    };
+    let state = b.state();
+    if !state.subs.is_empty() {
+        return false;
+    }
+    listen.started.store(false, Ordering::Release);
+    listen.up.send_replace(false);
+    drop(state);
+    true
+}
+
+fn set_up(broker: &Weak<Broker>, up: bool) {
+    if let Some(b) = broker.upgrade() {
+        if let Some(listen) = &b.listen {
+            listen.up.send_replace(up);
+        }
+    }
+}
+
 /// Listens on the first host that accepts `LISTEN` (the primary), delivering what it hears,
-/// and listens again when the connection ends, for as long as the broker exists.
+/// and listens again when the connection ends or stops answering, for as long as this
+/// process has a subscriber.
 async fn listen_loop(broker: Weak<Broker>) {
     loop {
+        if idle(&broker) {
+            return;
+        }
         let Some(strong) = broker.upgrade() else {
             return;
         };
@@ -350,7 +393,7 @@ async fn listen_loop(broker: Weak<Broker>) {
                 l.listen(PG_CHANNEL).await?;
                 Ok::<_, sqlx::Error>(l)
             };
-            if let Ok(Ok(l)) = tokio::time::timeout(Duration::from_secs(2), open).await {
+            if let Ok(Ok(l)) = tokio::time::timeout(LISTEN_PROBE, open).await {
                 listener = Some(l);
                 break;
             }
@@ -359,25 +402,31 @@ async fn listen_loop(broker: Weak<Broker>) {
             tokio::time::sleep(Duration::from_millis(200)).await;
             continue;
         };
-        if let Some(b) = broker.upgrade() {
-            if let Some(listen) = &b.listen {
-                listen.up.send_replace(true);
-            }
-        }
+        set_up(&broker, true);
         // Until the connection ends: what is published until it is back is not heard.
-        while let Ok(Some(note)) = listener.try_recv().await {
-            let Some(b) = broker.upgrade() else { return };
-            if let Some((shard, channel, payload)) = decode(note.payload()) {
-                b.deliver(shard, &channel, &payload);
+        loop {
+            match tokio::time::timeout(LISTEN_CHECK, listener.try_recv()).await {
+                Ok(Ok(Some(note))) => {
+                    let Some(b) = broker.upgrade() else { return };
+                    if let Some((shard, channel, payload)) = decode(note.payload()) {
+                        b.deliver(shard, &channel, &payload);
+                    }
+                }
+                Ok(_) => break,
+                Err(_) => {
+                    if idle(&broker) {
+                        return;
+                    }
+                    let probe = sqlx::query("SELECT 1").execute(&mut listener);
+                    if !matches!(tokio::time::timeout(LISTEN_PROBE, probe).await, Ok(Ok(_))) {
+                        break;
+                    }
+                }
             }
         }
         tracing::warn!(backend = %name, "the LISTEN connection ended; listening again");
         m::pubsub_resubscribe(&name);
-        if let Some(b) = broker.upgrade() {
-            if let Some(listen) = &b.listen {
-                listen.up.send_replace(false);
-            }
-        }
+        set_up(&broker, false);
     }
 }
 
