@@ -102,8 +102,9 @@ struct Conn {
     ahead: Option<(Arc<Namespace>, Ahead<Reply, BackendError>)>,
     /// This client as others see it (`CLIENT LIST`, `CLIENT KILL`).
     client: Arc<crate::shared::Client>,
-    /// Its Pub/Sub subscriptions, from its first `SUBSCRIBE` (`subscribe.rs`).
-    subs: Option<subscribe::Subscriptions>,
+    /// Its Pub/Sub subscriptions, from its first `SUBSCRIBE` (`subscribe.rs`); boxed, so a
+    /// client that never subscribes carries one pointer (an idle connection's memory).
+    subs: Option<Box<subscribe::Subscriptions>>,
 }
 
 fn simple(text: &str) -> Frame {
@@ -272,6 +273,7 @@ pub async fn serve<S>(
             // A client that reads nothing blocks this write; one that is killed meanwhile (a
             // subscriber past its backlog) is closed, not waited on.
             let written = tokio::select! {
+                biased;
                 written = output.write_to(&mut writer) => written.is_ok(),
                 () = &mut killed => false,
             };

@@ -146,7 +146,7 @@ pub(super) fn only_subscribe_commands(name: &str) -> Frame {
 
 /// Waits for the next delivery of a subscribed client; never, for one without
 /// subscriptions.
-pub(super) async fn next_delivery(subs: &mut Option<Subscriptions>) -> Option<Delivery> {
+pub(super) async fn next_delivery(subs: &mut Option<Box<Subscriptions>>) -> Option<Delivery> {
     match subs {
         Some(subs) => subs.rx.recv().await,
         None => std::future::pending().await,
@@ -228,7 +228,7 @@ impl Conn {
         for frame in &frames {
             self.reply(out, frame);
         }
-        if self.subs.as_ref().is_some_and(Subscriptions::is_empty) {
+        if self.subs.as_ref().is_some_and(|s| s.is_empty()) {
             self.subs = None;
         }
         self.show_subscriptions();
@@ -273,12 +273,12 @@ impl Conn {
                     }),
                 );
                 m::pubsub_clients(1.0);
-                Subscriptions {
+                Box::new(Subscriptions {
                     outbox,
                     rx,
                     feeds: Vec::new(),
                     names: Default::default(),
-                }
+                })
             }
         };
         // Counted one by one, as Redis confirms them: a name already subscribed (or named
