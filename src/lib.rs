@@ -10,7 +10,8 @@
 //! - [`http`]: the metrics port (`/metrics`, `/healthz`, `/readyz`, `/config`) and the
 //!   background probe that keeps `holdfast_backend_up` current.
 //! - [`connection`]: one client: framing, HELLO/AUTH/CLIENT/MULTI, its own backend connection
-//!   (blocking commands, transactions), reply encoding, in-order execution.
+//!   (blocking commands, transactions), its Pub/Sub subscriptions and what they deliver,
+//!   reply encoding, in-order execution.
 //! - [`shared`]: what every connection shares: the configuration generation (router and
 //!   backends, swapped whole on reload), the retry budget, client ids and the give-up signal.
 //! - [`exec`]: the request executor: a routed command in, its reply and outcome out; reply
@@ -22,8 +23,10 @@
 //!   (`backend::link`: many clients' commands in one write), Sentinel, Cluster, TLS and a
 //!   client's own connection go through fred; exact mode's Redis script, its token keys and
 //!   reply repair (`backend::exact`); PostgreSQL and SQLite through sqlx (the Redis data
-//!   model on tables, group commit, batched GETs, exact-mode tokens); a scripted fake for
-//!   unit tests.
+//!   model on tables, group commit, batched GETs, exact-mode tokens); Pub/Sub as each kind
+//!   carries it (`backend::feed`: a subscriber's own Redis connections, followed through a
+//!   failover; `backend::sql::broker`: in process, or `LISTEN`/`NOTIFY`); a scripted fake
+//!   for unit tests.
 //! - [`resp`]: request decoding with limits, reply encoding in RESP2 or RESP3, the client's
 //!   protocol version and a backend's spelling of doubles.
 //! - [`command`]: the command table (name, arity, keys, idempotence) and parsing against it.
