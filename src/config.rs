@@ -796,6 +796,34 @@ impl Default for Config {
     }
 }
 
+/// Whether `key`, a `HOLDFAST_` variable's name without the prefix, is one of those
+/// Kubernetes sets in every pod of a namespace with a Service named `holdfast` (its "service
+/// links"): `SERVICE_HOST`, `SERVICE_PORT`, `SERVICE_PORT_<name>`, `PORT`, and
+/// `PORT_<number>_<TCP|UDP|SCTP>` with an optional `_PROTO`, `_PORT` or `_ADDR`. Each is
+/// skipped, not refused: a sidecar must start whatever Services its namespace has. Any
+/// other unknown variable is still refused like an unknown key (a typo is not ignored).
+pub fn service_link(key: &str) -> bool {
+    let key = key.to_ascii_uppercase();
+    if matches!(key.as_str(), "SERVICE_HOST" | "SERVICE_PORT" | "PORT") {
+        return true;
+    }
+    if let Some(name) = key.strip_prefix("SERVICE_PORT_") {
+        return !name.is_empty();
+    }
+    let Some(rest) = key.strip_prefix("PORT_") else {
+        return false;
+    };
+    let mut parts = rest.split('_');
+    let number = parts.next().unwrap_or_default();
+    let proto = parts.next().unwrap_or_default();
+    let field = parts.next();
+    !number.is_empty()
+        && number.bytes().all(|b| b.is_ascii_digit())
+        && matches!(proto, "TCP" | "UDP" | "SCTP")
+        && field.map_or(true, |f| matches!(f, "PROTO" | "PORT" | "ADDR"))
+        && parts.next().is_none()
+}
+
 impl Config {
     /// Loads defaults, then `file` (when given), then `HOLDFAST_` variables (`__` nests:
     /// `HOLDFAST_SERVER__LISTEN`), and validates the result.
@@ -828,10 +856,12 @@ impl Config {
             None => figment = figment.merge(Serialized::defaults(Config::default())),
         }
         // HOLDFAST_LOG and HOLDFAST_LOG_FORMAT configure logging, which starts before the
-        // configuration is read; they are not configuration keys.
+        // configuration is read; they are not configuration keys. Nor are the variables
+        // Kubernetes puts into every pod for a Service named `holdfast` (`service_link`).
         figment = figment.merge(
             Env::prefixed("HOLDFAST_")
                 .ignore(&["log", "log_format"])
+                .filter(|key| !service_link(key.as_str()))
                 .split("__"),
         );
         Self::from_figment(figment)

@@ -390,3 +390,71 @@ fn a_multi_host_url_is_one_url_per_host() {
     assert!(postgres_hosts("mysql://h/db").is_err());
     assert!(postgres_hosts("postgres://u@h1:notaport/db").is_err());
 }
+
+#[test]
+fn kubernetes_service_links_are_told_from_configuration_keys() {
+    use crate::config::service_link;
+    let links = [
+        "PORT",
+        "SERVICE_HOST",
+        "SERVICE_PORT",
+        "SERVICE_PORT_REDIS",
+        "SERVICE_PORT_METRICS_HTTP",
+        "PORT_6380_TCP",
+        "PORT_6380_TCP_PROTO",
+        "PORT_6380_TCP_PORT",
+        "PORT_6380_TCP_ADDR",
+        "PORT_9380_UDP",
+        "PORT_53_SCTP_ADDR",
+        "port_6380_tcp",
+    ];
+    for key in links {
+        assert!(service_link(key), "{key}");
+    }
+    let keys = [
+        "SERVER__LISTEN",
+        "SERVER_LISTEN",
+        "SERVICE_PORT_",
+        "PORTS",
+        "PORT_",
+        "PORT_X_TCP",
+        "PORT_6380",
+        "PORT_6380_HTTP",
+        "PORT_6380_TCP_HOST",
+        "PORT_6380_TCP_ADDR_X",
+        "DEFAULTS__RETRY__MAX_ATTEMPTS",
+    ];
+    for key in keys {
+        assert!(!service_link(key), "{key}");
+    }
+}
+
+#[test]
+fn variables_kubernetes_injects_do_not_stop_a_start() {
+    figment::Jail::expect_with(|jail| {
+        jail.create_file(
+            "holdfast.toml",
+            &format!("[server]\nlisten = \"127.0.0.1:7001\"\n{MINIMAL}"),
+        )?;
+        jail.set_env("HOLDFAST_SERVER__LISTEN", "127.0.0.1:7000");
+        // Nor are the ones Kubernetes injects for a Service named `holdfast`.
+        for (key, value) in [
+            ("HOLDFAST_PORT", "tcp://10.0.0.11:6380"),
+            ("HOLDFAST_PORT_6380_TCP", "tcp://10.0.0.11:6380"),
+            ("HOLDFAST_PORT_6380_TCP_PROTO", "tcp"),
+            ("HOLDFAST_PORT_6380_TCP_PORT", "6380"),
+            ("HOLDFAST_PORT_6380_TCP_ADDR", "10.0.0.11"),
+            ("HOLDFAST_SERVICE_HOST", "10.0.0.11"),
+            ("HOLDFAST_SERVICE_PORT", "6380"),
+            ("HOLDFAST_SERVICE_PORT_REDIS", "6380"),
+        ] {
+            jail.set_env(key, value);
+        }
+        let config = Config::load(Some(Path::new("holdfast.toml"))).map_err(|e| e.to_string())?;
+        assert_eq!(config.server.listen.to_string(), "127.0.0.1:7000");
+        // A typo of a real key is still refused.
+        jail.set_env("HOLDFAST_SERVER_LISTEN", "127.0.0.1:7002");
+        assert!(Config::load(Some(Path::new("holdfast.toml"))).is_err());
+        Ok(())
+    });
+}

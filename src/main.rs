@@ -33,8 +33,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_env("HOLDFAST_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colour only for a person at a terminal: a log shipper would keep the escape codes.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     // HOLDFAST_LOG_FORMAT=json: one JSON object a line, for log shippers.
     if std::env::var("HOLDFAST_LOG_FORMAT").is_ok_and(|f| f == "json") {

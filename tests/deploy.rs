@@ -1285,3 +1285,33 @@ fn every_configuration_file_validates() {
     }
     assert!(found, "{K8S}: no ConfigMap holds a .toml");
 }
+
+/// A Service named `holdfast` in the pod's namespace: Kubernetes puts `HOLDFAST_PORT`,
+/// `HOLDFAST_SERVICE_HOST`, … into every pod. The manifest turns service links off, and the
+/// binary starts with them all the same.
+#[test]
+fn kubernetes_service_links_do_not_stop_the_sidecar() {
+    let manifest = Manifest::load();
+    let (_, pod) = manifest.pod();
+    assert_eq!(
+        at(pod, &["spec", "enableServiceLinks"]).as_bool(),
+        Some(false),
+        "{K8S}: enableServiceLinks"
+    );
+    let env: Vec<(String, String)> = [
+        ("HOLDFAST_PORT", "tcp://10.96.0.11:6380"),
+        ("HOLDFAST_PORT_6380_TCP", "tcp://10.96.0.11:6380"),
+        ("HOLDFAST_PORT_6380_TCP_PROTO", "tcp"),
+        ("HOLDFAST_PORT_6380_TCP_PORT", "6380"),
+        ("HOLDFAST_PORT_6380_TCP_ADDR", "10.96.0.11"),
+        ("HOLDFAST_SERVICE_HOST", "10.96.0.11"),
+        ("HOLDFAST_SERVICE_PORT", "6380"),
+        ("HOLDFAST_SERVICE_PORT_REDIS", "6380"),
+        ("HOLDFAST_SERVER__LISTEN", "127.0.0.1:7379"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let effective = check_config(&repo().join("config/holdfast.toml"), &env);
+    assert_eq!(effective.server.listen.to_string(), "127.0.0.1:7379");
+}

@@ -448,3 +448,44 @@ async fn a_dispatch_in_flight_at_the_end_of_the_grace_period_answers_indoubt() {
         signalled.elapsed()
     );
 }
+
+/// Logs to a pipe (a container runtime, a log shipper) carry no colour codes.
+#[test]
+fn logs_to_a_pipe_have_no_colour_codes() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("holdfast.toml");
+    let (port, metrics) = (free_port(), free_port());
+    std::fs::write(
+        &path,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:{port}\"\nmetrics_listen = \"127.0.0.1:{metrics}\"\n\
+             [backends.local]\nkind = \"sqlite\"\npath = \"{}\"\n\
+             [[namespaces]]\nname = \"default\"\nbackend = \"local\"\n",
+            dir.path().join("db.sqlite").display()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_holdfast"))
+        .arg("--config")
+        .arg(&path)
+        .env("HOLDFAST_LOG", "info")
+        .env_remove("HOLDFAST_LOG_FORMAT")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    let serving = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find(|line| line.contains("holdfast serving"));
+    let _ = child.kill();
+    let _ = child.wait();
+    let line = serving.expect("the start is logged");
+    assert!(
+        !line.contains('\u{1b}'),
+        "colour codes in a piped log: {line:?}"
+    );
+}
