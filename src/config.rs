@@ -97,7 +97,7 @@ pub struct UserConfig {
 pub struct ServerConfig {
     /// The Redis endpoint clients connect to. Loopback unless configured otherwise.
     pub listen: SocketAddr,
-    /// `/metrics`, `/healthz`, `/readyz`.
+    /// `/metrics`, `/healthz`, `/readyz`, `/backendz`.
     pub metrics_listen: SocketAddr,
     /// When set, clients must `AUTH` (or `HELLO ... AUTH`) with it before anything else.
     #[serde(

@@ -1,9 +1,9 @@
-//! The metrics port: `/metrics` (Prometheus text), `/healthz` (the process is up) and
-//! `/readyz` (every backend answered a PING) and `/config` (the effective configuration,
-//! secrets redacted). A deliberately tiny HTTP/1.1 responder: one
-//! request per connection, GET only, no body.
+//! The metrics port: `/metrics` (Prometheus text), `/healthz` (the process is up), `/readyz`
+//! (holdfast is serving clients within its limits: see [`readiness`]), `/backendz` (every
+//! backend answered a PING) and `/config` (the effective configuration, secrets redacted).
+//! A deliberately tiny HTTP/1.1 responder: one request per connection, GET only, no body.
 
-use crate::shared::Shared;
+use crate::shared::{Serving, Shared};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -54,7 +54,11 @@ async fn respond(
         match path {
             b"/metrics" => ("200 OK", crate::metrics::render(handle)),
             b"/healthz" => ("200 OK", "ok\n".to_string()),
-            b"/readyz" => readiness(shared).await,
+            b"/readyz" => {
+                let server = &shared.current().config.server;
+                readiness(shared.serving(), shared.clients.count(), server.max_clients)
+            }
+            b"/backendz" => backends(shared).await,
             b"/config" => ("200 OK", shared.current().config.to_toml_redacted()),
             _ => ("404 Not Found", "not found\n".to_string()),
         }
@@ -67,7 +71,28 @@ async fn respond(
     stream.shutdown().await
 }
 
-async fn readiness(shared: &Shared) -> (&'static str, String) {
+/// Whether holdfast is ready for clients: accepting them, and below `max_clients`. Backend
+/// health is not part of it: holdfast exists to hold requests through a backend's failover,
+/// and a sidecar's readiness gates its pod's, so a Redis failover failing it would take every
+/// application pod out of its Services at once — the outage holdfast is there to hide.
+/// Backend health is `holdfast_backend_up` (and its alert) and `/backendz`.
+pub fn readiness(serving: Serving, clients: usize, max_clients: usize) -> (&'static str, String) {
+    match serving {
+        Serving::NotYet => (
+            "503 Service Unavailable",
+            "not accepting clients yet\n".into(),
+        ),
+        Serving::Draining => ("503 Service Unavailable", "shutting down\n".into()),
+        Serving::Accepting if clients >= max_clients => (
+            "503 Service Unavailable",
+            format!("at server.max_clients ({max_clients} clients)\n"),
+        ),
+        Serving::Accepting => ("200 OK", "serving\n".into()),
+    }
+}
+
+/// `/backendz`: every backend of the running generation probed now; 503 when one is down.
+async fn backends(shared: &Shared) -> (&'static str, String) {
     let mut body = String::new();
     let mut all = true;
     for (name, up) in probe(shared).await {
@@ -94,11 +119,11 @@ async fn probe(shared: &Shared) -> Vec<(String, bool)> {
     results
 }
 
-/// How often backend health is probed for the metrics when nobody asks `/readyz`.
+/// How often backend health is probed for the metrics.
 pub const HEALTH_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Keeps `holdfast_backend_up` current: probes every backend each [`HEALTH_INTERVAL`], so the
-/// metric tells a backend's health whether or not an orchestrator polls `/readyz`. Also folds
+/// metric tells a backend's health whether or not anyone polls `/backendz`. Also folds
 /// the histograms' recorded samples into their buckets: the exporter keeps every sample until
 /// then, so without it memory would grow with each request until someone scraped `/metrics`.
 pub async fn watch_health(shared: std::sync::Arc<Shared>) {
@@ -108,5 +133,29 @@ pub async fn watch_health(shared: std::sync::Arc<Shared>) {
         every.tick().await;
         crate::metrics::install().run_upkeep();
         probe(&shared).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_while_accepting_below_the_client_limit_whatever_the_backends() {
+        let cases = [
+            (Serving::NotYet, 0, 10, "503"),
+            (Serving::Accepting, 0, 10, "200"),
+            (Serving::Accepting, 9, 10, "200"),
+            (Serving::Accepting, 10, 10, "503"),
+            (Serving::Accepting, 11, 10, "503"),
+            (Serving::Draining, 0, 10, "503"),
+        ];
+        for (serving, clients, max, want) in cases {
+            let (status, body) = readiness(serving, clients, max);
+            assert!(
+                status.starts_with(want),
+                "{serving:?} {clients}/{max}: {status} {body}"
+            );
+        }
     }
 }

@@ -7,7 +7,7 @@
 //! A request flows down this list; no module uses one above it.
 //!
 //! - [`server`]: accept loop, connection limit, one task per client, graceful drain.
-//! - [`http`]: the metrics port (`/metrics`, `/healthz`, `/readyz`, `/config`) and the
+//! - [`http`]: the metrics port (`/metrics`, `/healthz`, `/readyz`, `/backendz`, `/config`) and the
 //!   background probe that keeps `holdfast_backend_up` current.
 //! - [`connection`]: one client: framing, HELLO/AUTH/CLIENT/MULTI, its own backend connection
 //!   (blocking commands, transactions), its Pub/Sub subscriptions and what they deliver,

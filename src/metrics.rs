@@ -131,7 +131,7 @@ pub const BACKEND_UP: Def = def(
     "holdfast_backend_up",
     Gauge,
     &["backend"],
-    "1 when the backend answered its last health probe (every 5 s, and at each /readyz), 0 when it did not.",
+    "1 when the backend answered its last health probe (every 5 s, and at each /backendz), 0 when it did not.",
 );
 /// Pooled backend connections that are connected now.
 pub const POOL_CONNECTED: Def = def(

@@ -35,6 +35,7 @@ pub async fn run(shared: Arc<Shared>, listener: TcpListener, shutdown: impl Futu
     };
     let mut connections = JoinSet::new();
     let health = tokio::spawn(crate::http::watch_health(shared.clone()));
+    shared.set_serving(crate::shared::Serving::Accepting);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -83,6 +84,7 @@ pub async fn run(shared: Arc<Shared>, listener: TcpListener, shutdown: impl Futu
         }
     }
     drop(listener);
+    shared.set_serving(crate::shared::Serving::Draining);
     health.abort();
     let _ = stop_tx.send(true);
     if !drain(&mut connections, server.shutdown_grace).await {

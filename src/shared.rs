@@ -43,6 +43,19 @@ pub struct Shared {
     pub clients: Arc<Clients>,
     /// Turns true when shutdown's grace period is over: held requests stop waiting.
     give_up: watch::Sender<bool>,
+    /// Where the client listener is: [`Serving`] as a number (`/readyz`).
+    serving: std::sync::atomic::AtomicU8,
+}
+
+/// Where the client listener is, for readiness.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Serving {
+    /// Not accepting clients yet (or never: its TLS configuration could not be loaded).
+    NotYet,
+    /// Accepting clients.
+    Accepting,
+    /// Shutting down: no new client is accepted.
+    Draining,
 }
 
 /// Holdfast could not be assembled from a configuration.
@@ -78,6 +91,7 @@ impl Shared {
             next_id: AtomicU64::new(1),
             clients: Arc::default(),
             give_up: watch::channel(false).0,
+            serving: std::sync::atomic::AtomicU8::new(0),
         })
     }
 
@@ -147,6 +161,25 @@ impl Shared {
     /// Tells held requests to stop waiting: shutdown's grace period is over.
     pub fn give_up(&self) {
         let _ = self.give_up.send(true);
+    }
+
+    /// Records where the client listener is.
+    pub fn set_serving(&self, serving: Serving) {
+        let n = match serving {
+            Serving::NotYet => 0,
+            Serving::Accepting => 1,
+            Serving::Draining => 2,
+        };
+        self.serving.store(n, Ordering::Release);
+    }
+
+    /// Where the client listener is.
+    pub fn serving(&self) -> Serving {
+        match self.serving.load(Ordering::Acquire) {
+            1 => Serving::Accepting,
+            2 => Serving::Draining,
+            _ => Serving::NotYet,
+        }
     }
 }
 

@@ -300,21 +300,31 @@ async fn clients_beyond_the_limit_are_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn health_and_readiness_follow_the_backend() {
+async fn readiness_holds_through_a_backend_outage_and_backendz_follows_the_backend() {
     let mut redis = RedisServer::start();
     let proxy = Proxy::start(&one_backend(&redis.url(), "ready", "")).await;
     let (status, _) = proxy.http("/healthz").await;
     assert!(status.contains("200"), "{status}");
     let (status, body) = proxy.http("/readyz").await;
     assert!(status.contains("200"), "{status} {body}");
+    let (status, body) = proxy.http("/backendz").await;
+    assert!(status.contains("200"), "{status} {body}");
     redis.kill();
+    // Serving still: requests are held through the outage, so the pod stays in its
+    // Services; the backend's health is told apart.
     let (status, body) = proxy.http("/readyz").await;
+    assert!(status.contains("200"), "{status} {body}");
+    let (status, body) = proxy.http("/backendz").await;
     assert!(status.contains("503"), "{status}");
     assert!(body.contains("main down"), "{body}");
+    assert_eq!(
+        proxy.metric("holdfast_backend_up{backend=\"main\"}").await,
+        0.0
+    );
     let (status, _) = proxy.http("/healthz").await;
     assert!(status.contains("200"), "the process is still up: {status}");
     redis.restart();
-    let (status, _) = proxy.http("/readyz").await;
+    let (status, _) = proxy.http("/backendz").await;
     assert!(status.contains("200"), "{status}");
     // A series appears, with its help text, once something is recorded in it.
     let mut conn = proxy.connect().await;
@@ -917,6 +927,36 @@ async fn writes_on_a_clients_own_connection_wait_for_the_replicas_too() {
             "with the replica back: {exec}"
         );
         sleep(Duration::from_millis(200)).await;
+    }
+    proxy.stop().await;
+}
+
+/// At `max_clients` holdfast takes no new client: not ready until one leaves.
+#[tokio::test(flavor = "multi_thread")]
+async fn not_ready_at_max_clients() {
+    let redis = RedisServer::start();
+    let proxy = Proxy::start(&format!(
+        "[server]\nmax_clients = 1\n{}",
+        one_backend(&redis.url(), "full", "")
+    ))
+    .await;
+    let (status, _) = proxy.http("/readyz").await;
+    assert!(status.contains("200"), "{status}");
+    let mut only = proxy.connect().await;
+    assert_eq!(only.command(&["PING"]).await, b"+PONG\r\n");
+    let (status, body) = proxy.http("/readyz").await;
+    assert!(
+        status.contains("503") && body.contains("max_clients"),
+        "{status} {body}"
+    );
+    drop(only);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !proxy.http("/readyz").await.0.contains("200") {
+        assert!(
+            Instant::now() < deadline,
+            "ready again once the client left"
+        );
+        sleep(Duration::from_millis(50)).await;
     }
     proxy.stop().await;
 }

@@ -289,7 +289,7 @@ impl Backend {
         }
     }
 
-    /// Whether the backend answers a PING within `timeout` (`/readyz`).
+    /// Whether the backend answers a PING within `timeout` (`/backendz`, `holdfast_backend_up`).
     pub async fn ready(&self, timeout: Duration) -> bool {
         match self {
             Backend::Redis(r) => r.ready(timeout).await,
