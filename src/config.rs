@@ -99,6 +99,11 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     /// `/metrics`, `/healthz`, `/readyz`, `/backendz`.
     pub metrics_listen: SocketAddr,
+    /// Serve `/config` (the effective configuration, secrets redacted) on the metrics port.
+    /// Off by default: the port answers without authentication, and the image binds it on
+    /// every interface for Prometheus and the kubelet.
+    #[serde(default)]
+    pub serve_config: bool,
     /// When set, clients must `AUTH` (or `HELLO ... AUTH`) with it before anything else.
     #[serde(
         default,
@@ -164,6 +169,7 @@ impl Default for ServerConfig {
         ServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 6380)),
             metrics_listen: SocketAddr::from(([127, 0, 0, 1], 9380)),
+            serve_config: false,
             requirepass: None,
             requirepass_file: None,
             max_clients: 10_000,
@@ -1205,21 +1211,95 @@ pub fn read_secret(key: &str, path: &Path) -> Result<String, ConfigError> {
         .map_err(|e| invalid(key, format!("cannot read {}: {e}", path.display())))
 }
 
-/// Replaces the password of `scheme://user:pass@host` with `<redacted>`.
+/// A backend URL as it may be shown: every password hidden. The userinfo ends at the
+/// authority's last `@` (the WHATWG URL rule, so a password holding an unencoded `@`, as in
+/// `redis://u:p@ss@host`, is hidden whole; a `?` or `#` in a password must be
+/// percent-encoded, as in any URL), everything after its first `:` is the password; the
+/// authority ends at the first `/` after it, so libpq's multi-host form
+/// (`postgres://u:pw@h1:5432,h2:5433/db`) is one authority; and every query parameter named
+/// `password` or `sslpassword` (in any case, percent-encoded or not) has its value hidden.
+/// Not the `url` crate: it refuses the multi-host form, and would re-encode what it shows.
 pub fn redact_url(url: &str) -> String {
+    const HIDDEN: &str = "<redacted>";
     let Some(scheme_end) = url.find("://") else {
         return url.to_string();
     };
-    let rest = &url[scheme_end + 3..];
-    let Some(at) = rest.find('@') else {
-        return url.to_string();
+    let (head, rest) = url.split_at(scheme_end + 3);
+    // Before the query: the last `@` there ends the userinfo (a `/` in a password is
+    // hidden with it), and the authority runs to the first `/` after it.
+    let before_query = rest.find(['?', '#']).unwrap_or(rest.len());
+    let pre = &rest[..before_query];
+    let authority_end = match pre.rfind('@') {
+        Some(at) => pre[at..].find('/').map_or(pre.len(), |i| at + i),
+        None => pre.find('/').unwrap_or(pre.len()),
     };
-    let userinfo = &rest[..at];
-    let user = userinfo.split(':').next().unwrap_or("");
-    if !userinfo.contains(':') {
-        return url.to_string();
+    let (authority, tail) = rest.split_at(authority_end);
+    let authority = match authority.rfind('@') {
+        Some(at) => {
+            let (userinfo, host) = authority.split_at(at);
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{user}:{HIDDEN}{host}"),
+                None => authority.to_string(),
+            }
+        }
+        None => authority.to_string(),
+    };
+    let (path, query_and_fragment) = match tail.find('?') {
+        Some(q) => tail.split_at(q),
+        None => (tail, ""),
+    };
+    let (query, fragment) = match query_and_fragment.find('#') {
+        Some(f) => query_and_fragment.split_at(f),
+        None => (query_and_fragment, ""),
+    };
+    let query = match query.strip_prefix('?') {
+        Some(pairs) => {
+            let shown: Vec<String> = pairs
+                .split('&')
+                .map(|pair| {
+                    let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+                    let name = percent_decoded(key).to_ascii_lowercase();
+                    if matches!(name.as_str(), "password" | "sslpassword") && !value.is_empty() {
+                        format!("{key}={HIDDEN}")
+                    } else {
+                        pair.to_string()
+                    }
+                })
+                .collect();
+            format!("?{}", shown.join("&"))
+        }
+        None => String::new(),
+    };
+    format!("{head}{authority}{path}{query}{fragment}")
+}
+
+/// `%XX` escapes (and `+`) of a query key decoded, for comparing it with a name.
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match bytes[i] {
+            b'%' => {
+                match (
+                    bytes.get(i + 1).and_then(|b| hex(*b)),
+                    bytes.get(i + 2).and_then(|b| hex(*b)),
+                ) {
+                    (Some(h), Some(l)) => {
+                        out.push((h * 16 + l) as u8);
+                        i += 3;
+                        continue;
+                    }
+                    _ => out.push(b'%'),
+                }
+            }
+            b'+' => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
     }
-    format!("{}{user}:<redacted>{}", &url[..scheme_end + 3], &rest[at..])
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// `host:port` (an IPv6 host in brackets) as its two parts.

@@ -458,3 +458,42 @@ fn variables_kubernetes_injects_do_not_stop_a_start() {
         Ok(())
     });
 }
+
+#[test]
+fn every_password_of_a_url_is_hidden() {
+    use crate::config::redact_url;
+    let cases = [
+        ("redis://u:p@ss@x:6379/0", "redis://u:<redacted>@x:6379/0"),
+        ("redis://:onlypass@h", "redis://:<redacted>@h"),
+        ("redis://user@h:6379", "redis://user@h:6379"),
+        ("redis://h:6379/2", "redis://h:6379/2"),
+        ("rediss://u:a:b:c@h/0", "rediss://u:<redacted>@h/0"),
+        (
+            "postgres://u@h1:5432/db?password=s3cret",
+            "postgres://u@h1:5432/db?password=<redacted>",
+        ),
+        (
+            "postgres://u:pw@h1:5432,h2:5433/db?sslmode=require&PassWord=x&application_name=a",
+            "postgres://u:<redacted>@h1:5432,h2:5433/db?sslmode=require&PassWord=<redacted>&application_name=a",
+        ),
+        (
+            "postgres://u@h/db?pass%77ord=x&sslpassword=y",
+            "postgres://u@h/db?pass%77ord=<redacted>&sslpassword=<redacted>",
+        ),
+        (
+            "postgresql://u:p%40w@h/db?x=1#frag",
+            "postgresql://u:<redacted>@h/db?x=1#frag",
+        ),
+        // An `@` in the path or query is not the userinfo's.
+        ("postgres://h/db?application_name=a@b", "postgres://h/db?application_name=a@b"),
+        (
+            "postgres://h/db?password=x&a=b@c",
+            "postgres://h/db?password=<redacted>&a=b@c",
+        ),
+        ("redis://u:p/ss@h:6379/0", "redis://u:<redacted>@h:6379/0"),
+        ("not a url", "not a url"),
+    ];
+    for (url, shown) in cases {
+        assert_eq!(redact_url(url), shown, "{url}");
+    }
+}

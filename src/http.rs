@@ -59,7 +59,17 @@ async fn respond(
                 readiness(shared.serving(), shared.clients.count(), server.max_clients)
             }
             b"/backendz" => backends(shared).await,
-            b"/config" => ("200 OK", shared.current().config.to_toml_redacted()),
+            b"/config" => {
+                let config = &shared.current().config;
+                if config.server.serve_config {
+                    ("200 OK", config.to_toml_redacted())
+                } else {
+                    (
+                        "404 Not Found",
+                        "not served: set server.serve_config = true\n".to_string(),
+                    )
+                }
+            }
             _ => ("404 Not Found", "not found\n".to_string()),
         }
     };

@@ -163,8 +163,13 @@ async fn a_reload_applies_between_commands() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_config_endpoint_shows_the_effective_configuration_redacted() {
     let redis = RedisServer::start();
+    // Not served unless asked for: the port answers without authentication.
+    let closed = Proxy::start(&one_backend(&redis.url(), "closed", "")).await;
+    let (status, body) = closed.http("/config").await;
+    assert!(status.contains("404"), "{status} {body}");
+    closed.stop().await;
     let config = format!(
-        "[server]\nrequirepass = \"hunter2\"\n{}",
+        "[server]\nrequirepass = \"hunter2\"\nserve_config = true\n{}",
         one_backend(&redis.url(), "shown", "")
     );
     let proxy = Proxy::start(&config).await;
@@ -487,5 +492,88 @@ fn logs_to_a_pipe_have_no_colour_codes() {
     assert!(
         !line.contains('\u{1b}'),
         "colour codes in a piped log: {line:?}"
+    );
+}
+
+/// `check-config` of a configuration holding every kind of secret prints none of them.
+#[test]
+fn check_config_prints_no_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret_file = dir.path().join("pg-password");
+    std::fs::write(&secret_file, "from-a-file\n").unwrap();
+    let path = dir.path().join("holdfast.toml");
+    let secrets = [
+        "s3cret-requirepass",
+        "s3cret-user",
+        "p@ss-redis",
+        "s3cret-query",
+        "s3cret-multi",
+        "s3cret-ssl",
+        "from-a-file",
+    ];
+    std::fs::write(
+        &path,
+        format!(
+            r#"
+[server]
+requirepass = "s3cret-requirepass"
+[backends.cache]
+kind = "redis"
+url = "redis://u:p@ss-redis@127.0.0.1:6379/0"
+[backends.pg]
+kind = "postgres"
+url = "postgres://u@127.0.0.1:5432/db?password=s3cret-query"
+[backends.ha_pg]
+kind = "postgres"
+url = "postgres://u:s3cret-multi@127.0.0.1:5432,127.0.0.1:5433/db?sslmode=disable&sslpassword=s3cret-ssl"
+[[namespaces]]
+name = "default"
+backend = "cache"
+[[namespaces]]
+name = "p"
+prefixes = ["p:"]
+backend = "pg"
+[[namespaces]]
+name = "h"
+prefixes = ["h:"]
+backend = "ha_pg"
+[[users]]
+name = "app"
+password = "s3cret-user"
+[[users]]
+name = "ops"
+password_file = "{}"
+"#,
+            secret_file.display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_holdfast"))
+        .arg("check-config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{printed}");
+    for secret in secrets {
+        assert!(!printed.contains(secret), "{secret} printed:\n{printed}");
+        // Nor a part of it long enough to mean something.
+        assert!(
+            !printed.contains(&secret[..6]),
+            "{secret} partly printed:\n{printed}"
+        );
+    }
+    assert!(
+        printed.contains("redis://u:<redacted>@127.0.0.1:6379/0"),
+        "{printed}"
+    );
+    assert!(
+        printed.contains(&secret_file.display().to_string()),
+        "{printed}"
     );
 }
