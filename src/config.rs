@@ -802,6 +802,28 @@ impl Default for Config {
     }
 }
 
+/// Claims `list` (the key prefixes or the channel prefixes at `key`) for namespace `name`:
+/// none may be empty (`empty` says why) or claimed by another namespace already.
+fn claim<'a>(
+    (key, what): (&str, &str),
+    list: &'a [String],
+    (claimed, name): (&mut BTreeMap<&'a str, &'a str>, &'a str),
+    empty: &str,
+) -> Result<(), ConfigError> {
+    for prefix in list {
+        if prefix.is_empty() {
+            return Err(invalid(key, empty));
+        }
+        if let Some(other) = claimed.insert(prefix, name) {
+            return Err(invalid(
+                key,
+                format!("{what} `{prefix}` is claimed by `{other}` too"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Whether `key`, a `HOLDFAST_` variable's name without the prefix, is one of those
 /// Kubernetes sets in every pod of a namespace with a Service named `holdfast` (its "service
 /// links"): `SERVICE_HOST`, `SERVICE_PORT`, `SERVICE_PORT_<name>`, `PORT`, and
@@ -1076,34 +1098,18 @@ impl Config {
                     ));
                 }
             }
-            for prefix in &ns.prefixes {
-                if prefix.is_empty() {
-                    return Err(invalid(
-                        format!("{key}.prefixes"),
-                        "an empty prefix; leave `prefixes` out for the catch-all",
-                    ));
-                }
-                if let Some(other) = prefixes.insert(prefix, ns.name.as_str()) {
-                    return Err(invalid(
-                        format!("{key}.prefixes"),
-                        format!("prefix `{prefix}` is claimed by `{other}` too"),
-                    ));
-                }
-            }
-            for prefix in &ns.channels {
-                if prefix.is_empty() {
-                    return Err(invalid(
-                        format!("{key}.channels"),
-                        "an empty prefix; the catch-all takes every channel no prefix claims",
-                    ));
-                }
-                if let Some(other) = channels.insert(prefix, ns.name.as_str()) {
-                    return Err(invalid(
-                        format!("{key}.channels"),
-                        format!("channel prefix `{prefix}` is claimed by `{other}` too"),
-                    ));
-                }
-            }
+            claim(
+                (&format!("{key}.prefixes"), "prefix"),
+                &ns.prefixes,
+                (&mut prefixes, &ns.name),
+                "an empty prefix; leave `prefixes` out for the catch-all",
+            )?;
+            claim(
+                (&format!("{key}.channels"), "channel prefix"),
+                &ns.channels,
+                (&mut channels, &ns.name),
+                "an empty prefix; the catch-all takes every channel no prefix claims",
+            )?;
             let policy = ns.effective(&self.defaults);
             check_retry(&format!("{key}.retry"), &policy.retry)?;
             check_acquire(&format!("{key}.acquire_timeout"), policy.acquire_timeout)?;

@@ -95,19 +95,6 @@ fn text(reply: &[u8]) -> String {
     String::from_utf8_lossy(reply).into_owned()
 }
 
-/// Waits until `check` holds, or panics after `limit` naming `what`.
-async fn until<F, Fut>(limit: Duration, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let start = Instant::now();
-    while !check().await {
-        assert!(start.elapsed() < limit, "timed out waiting for {what}");
-        sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// Waits until `replica`'s link to its master is up, or panics after `limit` naming `what`.
 async fn synced(replica: &RedisServer, limit: Duration, what: &str) {
     until(limit, what, || async {

@@ -11,23 +11,10 @@ mod support;
 use support::sentinel::Sentinel;
 use support::*;
 
-use std::future::Future;
 use std::time::{Duration, Instant};
 
 fn text(reply: &[u8]) -> String {
     String::from_utf8_lossy(reply).into_owned()
-}
-
-async fn until<F, Fut>(limit: Duration, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let start = Instant::now();
-    while !check().await {
-        assert!(start.elapsed() < limit, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// Who sends a step of the script.

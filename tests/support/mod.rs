@@ -170,6 +170,19 @@ backend = "main"
     )
 }
 
+/// Waits until `check` holds, or panics after `limit` naming `what`.
+pub async fn until<F, Fut>(limit: std::time::Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = std::time::Instant::now();
+    while !check().await {
+        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 /// Picks a free loopback port by binding port 0 and dropping the listener.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
