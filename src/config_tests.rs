@@ -121,6 +121,15 @@ fn bad_configurations_name_the_key() {
             format!("{MINIMAL}\n[[namespaces]]\nname = \"a\"\nprefixes = [\"x:\"]\nbackend = \"cache\"\n[[namespaces]]\nname = \"b\"\nprefixes = [\"x:\"]\nbackend = \"cache\"\n"),
             "namespaces[2].prefixes",
         ),
+        (
+            format!("{MINIMAL}\n[[namespaces]]\nname = \"a\"\nprefixes = [\"x:\"]\nchannels = [\"c.\"]\nbackend = \"cache\"\n[[namespaces]]\nname = \"b\"\nprefixes = [\"y:\"]\nchannels = [\"c.\"]\nbackend = \"cache\"\n"),
+            "namespaces[2].channels",
+        ),
+        (
+            format!("{MINIMAL}\n[[namespaces]]\nname = \"a\"\nprefixes = [\"x:\"]\nchannels = [\"\"]\nbackend = \"cache\"\n"),
+            "namespaces[1].channels",
+        ),
+        ("[server]\nmax_pubsub_backlog = 0\n".to_string() + MINIMAL, "server.max_pubsub_backlog"),
         (format!("[defaults.retry]\njitter = 2.0\n{MINIMAL}"), "defaults.retry.jitter"),
         (format!("[defaults]\nacquire_timeout = \"soon\"\n{MINIMAL}"), "acquire_timeout"),
         (format!("{MINIMAL}[namespaces.retry]\nmin_delay = \"20s\"\n"), "namespaces[0].retry.min_delay"),

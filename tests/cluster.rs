@@ -376,6 +376,25 @@ async fn pubsub_on_a_cluster_delivers_channels_everywhere_and_shard_channels_by_
             )
         );
     }
+    // One connection per slot: a client's shard channels span at most 64 slots.
+    let mut wide = proxy.connect().await;
+    let mut slots = std::collections::HashSet::new();
+    let mut names = Vec::new();
+    for i in 0.. {
+        let name = format!("wide{i}");
+        if slots.insert(cluster_slot(&name)) {
+            names.push(name);
+        }
+        if names.len() == 65 {
+            break;
+        }
+    }
+    for name in &names[..64] {
+        wide.command(&["SSUBSCRIBE", name]).await;
+    }
+    let refused = text(&wide.command(&["SSUBSCRIBE", &names[64]]).await);
+    assert!(refused.contains("at most 64 hash slots"), "{refused}");
+    drop(wide);
     // Whatever node a PUBLISH reaches, the Cluster delivers it to the subscriber's.
     publisher.command(&["PUBLISH", "news", "n"]).await;
     assert_eq!(
@@ -383,4 +402,20 @@ async fn pubsub_on_a_cluster_delivers_channels_everywhere_and_shard_channels_by_
         "*3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n$1\r\nn\r\n"
     );
     proxy.stop().await;
+}
+
+/// A key's hash slot (CRC16/XMODEM of the key, mod 16384; these names have no hash tag).
+fn cluster_slot(key: &str) -> u16 {
+    let mut crc: u16 = 0;
+    for byte in key.bytes() {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
 }

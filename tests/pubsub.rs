@@ -618,6 +618,14 @@ namespaces = ["mine"]
         text(&carol.command(&["PUBLISH", "mine.a", "x"]).await),
         ":0\r\n"
     );
+    // Not inside a transaction: refused, and the transaction discarded.
+    assert_eq!(text(&carol.command(&["MULTI"]).await), "+OK\r\n");
+    let refused = text(&carol.command(&["SUBSCRIBE", "mine.a"]).await);
+    assert!(
+        refused.starts_with("-ERR holdfast: SUBSCRIBE inside MULTI"),
+        "{refused}"
+    );
+    assert!(text(&carol.command(&["EXEC"]).await).starts_with("-EXECABORT"));
     assert_eq!(
         text(&carol.command(&["PSUBSCRIBE", "mine.*"]).await),
         "*3\r\n$10\r\npsubscribe\r\n$6\r\nmine.*\r\n:1\r\n"
