@@ -84,16 +84,6 @@ pub(super) struct Ctx {
     pub hold: Duration,
 }
 
-fn index(kind: Kind) -> usize {
-    match kind {
-        Kind::Channel => 0,
-        Kind::Pattern => 1,
-        Kind::Shard => 2,
-    }
-}
-
-const KINDS: [Kind; 3] = [Kind::Channel, Kind::Pattern, Kind::Shard];
-
 /// A subscriber waiting for its names to be confirmed.
 struct Waiter {
     /// The kind of its names (`index`).
@@ -238,7 +228,7 @@ impl RedisFeed {
                     LineHandle { shared, task }
                 });
                 let mut names = handle.shared.names();
-                let i = index(kind);
+                let i = kind.index();
                 let pending: HashSet<Bytes> = wanted
                     .iter()
                     .filter(|n| !names.confirmed[i].contains(*n))
@@ -307,7 +297,7 @@ impl RedisFeed {
         for name in names {
             let line = self.line_of(kind, name);
             if let Some(handle) = lines.get(&line) {
-                handle.shared.names().wanted[index(kind)].remove(name);
+                handle.shared.names().wanted[kind.index()].remove(name);
                 if !touched.contains(&line) {
                     touched.push(line);
                 }
@@ -527,8 +517,8 @@ async fn serve(ctx: &Ctx, shared: &Shared, mut stream: TcpStream, fence: Fence) 
         tokio::select! {
             () = shared.changed.notified() => {
                 let mut names = shared.names();
-                for kind in KINDS {
-                    let i = index(kind);
+                for kind in Kind::ALL {
+                    let i = kind.index();
                     let add: Vec<Bytes> = names.wanted[i].difference(&sent[i]).cloned().collect();
                     let drop: Vec<Bytes> = sent[i].difference(&names.wanted[i]).cloned().collect();
                     for (command, list) in [(kind.subscribe(), &add), (kind.unsubscribe(), &drop)] {
@@ -573,7 +563,7 @@ async fn serve(ctx: &Ctx, shared: &Shared, mut stream: TcpStream, fence: Fence) 
                             let wanted = {
                                 let names = shared.names();
                                 let name = m.pattern.as_ref().unwrap_or(&m.channel);
-                                names.wanted[index(m.kind)].contains(name)
+                                names.wanted[m.kind.index()].contains(name)
                             };
                             if wanted {
                                 ctx.outbox.put(Delivery {
@@ -585,18 +575,18 @@ async fn serve(ctx: &Ctx, shared: &Shared, mut stream: TcpStream, fence: Fence) 
                                 });
                             }
                         }
-                        Incoming::Subscribed(kind, name) | Incoming::Unsubscribed(kind, name) if answers(&mut inflight, index(kind), &name) => {
+                        Incoming::Subscribed(kind, name) | Incoming::Unsubscribed(kind, name) if answers(&mut inflight, kind.index(), &name) => {
                             // The last answer for this name: it stands as `sent` says.
-                            if sent[index(kind)].contains(&name) {
-                                shared.names().confirm(index(kind), name);
+                            if sent[kind.index()].contains(&name) {
+                                shared.names().confirm(kind.index(), name);
                             }
                         }
                         Incoming::Subscribed(..) => {}
                         Incoming::Unsubscribed(kind, name) => {
-                            if inflight.contains_key(&(index(kind), name.clone())) {
+                            if inflight.contains_key(&(kind.index(), name.clone())) {
                                 continue;
                             }
-                            if sent[index(kind)].contains(&name) {
+                            if sent[kind.index()].contains(&name) {
                                 // Not asked for: the server moved it away.
                                 return End::Moved;
                             }

@@ -24,6 +24,18 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// Every kind, in [`Kind::index`] order.
+    pub const ALL: [Kind; 3] = [Kind::Channel, Kind::Pattern, Kind::Shard];
+
+    /// Its place in a per-kind array (`[channels, patterns, shard channels]`).
+    pub fn index(self) -> usize {
+        match self {
+            Kind::Channel => 0,
+            Kind::Pattern => 1,
+            Kind::Shard => 2,
+        }
+    }
+
     /// The subscribe command of this kind.
     pub fn subscribe(self) -> &'static [u8] {
         match self {

@@ -40,7 +40,7 @@ pub(super) struct Subscriptions {
     pub(super) rx: mpsc::Receiver<Delivery>,
     /// One feed per backend it subscribed on.
     feeds: Vec<(Arc<Backend>, Feed)>,
-    /// Its names by kind ([`slot`]), each with the feeds (indices into `feeds`) carrying it;
+    /// Its names by kind ([`Kind::index`]), each with the feeds (indices into `feeds`) carrying it;
     /// in the order subscribed until one is unsubscribed (Redis keeps no order either).
     names: [IndexMap<Bytes, Vec<usize>>; 3],
 }
@@ -48,14 +48,6 @@ pub(super) struct Subscriptions {
 impl Drop for Subscriptions {
     fn drop(&mut self) {
         m::pubsub_clients(-1.0);
-    }
-}
-
-fn slot(kind: Kind) -> usize {
-    match kind {
-        Kind::Channel => 0,
-        Kind::Pattern => 1,
-        Kind::Shard => 2,
     }
 }
 
@@ -75,16 +67,15 @@ impl Subscriptions {
     }
 
     /// Drops `name` of `kind`, telling its feeds.
-    fn remove(&mut self, kind: Kind, name: &Bytes) -> bool {
-        let Some(feeds) = self.names[slot(kind)].swap_remove(name) else {
-            return false;
-        };
-        for at in feeds {
+    fn remove(&mut self, kind: Kind, name: &Bytes) {
+        for at in self.names[kind.index()]
+            .swap_remove(name)
+            .unwrap_or_default()
+        {
             if let Some((_, feed)) = self.feeds.get(at) {
                 feed.unsubscribe(kind, std::slice::from_ref(name));
             }
         }
-        true
     }
 }
 
@@ -287,7 +278,7 @@ impl Conn {
         let mut fresh: Vec<bool> = Vec::with_capacity(plan.len());
         let mut named = std::collections::HashSet::new();
         for (name, _) in &plan {
-            fresh.push(!subs.names[slot(kind)].contains_key(name) && named.insert(name.clone()));
+            fresh.push(!subs.names[kind.index()].contains_key(name) && named.insert(name.clone()));
         }
         let result = subscribe_on(&mut subs, kind, &plan).await;
         let frames = result.map(|()| {
@@ -327,7 +318,7 @@ impl Conn {
         };
         if names.is_empty() {
             // Every name of the kind, in the order subscribed, counted down.
-            let all = std::mem::take(&mut subs.names[slot(kind)]);
+            let all = std::mem::take(&mut subs.names[kind.index()]);
             if all.is_empty() {
                 return vec![unsubscribed(kind, None, subs.count(kind))];
             }
@@ -480,7 +471,7 @@ async fn subscribe_on(
     let mut batches: Vec<(usize, Arc<Namespace>, Vec<Bytes>)> = Vec::new();
     let mut fresh: IndexMap<Bytes, Vec<usize>> = IndexMap::new();
     for (name, carriers) in plan {
-        if subs.names[slot(kind)].contains_key(name) || fresh.contains_key(name) {
+        if subs.names[kind.index()].contains_key(name) || fresh.contains_key(name) {
             continue;
         }
         let mut carried = Vec::with_capacity(carriers.len());
@@ -539,7 +530,7 @@ async fn subscribe_on(
         return Err(answer);
     }
     for (name, feeds) in fresh {
-        subs.names[slot(kind)].insert(name, feeds);
+        subs.names[kind.index()].insert(name, feeds);
     }
     Ok(())
 }
