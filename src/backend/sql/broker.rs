@@ -116,60 +116,47 @@ impl Broker {
     /// process's subscribers, and answers how many got it (a client matching by two patterns
     /// counts twice, as in Redis).
     pub fn deliver(&self, shard: bool, channel: &Bytes, payload: &Bytes) -> i64 {
-        let state = self.state();
-        let mut count = 0;
-        for sub in state.subs.values() {
-            if shard {
-                if sub.shards.contains(channel) {
-                    count += 1;
-                    sub.outbox.put(Delivery {
-                        backend: self.name.clone(),
-                        kind: Kind::Shard,
-                        pattern: None,
-                        channel: channel.clone(),
-                        payload: payload.clone(),
-                    });
-                }
-                continue;
-            }
-            if sub.channels.contains(channel) {
-                count += 1;
-                sub.outbox.put(Delivery {
-                    backend: self.name.clone(),
-                    kind: Kind::Channel,
-                    pattern: None,
-                    channel: channel.clone(),
-                    payload: payload.clone(),
-                });
-            }
-            for pattern in &sub.patterns {
-                if glob(pattern, channel) {
-                    count += 1;
-                    sub.outbox.put(Delivery {
-                        backend: self.name.clone(),
-                        kind: Kind::Pattern,
-                        pattern: Some(pattern.clone()),
-                        channel: channel.clone(),
-                        payload: payload.clone(),
-                    });
-                }
-            }
-        }
-        count
+        self.reach(shard, channel, Some(payload))
     }
 
     /// How many of this process's subscribers a message to `channel` reaches (PostgreSQL's
     /// `PUBLISH` reply: the deliveries come through `LISTEN`).
-    pub fn count(&self, shard: bool, channel: &[u8]) -> i64 {
+    pub fn count(&self, shard: bool, channel: &Bytes) -> i64 {
+        self.reach(shard, channel, None)
+    }
+
+    /// The subscriptions a message to `channel` matches, counted, and given `payload` when
+    /// there is one.
+    fn reach(&self, shard: bool, channel: &Bytes, payload: Option<&Bytes>) -> i64 {
         let state = self.state();
         let mut count = 0;
+        let mut hit = |sub: &Sub, kind: Kind, pattern: Option<&Bytes>| {
+            count += 1;
+            if let Some(payload) = payload {
+                sub.outbox.put(Delivery {
+                    backend: self.name.clone(),
+                    kind,
+                    pattern: pattern.cloned(),
+                    channel: channel.clone(),
+                    payload: payload.clone(),
+                });
+            }
+        };
         for sub in state.subs.values() {
             if shard {
-                count += i64::from(sub.shards.contains(channel));
+                if sub.shards.contains(channel) {
+                    hit(sub, Kind::Shard, None);
+                }
                 continue;
             }
-            count += i64::from(sub.channels.contains(channel));
-            count += sub.patterns.iter().filter(|p| glob(p, channel)).count() as i64;
+            if sub.channels.contains(channel) {
+                hit(sub, Kind::Channel, None);
+            }
+            for pattern in &sub.patterns {
+                if glob(pattern, channel) {
+                    hit(sub, Kind::Pattern, Some(pattern));
+                }
+            }
         }
         count
     }
