@@ -84,10 +84,13 @@ pub(super) struct Ctx {
     pub hold: Duration,
 }
 
-/// A subscriber waiting for its names to be confirmed.
+/// A client waiting for its names to be confirmed by the server: subscribed, or (for an
+/// unsubscribe) released.
 struct Waiter {
-    /// The kind of its names (`index`).
+    /// The kind of its names (`Kind::index`).
     kind: usize,
+    /// Waiting for subscriptions (else for their release).
+    subscribe: bool,
     /// Its names not confirmed yet.
     pending: HashSet<Bytes>,
     /// Answered once `pending` is empty, or with the server's refusal.
@@ -113,20 +116,42 @@ impl Names {
         self.wanted.iter().all(HashSet::is_empty)
     }
 
-    /// The server confirmed `name`: it counts for every subscriber waiting on it (constant
-    /// work per waiter, so a long list is not scanned again for each name).
-    fn confirm(&mut self, kind: usize, name: Bytes) {
+    /// The server's last answer for `name` says it is subscribed (`subscribe`) or released:
+    /// it counts for every client waiting on that (constant work per waiter, so a long list
+    /// is not scanned again for each name).
+    fn settle(&mut self, kind: usize, name: Bytes, subscribe: bool) {
         let mut i = 0;
         while i < self.waiters.len() {
             let waiter = &mut self.waiters[i];
-            if waiter.kind == kind && waiter.pending.remove(&name) && waiter.pending.is_empty() {
+            if waiter.kind == kind
+                && waiter.subscribe == subscribe
+                && waiter.pending.remove(&name)
+                && waiter.pending.is_empty()
+            {
                 let waiter = self.waiters.swap_remove(i);
                 let _ = waiter.done.send(Ok(()));
                 continue;
             }
             i += 1;
         }
-        self.confirmed[kind].insert(name);
+        if subscribe {
+            self.confirmed[kind].insert(name);
+        }
+    }
+
+    /// The connection ended: the server holds nothing of it any more, so every release
+    /// waited for is done; subscriptions wait for the next connection.
+    fn connection_ended(&mut self) {
+        for set in &mut self.confirmed {
+            set.clear();
+        }
+        let (released, waiting) = std::mem::take(&mut self.waiters)
+            .into_iter()
+            .partition(|w| !w.subscribe);
+        self.waiters = waiting;
+        for waiter in released {
+            let _ = waiter.done.send(Ok(()));
+        }
     }
 
     /// The server refused a subscription (`-NOPERM` of its ACL, say): every waiter hears it.
@@ -241,6 +266,7 @@ impl RedisFeed {
                 let (done, answered) = oneshot::channel();
                 names.waiters.push(Waiter {
                     kind: i,
+                    subscribe: true,
                     pending,
                     done,
                 });
@@ -270,7 +296,7 @@ impl RedisFeed {
             }
         };
         if result.is_err() {
-            self.unsubscribe(kind, names);
+            self.unsubscribe(kind, names).await;
         }
         result
     }
@@ -289,28 +315,65 @@ impl RedisFeed {
         }
     }
 
-    /// Unsubscribes from `names`; a line left with nothing wanted is closed. Messages for
-    /// them still on their way are dropped by the line.
-    pub fn unsubscribe(&self, kind: Kind, names: &[Bytes]) {
-        let mut lines = self.lines();
+    /// Unsubscribes from `names`, returning once the server released those it had (as Redis
+    /// answers an `UNSUBSCRIBE`: a `PUBLISH` after it no longer counts this client), or once
+    /// a silent server has had as long as a line waits for one; a line left with nothing
+    /// wanted is closed then. Messages for them still on their way are dropped by the line.
+    pub async fn unsubscribe(&self, kind: Kind, names: &[Bytes]) {
+        let i = kind.index();
+        let mut waits = Vec::new();
         let mut touched = Vec::new();
-        for name in names {
-            let line = self.line_of(kind, name);
-            if let Some(handle) = lines.get(&line) {
-                handle.shared.names().wanted[kind.index()].remove(name);
-                if !touched.contains(&line) {
-                    touched.push(line);
+        {
+            let lines = self.lines();
+            let mut by_line: HashMap<Line, Vec<&Bytes>> = HashMap::new();
+            for name in names {
+                by_line
+                    .entry(self.line_of(kind, name))
+                    .or_default()
+                    .push(name);
+            }
+            for (line, list) in by_line {
+                let Some(handle) = lines.get(&line) else {
+                    continue;
+                };
+                let mut names = handle.shared.names();
+                let mut pending = HashSet::new();
+                for name in list {
+                    names.wanted[i].remove(name);
+                    if names.confirmed[i].contains(name) {
+                        pending.insert(name.clone());
+                    }
                 }
+                if !pending.is_empty() {
+                    let (done, answered) = oneshot::channel();
+                    names.waiters.push(Waiter {
+                        kind: i,
+                        subscribe: false,
+                        pending,
+                        done,
+                    });
+                    waits.push(answered);
+                }
+                drop(names);
+                handle.shared.changed.notify_one();
+                touched.push(line);
             }
         }
+        let silent_for = PING_EVERY + self.ctx.target.connection_timeout();
+        let released = async {
+            for answered in waits {
+                // A line that ends first has released everything with its connection.
+                let _ = answered.await;
+            }
+        };
+        let _ = tokio::time::timeout(silent_for, released).await;
+        let mut lines = self.lines();
         for line in touched {
-            let empty = lines
+            if lines
                 .get(&line)
-                .is_some_and(|handle| handle.shared.names().is_empty());
-            if empty {
+                .is_some_and(|handle| handle.shared.names().is_empty())
+            {
                 lines.remove(&line);
-            } else if let Some(handle) = lines.get(&line) {
-                handle.shared.changed.notify_one();
             }
         }
     }
@@ -343,9 +406,7 @@ async fn run_line(ctx: Arc<Ctx>, line: Line, shared: Arc<Shared>) {
                 delay = Duration::from_millis(50);
                 shared.names().failed = None;
                 let end = serve(&ctx, &shared, stream, fence).await;
-                for set in &mut shared.names().confirmed {
-                    set.clear();
-                }
+                shared.names().connection_ended();
                 if let (End::Moved, Locate::Cluster(topology)) = (end, &ctx.locate) {
                     let _ = topology.read().await;
                 }
@@ -577,9 +638,8 @@ async fn serve(ctx: &Ctx, shared: &Shared, mut stream: TcpStream, fence: Fence) 
                         }
                         Incoming::Subscribed(kind, name) | Incoming::Unsubscribed(kind, name) if answers(&mut inflight, kind.index(), &name) => {
                             // The last answer for this name: it stands as `sent` says.
-                            if sent[kind.index()].contains(&name) {
-                                shared.names().confirm(kind.index(), name);
-                            }
+                            let subscribed = sent[kind.index()].contains(&name);
+                            shared.names().settle(kind.index(), name, subscribed);
                         }
                         Incoming::Subscribed(..) => {}
                         Incoming::Unsubscribed(kind, name) => {

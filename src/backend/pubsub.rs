@@ -135,11 +135,11 @@ impl Feed {
         }
     }
 
-    /// Unsubscribes from `names`. Nothing to wait for: the client's end no longer passes
-    /// on what was sent for them.
-    pub fn unsubscribe(&self, kind: Kind, names: &[Bytes]) {
+    /// Unsubscribes from `names`, returning once the backend released them (a Redis server
+    /// answered; in process, at once).
+    pub async fn unsubscribe(&self, kind: Kind, names: &[Bytes]) {
         match self {
-            Feed::Redis(feed) => feed.unsubscribe(kind, names),
+            Feed::Redis(feed) => feed.unsubscribe(kind, names).await,
             Feed::Local(ticket) => ticket.unsubscribe(kind, names),
         }
     }

@@ -843,7 +843,7 @@ impl Conn {
             Local::Info => bulk(self.info(args)),
             Local::Command => command_reply(args),
             Local::Reset => {
-                self.unsubscribe_all();
+                self.unsubscribe_all().await;
                 self.multi = None;
                 self.unwatch().await;
                 self.exec.proto = Proto::Resp2;

@@ -66,16 +66,36 @@ impl Subscriptions {
         self.names.iter().all(IndexMap::is_empty)
     }
 
-    /// Drops `name` of `kind`, telling its feeds.
-    fn remove(&mut self, kind: Kind, name: &Bytes) {
+    /// Drops `name` of `kind`, once its feeds released it.
+    async fn remove(&mut self, kind: Kind, name: &Bytes) {
         for at in self.names[kind.index()]
             .swap_remove(name)
             .unwrap_or_default()
         {
             if let Some((_, feed)) = self.feeds.get(at) {
-                feed.unsubscribe(kind, std::slice::from_ref(name));
+                feed.unsubscribe(kind, std::slice::from_ref(name)).await;
             }
         }
+    }
+
+    /// Drops every name of `kind`, once its feeds released them (each feed's in one call);
+    /// returns them in the order subscribed.
+    async fn remove_all(&mut self, kind: Kind) -> IndexMap<Bytes, Vec<usize>> {
+        let all = std::mem::take(&mut self.names[kind.index()]);
+        let mut by_feed: Vec<Vec<Bytes>> = vec![Vec::new(); self.feeds.len()];
+        for (name, feeds) in &all {
+            for at in feeds {
+                if let Some(list) = by_feed.get_mut(*at) {
+                    list.push(name.clone());
+                }
+            }
+        }
+        for ((_, feed), list) in self.feeds.iter().zip(&by_feed) {
+            if !list.is_empty() {
+                feed.unsubscribe(kind, list).await;
+            }
+        }
+        all
     }
 }
 
@@ -185,9 +205,13 @@ impl Conn {
         })
     }
 
-    /// Leaves every subscription (`RESET`).
-    pub(super) fn unsubscribe_all(&mut self) {
-        self.subs = None;
+    /// Leaves every subscription (`RESET`), as Redis does before it answers.
+    pub(super) async fn unsubscribe_all(&mut self) {
+        if let Some(mut subs) = self.subs.take() {
+            for kind in Kind::ALL {
+                subs.remove_all(kind).await;
+            }
+        }
         self.show_subscriptions();
     }
 
@@ -214,7 +238,7 @@ impl Conn {
                 Err(refusal) => vec![refusal],
             }
         } else {
-            self.unsubscribe(kind, &names, out)
+            self.unsubscribe(kind, &names, out).await
         };
         for frame in &frames {
             self.reply(out, frame);
@@ -301,7 +325,7 @@ impl Conn {
     /// `(P|S)UNSUBSCRIBE`. What was delivered before it is written first, as Redis sends a
     /// message before the confirmation of an unsubscribe it processed after; the feeds drop
     /// what comes for a name once it is no longer wanted, so nothing for it follows.
-    fn unsubscribe(&mut self, kind: Kind, names: &[Bytes], out: &mut Output) -> Vec<Frame> {
+    async fn unsubscribe(&mut self, kind: Kind, names: &[Bytes], out: &mut Output) -> Vec<Frame> {
         if let Some(first) = self.subs.as_mut().and_then(|s| s.rx.try_recv().ok()) {
             self.deliver(first, out);
         }
@@ -318,23 +342,10 @@ impl Conn {
         };
         if names.is_empty() {
             // Every name of the kind, in the order subscribed, counted down.
-            let all = std::mem::take(&mut subs.names[kind.index()]);
-            if all.is_empty() {
+            if subs.names[kind.index()].is_empty() {
                 return vec![unsubscribed(kind, None, subs.count(kind))];
             }
-            let mut by_feed: Vec<Vec<Bytes>> = vec![Vec::new(); subs.feeds.len()];
-            for (name, feeds) in &all {
-                for at in feeds {
-                    if let Some(list) = by_feed.get_mut(*at) {
-                        list.push(name.clone());
-                    }
-                }
-            }
-            for ((_, feed), list) in subs.feeds.iter().zip(&by_feed) {
-                if !list.is_empty() {
-                    feed.unsubscribe(kind, list);
-                }
-            }
+            let all = subs.remove_all(kind).await;
             let mut left = subs.count(kind) + all.len() as i64;
             return all
                 .into_keys()
@@ -344,13 +355,12 @@ impl Conn {
                 })
                 .collect();
         }
-        names
-            .iter()
-            .map(|name| {
-                subs.remove(kind, name);
-                unsubscribed(kind, Some(name.clone()), subs.count(kind))
-            })
-            .collect()
+        let mut frames = Vec::with_capacity(names.len());
+        for name in names {
+            subs.remove(kind, name).await;
+            frames.push(unsubscribed(kind, Some(name.clone()), subs.count(kind)));
+        }
+        frames
     }
 
     /// `PUBSUB CHANNELS | NUMSUB | NUMPAT | SHARDCHANNELS | SHARDNUMSUB`, answered for the
@@ -512,7 +522,7 @@ async fn subscribe_on(
         // what it was given) and those before it.
         for (at, _, names) in &batches[..=batch] {
             if let Some((_, feed)) = subs.feeds.get(*at) {
-                feed.unsubscribe(kind, names);
+                feed.unsubscribe(kind, names).await;
             }
         }
         let answer = match e {
