@@ -5,7 +5,7 @@ use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -49,60 +49,85 @@ const fn def(
 
 use Kind::{Counter, Gauge, Histogram};
 
+/// The label naming a holdfast namespace. Not `namespace`: a Kubernetes pod scrape attaches
+/// the pod's namespace under that name and renames holdfast's to `exported_namespace`.
+pub const NAMESPACE: &str = "holdfast_namespace";
+
+/// The classes a failure may have, as the `class` label spells them.
+pub const FAILURE_CLASSES: &[&str] = &["not_attempted", "transient", "other"];
+
+/// Every `limit` label value of [`LIMITS`].
+pub const LIMIT_NAMES: &[&str] = &[
+    "max_request_bytes",
+    "max_bulk_bytes",
+    "max_arguments",
+    "max_keys_per_command",
+    "max_queued_commands",
+    "max_pubsub_backlog",
+    "pubsub_lost",
+    "idle_timeout",
+    "tls_handshake",
+    "inline",
+    "malformed",
+];
+
+/// The `result` label values of [`CONFIG_RELOADS`].
+pub const RELOAD_RESULTS: &[&str] = &["applied", "rejected"];
+
 /// Requests by outcome: `ok`, `error_reply`, `unavailable`, `indoubt`, `refused`.
 pub const REQUESTS: Def = def(
     "holdfast_requests_total",
     Counter,
-    &["namespace", "command", "outcome"],
+    &[NAMESPACE, "command", "outcome"],
     "Requests by namespace, command and outcome (ok, error_reply, unavailable, indoubt, refused).",
 );
 /// Attempts at a backend by result class: `ok`, `not_attempted`, `transient`, `other`.
 pub const DISPATCHES: Def = def(
     "holdfast_dispatches_total",
     Counter,
-    &["namespace", "backend", "command", "class"],
+    &[NAMESPACE, "backend", "command", "class"],
     "Attempts at a backend by namespace, backend, command and result class (ok, not_attempted, transient, other).",
 );
 /// Retries scheduled, by the class of the failure that caused them.
 pub const RETRIES: Def = def(
     "holdfast_retries_total",
     Counter,
-    &["namespace", "command", "class"],
-    "Retries scheduled by namespace, command and the class of the failure that caused them.",
+    &[NAMESPACE, "class"],
+    "Retries scheduled by namespace and the class of the failure that caused them.",
 );
 /// Requests that gave up with UNAVAILABLE or INDOUBT.
 pub const EXHAUSTED: Def = def(
     "holdfast_budget_exhaustions_total",
     Counter,
-    &["namespace", "command", "class"],
-    "Requests that gave up with an UNAVAILABLE or INDOUBT error, by namespace, command and class of the last failure.",
+    &[NAMESPACE, "class"],
+    "Requests that gave up with an UNAVAILABLE or INDOUBT error, by namespace and class of the last failure (by command: holdfast_requests_total's outcome).",
 );
 /// Retries skipped because the process-wide retry budget was empty.
 pub const BUDGET_DENIED: Def = def(
     "holdfast_retry_budget_denied_total",
     Counter,
-    &["namespace"],
+    &[NAMESPACE],
     "Retries skipped because the process-wide retry budget was empty.",
 );
 /// Requests being held for a retry right now.
 pub const HELD: Def = def(
     "holdfast_held_requests",
     Gauge,
-    &["namespace"],
+    &[NAMESPACE],
     "Requests held for a retry right now.",
 );
 /// Time a held request spent held.
 pub const HOLD_SECONDS: Def = def(
     "holdfast_hold_duration_seconds",
     Histogram,
-    &["namespace"],
+    &[NAMESPACE],
     "Time a held request spent held, in seconds.",
 );
 /// Time from a request's arrival to its reply.
 pub const REQUEST_SECONDS: Def = def(
     "holdfast_request_duration_seconds",
     Histogram,
-    &["namespace", "command"],
+    &[NAMESPACE, "command"],
     "Time from a request's arrival to its reply, in seconds.",
 );
 /// Client connections open now.
@@ -211,7 +236,7 @@ pub const PUBSUB_CLIENTS: Def = def(
 pub const CORRECTIONS: Def = def(
     "holdfast_reply_corrections_total",
     Counter,
-    &["namespace", "command", "mode"],
+    &[NAMESPACE, "command", "mode"],
     "Replies given for the first application of a request whose earlier dispatch may have been applied: rebuilt from reads (settled) or recorded under its token (exact).",
 );
 /// Fast-mode replies that may under-count: a retried IdempotentEffect after a dispatch that
@@ -219,7 +244,7 @@ pub const CORRECTIONS: Def = def(
 pub const UNCERTAIN: Def = def(
     "holdfast_uncertain_replies_total",
     Counter,
-    &["namespace", "command"],
+    &[NAMESPACE, "command"],
     "Fast-mode replies of IdempotentEffect commands retried after a dispatch that may have been applied: the reply may under-count.",
 );
 /// Requests committed together by one group-commit transaction.
@@ -228,6 +253,38 @@ pub const GROUP_COMMIT: Def = def(
     Histogram,
     &["backend"],
     "Requests committed together by one group-commit transaction (SQL backends), by backend.",
+);
+
+/// 1, labelled with the running version.
+pub const BUILD_INFO: Def = def(
+    "holdfast_build_info",
+    Gauge,
+    &["version"],
+    "1, labelled with the version of the running holdfast.",
+);
+
+/// Requests forwarded to a namespace and not yet answered (held ones included).
+pub const IN_FLIGHT: Def = def(
+    "holdfast_requests_in_flight",
+    Gauge,
+    &[NAMESPACE],
+    "Requests forwarded to a namespace's backend and not answered yet, held ones included.",
+);
+
+/// Bytes of the requests forwarded to a namespace.
+pub const RECEIVED_BYTES: Def = def(
+    "holdfast_client_received_bytes_total",
+    Counter,
+    &[NAMESPACE],
+    "Bytes of client requests forwarded to a namespace, as RESP (what holdfast answers itself is not counted).",
+);
+
+/// Bytes of the replies to those requests.
+pub const SENT_BYTES: Def = def(
+    "holdfast_client_sent_bytes_total",
+    Counter,
+    &[NAMESPACE],
+    "Bytes of the replies to client requests forwarded to a namespace, as written to the client.",
 );
 
 /// Every metric holdfast exports. Dashboards, alerts and tests check their queries against
@@ -258,6 +315,23 @@ pub const CATALOGUE: &[Def] = &[
     GROUP_COMMIT,
     CORRECTIONS,
     UNCERTAIN,
+    BUILD_INFO,
+    IN_FLIGHT,
+    RECEIVED_BYTES,
+    SENT_BYTES,
+];
+
+/// The process's own series, in Prometheus's standard names (from `metrics-process`), beside
+/// the catalogue's.
+pub const PROCESS: &[&str] = &[
+    "process_cpu_seconds_total",
+    "process_open_fds",
+    "process_max_fds",
+    "process_virtual_memory_bytes",
+    "process_virtual_memory_max_bytes",
+    "process_resident_memory_bytes",
+    "process_start_time_seconds",
+    "process_threads",
 ];
 
 /// Histogram buckets, in seconds, reaching past the default retry budget (~93 s, ~107 s with
@@ -297,17 +371,29 @@ pub fn install() -> &'static PrometheusHandle {
     })
 }
 
+/// The families [`render`] writes itself rather than the exporter.
+const SELF_RENDERED: &[Def] = &[REQUEST_SECONDS, IN_FLIGHT, RECEIVED_BYTES, SENT_BYTES];
+
+/// The process's CPU, memory, threads and descriptors, read at each scrape.
+fn process() -> &'static metrics_process::Collector {
+    static COLLECTOR: OnceLock<metrics_process::Collector> = OnceLock::new();
+    COLLECTOR.get_or_init(metrics_process::Collector::default)
+}
+
 fn describe() {
+    process().describe();
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
     for def in CATALOGUE {
+        // Rendered by holdfast itself (see `Durations` and `NamespaceSeries`).
+        if SELF_RENDERED.iter().any(|own| own.name == def.name) {
+            continue;
+        }
         match def.kind {
             Kind::Counter => describe_counter!(def.name, def.help),
             Kind::Gauge => describe_gauge!(def.name, def.help),
             Kind::Histogram if def.name == GROUP_COMMIT.name => {
                 describe_histogram!(def.name, Unit::Count, def.help)
             }
-            // Rendered by holdfast itself (see `Durations`).
-            Kind::Histogram if def.name == REQUEST_SECONDS.name => {}
             Kind::Histogram => describe_histogram!(def.name, Unit::Seconds, def.help),
         }
     }
@@ -332,7 +418,7 @@ pub fn client_refused() {
 pub fn request(namespace: &str, command: &'static str, outcome: &'static str, took: Duration) {
     let make = || {
         (
-            counter!(REQUESTS.name, "namespace" => namespace.to_string(), "command" => command, "outcome" => outcome),
+            counter!(REQUESTS.name, NAMESPACE => namespace.to_string(), "command" => command, "outcome" => outcome),
             Durations::of(namespace, command),
         )
     };
@@ -401,7 +487,7 @@ impl Durations {
         use std::fmt::Write;
         let name = REQUEST_SECONDS.name;
         let labels = format!(
-            "namespace=\"{}\",command=\"{}\"",
+            "{NAMESPACE}=\"{}\",command=\"{}\"",
             escape(&self.namespace),
             escape(self.command)
         );
@@ -425,14 +511,45 @@ fn escape(value: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// Everything `/metrics` shows: the exporter's series, then the request durations.
+/// Everything `/metrics` shows: the process's series, the exporter's, then the series holdfast
+/// renders itself (request durations, per-namespace traffic).
 pub fn render(handle: &PrometheusHandle) -> String {
+    if INSTALLED.get().is_some() {
+        process().collect();
+    }
     let mut out = handle.render();
+    use std::fmt::Write;
+    let namespaces: Vec<&'static NamespaceSeries> =
+        NAMESPACES.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let families: [(&Def, Reading); 3] = [
+        (&IN_FLIGHT, |s| s.in_flight.load(Relaxed)),
+        (&RECEIVED_BYTES, |s| s.received.load(Relaxed) as i64),
+        (&SENT_BYTES, |s| s.sent.load(Relaxed) as i64),
+    ];
+    if !namespaces.is_empty() {
+        for (def, value) in families {
+            let kind = if def.kind == Kind::Gauge {
+                "gauge"
+            } else {
+                "counter"
+            };
+            let _ = writeln!(out, "# HELP {} {}", def.name, def.help);
+            let _ = writeln!(out, "# TYPE {} {kind}", def.name);
+            for series in &namespaces {
+                let name = escape(&series.name);
+                let _ = writeln!(
+                    out,
+                    "{}{{{NAMESPACE}=\"{name}\"}} {}",
+                    def.name,
+                    value(series)
+                );
+            }
+        }
+    }
     let all: Vec<Arc<Durations>> = DURATIONS.lock().unwrap_or_else(|p| p.into_inner()).clone();
     if all.is_empty() {
         return out;
     }
-    use std::fmt::Write;
     let _ = writeln!(
         out,
         "# HELP {} {}",
@@ -443,6 +560,123 @@ pub fn render(handle: &PrometheusHandle) -> String {
         durations.render(&mut out);
     }
     out
+}
+
+/// Reads one value of a [`NamespaceSeries`].
+type Reading = fn(&NamespaceSeries) -> i64;
+
+/// A namespace's series that holdfast counts itself, with no registry lookup on the request
+/// path: requests in flight, bytes received and sent. One per namespace name, made when a
+/// configuration first names it and kept for the process's life (a reload keeps counting;
+/// the names ever configured bound them).
+#[derive(Debug)]
+pub struct NamespaceSeries {
+    name: Box<str>,
+    in_flight: AtomicI64,
+    received: AtomicU64,
+    sent: AtomicU64,
+}
+
+/// Every [`NamespaceSeries`], in the order they were made.
+static NAMESPACES: Mutex<Vec<&'static NamespaceSeries>> = Mutex::new(Vec::new());
+
+/// The series of namespace `name`, made the first time (at 0).
+pub fn namespace_series(name: &str) -> &'static NamespaceSeries {
+    let mut all = NAMESPACES.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(found) = all.iter().find(|s| &*s.name == name) {
+        return found;
+    }
+    let made: &'static NamespaceSeries = Box::leak(Box::new(NamespaceSeries {
+        name: name.into(),
+        in_flight: AtomicI64::new(0),
+        received: AtomicU64::new(0),
+        sent: AtomicU64::new(0),
+    }));
+    all.push(made);
+    made
+}
+
+impl NamespaceSeries {
+    /// A request is forwarded: in flight until the returned guard is dropped (answered, or
+    /// its client gone while it was held).
+    pub fn in_flight(&'static self) -> InFlight {
+        self.in_flight.fetch_add(1, Relaxed);
+        InFlight(self)
+    }
+
+    /// A forwarded request of `received` bytes was answered with `sent` bytes.
+    pub fn exchanged(&self, received: usize, sent: usize) {
+        self.received.fetch_add(received as u64, Relaxed);
+        self.sent.fetch_add(sent as u64, Relaxed);
+    }
+}
+
+/// A request in flight; see [`NamespaceSeries::in_flight`].
+#[derive(Debug)]
+pub struct InFlight(&'static NamespaceSeries);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Relaxed);
+    }
+}
+
+/// Registers at 0 every series whose labels the configuration bounds (namespaces, backends,
+/// classes, limits, reload results), at start and at each reload: a counter first seen at 1
+/// has no increase to alert on. Series labelled by command appear with the command's first
+/// request; registering every command of the table would put thousands of series in every
+/// scrape, and no alert reads them.
+pub fn register(config: &crate::config::Config) {
+    use crate::config::BackendConfig;
+    gauge!(BUILD_INFO.name, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+    let _ = counter!(CLIENTS_TOTAL.name);
+    let _ = counter!(CLIENTS_REFUSED.name);
+    let _ = gauge!(CLIENTS.name);
+    let _ = gauge!(PUBSUB_CLIENTS.name);
+    for result in RELOAD_RESULTS {
+        let _ = counter!(CONFIG_RELOADS.name, "result" => *result);
+    }
+    for limit in LIMIT_NAMES {
+        let _ = counter!(LIMITS.name, "limit" => *limit);
+    }
+    for ns in &config.namespaces {
+        let name = &ns.name;
+        namespace_series(name);
+        let _ = gauge!(HELD.name, NAMESPACE => name.clone());
+        let _ = histogram!(HOLD_SECONDS.name, NAMESPACE => name.clone());
+        let _ = counter!(BUDGET_DENIED.name, NAMESPACE => name.clone());
+        for class in FAILURE_CLASSES {
+            let _ = counter!(RETRIES.name, NAMESPACE => name.clone(), "class" => *class);
+            let _ = counter!(EXHAUSTED.name, NAMESPACE => name.clone(), "class" => *class);
+        }
+    }
+    for (name, backend) in &config.backends {
+        let redis = matches!(
+            backend,
+            BackendConfig::Redis(_) | BackendConfig::Sentinel(_) | BackendConfig::Cluster(_)
+        );
+        if redis {
+            let _ = gauge!(POOL_CONNECTED.name, "backend" => name.clone());
+            let _ = gauge!(POOL_WAITING.name, "backend" => name.clone());
+            let _ = counter!(FENCED.name, "backend" => name.clone());
+            let _ = counter!(PUBSUB_RESUBSCRIBES.name, "backend" => name.clone());
+        }
+        if matches!(
+            backend,
+            BackendConfig::Sentinel(_) | BackendConfig::Cluster(_)
+        ) {
+            let _ = counter!(PRIMARY_CHANGES.name, "backend" => name.clone());
+        }
+        if matches!(backend, BackendConfig::Sentinel(_)) {
+            let _ = histogram!(FAILOVER_SECONDS.name, "backend" => name.clone());
+        }
+        if matches!(backend, BackendConfig::Postgres(_)) {
+            let _ = counter!(PUBSUB_RESUBSCRIBES.name, "backend" => name.clone());
+        }
+        if !redis {
+            let _ = histogram!(GROUP_COMMIT.name, "backend" => name.clone());
+        }
+    }
 }
 
 /// Handles of the per-request series, kept per thread: looking a series up in the registry
@@ -536,7 +770,7 @@ pub fn backend_up(backend: &str, up: bool) {
 pub fn dispatch(namespace: &str, backend: &str, command: &'static str, class: &'static str) {
     let make = || {
         counter!(DISPATCHES.name,
-            "namespace" => namespace.to_string(),
+            NAMESPACE => namespace.to_string(),
             "backend" => backend.to_string(),
             "command" => command,
             "class" => class)
@@ -551,49 +785,40 @@ pub fn dispatch(namespace: &str, backend: &str, command: &'static str, class: &'
 }
 
 /// A request is retried after a failure of `class`.
-pub fn retry(namespace: &str, command: &'static str, class: &'static str) {
-    counter!(RETRIES.name,
-        "namespace" => namespace.to_string(),
-        "command" => command,
-        "class" => class)
-    .increment(1);
+pub fn retry(namespace: &str, class: &'static str) {
+    counter!(RETRIES.name, NAMESPACE => namespace.to_string(), "class" => class).increment(1);
 }
 
 /// A held request skipped a dispatch: the process-wide retry budget was empty.
 pub fn budget_denied(namespace: &str) {
-    counter!(BUDGET_DENIED.name, "namespace" => namespace.to_string()).increment(1);
+    counter!(BUDGET_DENIED.name, NAMESPACE => namespace.to_string()).increment(1);
 }
 
 /// A request starts being held.
 pub fn hold_started(namespace: &str) {
-    gauge!(HELD.name, "namespace" => namespace.to_string()).increment(1.0);
+    gauge!(HELD.name, NAMESPACE => namespace.to_string()).increment(1.0);
 }
 
 /// A request stops being held after `held`.
 pub fn hold_ended(namespace: &str, held: Duration) {
-    gauge!(HELD.name, "namespace" => namespace.to_string()).decrement(1.0);
-    histogram!(HOLD_SECONDS.name, "namespace" => namespace.to_string()).record(held.as_secs_f64());
+    gauge!(HELD.name, NAMESPACE => namespace.to_string()).decrement(1.0);
+    histogram!(HOLD_SECONDS.name, NAMESPACE => namespace.to_string()).record(held.as_secs_f64());
 }
 
 /// A request gave up after a failure of `class`.
-pub fn gave_up(namespace: &str, command: &'static str, class: &'static str) {
-    counter!(EXHAUSTED.name,
-        "namespace" => namespace.to_string(),
-        "command" => command,
-        "class" => class)
-    .increment(1);
+pub fn gave_up(namespace: &str, class: &'static str) {
+    counter!(EXHAUSTED.name, NAMESPACE => namespace.to_string(), "class" => class).increment(1);
 }
 
 /// A reply given for the request's first application in `mode` (settled, exact).
 pub fn reply_correction(namespace: &str, command: &'static str, mode: &'static str) {
-    counter!(CORRECTIONS.name, "namespace" => namespace.to_string(), "command" => command, "mode" => mode)
+    counter!(CORRECTIONS.name, NAMESPACE => namespace.to_string(), "command" => command, "mode" => mode)
         .increment(1);
 }
 
 /// A fast-mode reply that may under-count.
 pub fn uncertain_reply(namespace: &str, command: &'static str) {
-    counter!(UNCERTAIN.name, "namespace" => namespace.to_string(), "command" => command)
-        .increment(1);
+    counter!(UNCERTAIN.name, NAMESPACE => namespace.to_string(), "command" => command).increment(1);
 }
 
 /// One group-commit transaction of `requests` requests.
@@ -640,6 +865,10 @@ pub fn pool_waiting(backend: &str, waiting: bool) {
 
 /// A request or connection was stopped at `limit`.
 pub fn limit(limit: &'static str) {
+    debug_assert!(
+        LIMIT_NAMES.contains(&limit),
+        "limit {limit} is not in LIMIT_NAMES"
+    );
     counter!(LIMITS.name, "limit" => limit).increment(1);
 }
 
@@ -678,7 +907,7 @@ mod tests {
         series.render(&mut out);
         let count = |le: &str| -> String {
             let prefix = format!(
-                "holdfast_request_duration_seconds_bucket{{namespace=\"durations \\\"test\\\"\",command=\"GET\",le=\"{le}\"}} "
+                "holdfast_request_duration_seconds_bucket{{holdfast_namespace=\"durations \\\"test\\\"\",command=\"GET\",le=\"{le}\"}} "
             );
             let line = out.lines().find(|l| l.starts_with(&prefix));
             line.unwrap_or_else(|| panic!("no bucket {le} in\n{out}"))[prefix.len()..].to_string()
@@ -690,11 +919,15 @@ mod tests {
         assert_eq!(count("300"), "3");
         assert_eq!(count("+Inf"), "4");
         assert!(
-            out.contains("_count{namespace=\"durations \\\"test\\\"\",command=\"GET\"} 4\n"),
+            out.contains(
+                "_count{holdfast_namespace=\"durations \\\"test\\\"\",command=\"GET\"} 4\n"
+            ),
             "{out}"
         );
         assert!(
-            out.contains("_sum{namespace=\"durations \\\"test\\\"\",command=\"GET\"} 400.00235\n"),
+            out.contains(
+                "_sum{holdfast_namespace=\"durations \\\"test\\\"\",command=\"GET\"} 400.00235\n"
+            ),
             "{out}"
         );
     }

@@ -24,6 +24,8 @@ pub struct Namespace<B = Backend> {
     pub reply_mode: ReplyMode,
     /// Replicas a write must reach before it is acknowledged (Redis `WAIT`).
     pub replicas: Option<(u32, Duration)>,
+    /// Its requests in flight and bytes, counted without a registry lookup.
+    pub series: &'static crate::metrics::NamespaceSeries,
 }
 
 /// A request that cannot be routed.
@@ -81,6 +83,7 @@ impl Router {
                 acquire_timeout: policy.acquire_timeout,
                 reply_mode: policy.reply_mode,
                 replicas: policy.replicas,
+                series: crate::metrics::namespace_series(&ns.name),
             }));
             if ns.prefixes.is_empty() {
                 catch_all = Some(index);

@@ -78,6 +78,7 @@ impl Shared {
     pub fn build(config: Config) -> Result<Shared, StartError> {
         let backends = Backends::build(&config, None)?;
         let router = Router::build(&config, &backends)?;
+        crate::metrics::register(&config);
         crate::metrics::config_generation(1);
         Ok(Shared {
             budget: RetryBudget::new(&config.retry_budget),
@@ -136,6 +137,7 @@ impl Shared {
             }
         };
         let generation = old.generation + 1;
+        crate::metrics::register(&config);
         self.state.store(Arc::new(State {
             config,
             router,

@@ -1251,7 +1251,7 @@ fn backend_blackholed_for_ten_seconds() {
         let blackholed = Instant::now();
         while blackholed.elapsed() < Duration::from_secs(10) {
             saw_held |= proxy
-                .metric("holdfast_held_requests{namespace=\"bh\"}")
+                .metric("holdfast_held_requests{holdfast_namespace=\"bh\"}")
                 .await
                 > 0.0;
             saw_down |= proxy.metric("holdfast_backend_up{backend=\"bh\"}").await == 0.0
@@ -1288,7 +1288,7 @@ fn backend_blackholed_for_ten_seconds() {
             "{open} backend connections open, the pool holds 2"
         );
         let holds = proxy
-            .metric("holdfast_hold_duration_seconds_count{namespace=\"bh\"}")
+            .metric("holdfast_hold_duration_seconds_count{holdfast_namespace=\"bh\"}")
             .await;
         assert!(
             holds > 0.0,

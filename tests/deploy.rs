@@ -20,6 +20,7 @@ const COMPOSE: &str = "deploy/compose/docker-compose.yml";
 const COMPOSE_TOML: &str = "deploy/compose/holdfast.toml";
 const PROMETHEUS: &str = "deploy/compose/prometheus.yml";
 const ALERTS: &str = "deploy/prometheus/alerts.yml";
+const ALERT_TESTS: &str = "deploy/prometheus/alerts.test.yml";
 const DASHBOARD: &str = "deploy/grafana/holdfast-dashboard.json";
 /// Where the image's `CMD` reads its configuration (the Dockerfile copies it there).
 const IMAGE_CONFIG: &str = "/etc/holdfast/holdfast.toml";
@@ -144,7 +145,8 @@ fn is_ident(b: u8) -> bool {
 
 /// Every identifier that starts with `holdfast_` (not inside a longer identifier), with its
 /// byte offset: the whole identifier, so `holdfast_requests_total2` is not taken for a
-/// catalogue name. `HOLDFAST_` environment variables are not metrics and do not match.
+/// catalogue name. `HOLDFAST_` environment variables are not metrics and do not match, nor
+/// does the `holdfast_namespace` label.
 fn metric_identifiers(text: &str) -> Vec<(usize, &str)> {
     let bytes = text.as_bytes();
     let mut out = Vec::new();
@@ -155,8 +157,9 @@ fn metric_identifiers(text: &str) -> Vec<(usize, &str)> {
         while end < bytes.len() && is_ident(bytes[end]) {
             end += 1;
         }
-        if start == 0 || !is_ident(bytes[start - 1]) {
-            out.push((start, &text[start..end]));
+        let name = &text[start..end];
+        if (start == 0 || !is_ident(bytes[start - 1])) && name != holdfast::metrics::NAMESPACE {
+            out.push((start, name));
         }
         from = end;
     }
@@ -352,7 +355,19 @@ fn grouping_clauses(expr: &str) -> Vec<(Vec<&str>, std::ops::Range<usize>)> {
 fn promql_problems(place: &str, expr: &str, functions: bool) -> Vec<String> {
     let mut problems = Vec::new();
     let ids = metric_identifiers(expr);
-    if ids.is_empty() {
+    // The process's series (`metrics::PROCESS`) are holdfast's too, in Prometheus's names.
+    let process: Vec<&str> = expr
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|word| word.starts_with("process_"))
+        .collect();
+    for name in &process {
+        if !holdfast::metrics::PROCESS.contains(name) {
+            problems.push(format!(
+                "{place}: `{name}` is not a process metric holdfast exports"
+            ));
+        }
+    }
+    if ids.is_empty() && process.is_empty() {
         problems.push(format!("{place}: no holdfast metric in `{expr}`"));
     }
     for &(pos, name) in &ids {
@@ -672,7 +687,7 @@ fn security_number(pod_spec: &Yaml, container: &Yaml, key: &str) -> Option<i64> 
 #[test]
 fn the_scanner_finds_metric_names_and_nothing_else() {
     let found: Vec<&str> = metric_identifiers(
-        "holdfast_a_total HOLDFAST_SERVER__LISTEN x_holdfast_b rate(holdfast_c_bucket{le=\"1\"}[5m]) holdfast_d2",
+        "holdfast_a_total HOLDFAST_SERVER__LISTEN x_holdfast_b rate(holdfast_c_bucket{le=\"1\", holdfast_namespace=\"x\"}[5m]) holdfast_d2",
     )
     .into_iter()
     .map(|(_, name)| name)
@@ -889,6 +904,14 @@ fn the_alerts_cover_exhaustions_holds_backends_and_refusals() {
     );
     at_least_for("holdfast_held_requests", Duration::from_secs(60));
     at_least_for("holdfast_backend_up", Duration::from_secs(60));
+    // holdfast itself down: its scrape's `up`, for a target known to be holdfast.
+    assert!(
+        alerting_on("holdfast_build_info").iter().any(|r| {
+            let expr = text(r, &["expr"]);
+            expr.contains("up == 0") && r.get("for").is_some()
+        }),
+        "{ALERTS}: no alert on a holdfast target that stopped answering"
+    );
 }
 
 /// (c)+(d) The sidecar: probes on the metrics port, a grace period longer than the drain, the
@@ -1314,4 +1337,63 @@ fn kubernetes_service_links_do_not_stop_the_sidecar() {
     .collect();
     let effective = check_config(&repo().join("config/holdfast.toml"), &env);
     assert_eq!(effective.server.listen.to_string(), "127.0.0.1:7379");
+}
+
+/// Runs `program` with `args` from the repository's root; panics with its output unless it
+/// succeeds. The tools are installed by `tests/run`.
+fn run_tool(program: &str, args: &[&str]) -> String {
+    let output = Command::new(program)
+        .args(args)
+        .current_dir(repo())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program} (tests/run installs it): {e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        output.status.success(),
+        "{program} {args:?} failed:\n{text}"
+    );
+    text
+}
+
+/// The alert rules pass Prometheus's own checks, and every alert's unit test (its first
+/// event included) passes `promtool test rules`.
+#[test]
+fn the_alert_rules_pass_promtool() {
+    let checked = run_tool("promtool", &["check", "rules", ALERTS]);
+    let rules = alert_rules().len();
+    assert!(
+        checked.contains(&format!("SUCCESS: {rules} rules found")),
+        "{checked}"
+    );
+    let tested = run_tool("promtool", &["test", "rules", ALERT_TESTS]);
+    assert!(tested.contains("SUCCESS"), "{tested}");
+    // Every alert has a test that expects it to fire.
+    let tests = read(ALERT_TESTS);
+    for rule in alert_rules() {
+        let name = text(&rule, &["alert"]);
+        assert!(
+            tests.contains(&format!(
+                "alertname: {name}\n        exp_alerts:\n          - "
+            )),
+            "no test in {ALERT_TESTS} expects {name} to fire"
+        );
+    }
+}
+
+/// The Kubernetes manifests match the API's schemas, strictly (an unknown or misspelt field
+/// is an error, as `kubectl apply --validate=strict` makes it), at 1.29, the first release
+/// with native sidecars.
+#[test]
+fn the_kubernetes_manifests_match_their_schemas() {
+    let out = run_tool(
+        "kubernetes-validate",
+        &["--strict", "--kubernetes-version", "1.29.0", K8S],
+    );
+    assert!(!out.contains("ERROR"), "{out}");
+    let passed = out.matches(" passed for resource ").count();
+    assert_eq!(passed, Manifest::load().docs.len(), "{out}");
 }

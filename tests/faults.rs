@@ -70,12 +70,12 @@ async fn redis_killed_and_restarted_is_a_slow_reply_not_an_error() {
     assert!(total > 40, "only {total} rounds");
     // The outage was held, not passed through: retries happened and nothing gave up.
     let retries = proxy
-        .metric(r#"holdfast_retries_total{namespace="killed""#)
+        .metric(r#"holdfast_retries_total{holdfast_namespace="killed""#)
         .await;
     assert!(retries >= 4.0, "retries {retries}");
     assert_eq!(
         proxy
-            .metric(r#"holdfast_budget_exhaustions_total{namespace="killed""#)
+            .metric(r#"holdfast_budget_exhaustions_total{holdfast_namespace="killed""#)
             .await,
         0.0
     );
@@ -118,11 +118,18 @@ async fn an_outage_past_the_budget_fails_cleanly_and_recovers() {
         "{:?}",
         back.elapsed()
     );
+    // The GET and the INCR gave up, nothing sent; by command, in the requests' outcomes.
     assert_eq!(
         proxy
-            .metric(r#"holdfast_budget_exhaustions_total{namespace="outage",command="GET",class="not_attempted"}"#)
+            .metric(r#"holdfast_requests_total{holdfast_namespace="outage",command="GET",outcome="unavailable"}"#)
             .await,
         1.0
+    );
+    assert_eq!(
+        proxy
+            .metric(r#"holdfast_budget_exhaustions_total{holdfast_namespace="outage",class="not_attempted"}"#)
+            .await,
+        2.0
     );
     proxy.stop().await;
 }
@@ -170,17 +177,24 @@ async fn a_lost_reply_is_retried_only_for_idempotent_commands() {
     assert_eq!(relay.fired(), 3);
     assert_eq!(redis.cmd(&["GET", "other"]), "$1\r\nx\r\n");
 
-    let series = |command: &str| {
-        format!(
-            r#"holdfast_retries_total{{namespace="lossy",command="{command}",class="transient"}}"#
-        )
-    };
-    assert_eq!(proxy.metric(&series("GET")).await, 1.0);
-    assert_eq!(proxy.metric(&series("SET")).await, 1.0);
-    assert_eq!(proxy.metric(&series("INCR")).await, 0.0);
+    // The GET and the SET were retried; the INCR was not (INDOUBT).
     assert_eq!(
         proxy
-            .metric(r#"holdfast_budget_exhaustions_total{namespace="lossy",command="INCR",class="transient"}"#)
+            .metric(r#"holdfast_retries_total{holdfast_namespace="lossy",class="transient"}"#)
+            .await,
+        2.0
+    );
+    assert_eq!(
+        proxy
+            .metric(r#"holdfast_requests_total{holdfast_namespace="lossy",command="INCR",outcome="indoubt"}"#)
+            .await,
+        1.0
+    );
+    assert_eq!(
+        proxy
+            .metric(
+                r#"holdfast_budget_exhaustions_total{holdfast_namespace="lossy",class="transient"}"#
+            )
             .await,
         1.0
     );
@@ -213,7 +227,7 @@ async fn a_write_turned_away_by_a_replica_is_held_until_promotion() {
     assert!(!incr.is_finished(), "INCR must be held, not answered");
     assert_eq!(
         proxy
-            .metric(r#"holdfast_held_requests{namespace="promote"}"#)
+            .metric(r#"holdfast_held_requests{holdfast_namespace="promote"}"#)
             .await,
         1.0
     );
@@ -232,14 +246,12 @@ async fn a_write_turned_away_by_a_replica_is_held_until_promotion() {
     assert_eq!(replica.cmd(&["GET", "c"]), "$1\r\n6\r\n", "applied once");
     assert_eq!(
         proxy
-            .metric(r#"holdfast_held_requests{namespace="promote"}"#)
+            .metric(r#"holdfast_held_requests{holdfast_namespace="promote"}"#)
             .await,
         0.0
     );
     let retries = proxy
-        .metric(
-            r#"holdfast_retries_total{namespace="promote",command="INCR",class="not_attempted"}"#,
-        )
+        .metric(r#"holdfast_retries_total{holdfast_namespace="promote",class="not_attempted"}"#)
         .await;
     assert!(retries >= 1.0, "{retries}");
     proxy.stop().await;
@@ -257,25 +269,27 @@ async fn retry_metrics_stay_at_zero_when_nothing_fails() {
     }
     assert_eq!(
         proxy
-            .metric(r#"holdfast_requests_total{namespace="calm",command="SET",outcome="ok"}"#)
+            .metric(
+                r#"holdfast_requests_total{holdfast_namespace="calm",command="SET",outcome="ok"}"#
+            )
             .await,
         50.0
     );
     assert_eq!(
         proxy
-            .metric(r#"holdfast_retries_total{namespace="calm""#)
+            .metric(r#"holdfast_retries_total{holdfast_namespace="calm""#)
             .await,
         0.0
     );
     assert_eq!(
         proxy
-            .metric(r#"holdfast_dispatches_total{namespace="calm",class="not_attempted""#)
+            .metric(r#"holdfast_dispatches_total{holdfast_namespace="calm",class="not_attempted""#)
             .await,
         0.0
     );
     assert_eq!(
         proxy
-            .metric(r#"holdfast_budget_exhaustions_total{namespace="calm""#)
+            .metric(r#"holdfast_budget_exhaustions_total{holdfast_namespace="calm""#)
             .await,
         0.0
     );
@@ -307,7 +321,7 @@ async fn connections_dropped_while_idle_are_redialled() {
     }
     assert_eq!(
         proxy
-            .metric(r#"holdfast_retries_total{namespace="idle""#)
+            .metric(r#"holdfast_retries_total{holdfast_namespace="idle""#)
             .await,
         0.0
     );
@@ -521,7 +535,7 @@ async fn a_held_request_does_not_outlive_its_client() {
     // Nothing listens there: every dial is refused, and the request is held.
     let url = format!("redis://127.0.0.1:{}", free_port());
     let proxy = Proxy::start(&one_backend(&url, "gone", "")).await;
-    let held = r#"holdfast_held_requests{namespace="gone"}"#;
+    let held = r#"holdfast_held_requests{holdfast_namespace="gone"}"#;
     let mut conn = proxy.connect().await;
     conn.send(&encode_str(&["GET", "k"])).await;
     let waited = Instant::now();

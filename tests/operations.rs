@@ -52,18 +52,22 @@ async fn metrics_follow_a_held_request() {
     sleep(Duration::from_millis(1500)).await;
 
     let (_, during) = proxy.http("/metrics").await;
-    let ns = [("namespace", "watched")];
+    let ns = [("holdfast_namespace", "watched")];
     assert_eq!(scrape_value(&during, "holdfast_held_requests", &ns), 1.0);
     let retries = scrape_value(
         &during,
         "holdfast_retries_total",
         &[
-            ("namespace", "watched"),
-            ("command", "GET"),
+            ("holdfast_namespace", "watched"),
             ("class", "not_attempted"),
         ],
     );
     assert!(retries >= 2.0, "{retries}");
+    assert_eq!(
+        scrape_value(&during, "holdfast_requests_in_flight", &ns),
+        1.0,
+        "the held GET is in flight"
+    );
     let backend = [("backend", "watched_backend")];
     assert_eq!(
         scrape_value(&during, "holdfast_pool_connections", &backend),
@@ -77,7 +81,7 @@ async fn metrics_follow_a_held_request() {
         scrape_value(
             &during,
             "holdfast_requests_total",
-            &[("namespace", "watched"), ("command", "GET")]
+            &[("holdfast_namespace", "watched"), ("command", "GET")]
         ),
         0.0,
         "a held request is not finished"
@@ -92,11 +96,25 @@ async fn metrics_follow_a_held_request() {
     let (_, after) = proxy.http("/metrics").await;
     assert_eq!(scrape_value(&after, "holdfast_held_requests", &ns), 0.0);
     assert_eq!(
+        scrape_value(&after, "holdfast_requests_in_flight", &ns),
+        0.0
+    );
+    // SET k v and GET k as the client sent them; +OK and the nil as holdfast wrote them.
+    let received = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n".len();
+    assert_eq!(
+        scrape_value(&after, "holdfast_client_received_bytes_total", &ns),
+        received as f64
+    );
+    assert_eq!(
+        scrape_value(&after, "holdfast_client_sent_bytes_total", &ns),
+        b"+OK\r\n$-1\r\n".len() as f64
+    );
+    assert_eq!(
         scrape_value(
             &after,
             "holdfast_requests_total",
             &[
-                ("namespace", "watched"),
+                ("holdfast_namespace", "watched"),
                 ("command", "GET"),
                 ("outcome", "ok")
             ]
@@ -112,6 +130,130 @@ async fn metrics_follow_a_held_request() {
         0.0
     );
     assert!(scrape_value(&after, "holdfast_pool_connections", &backend) >= 1.0);
+
+    // A pipeline, in one write: each reply counts its own bytes, not the ones before it.
+    let mut pipeline = encode_str(&["SET", "p", "1"]);
+    pipeline.extend_from_slice(&encode_str(&["GET", "p"]));
+    conn.send(&pipeline).await;
+    assert_eq!(conn.read_reply().await, b"+OK\r\n");
+    assert_eq!(conn.read_reply().await, b"$1\r\n1\r\n");
+    let (_, piped) = proxy.http("/metrics").await;
+    let grew = |name: &str| scrape_value(&piped, name, &ns) - scrape_value(&after, name, &ns);
+    assert_eq!(
+        grew("holdfast_client_received_bytes_total"),
+        pipeline.len() as f64
+    );
+    assert_eq!(
+        grew("holdfast_client_sent_bytes_total"),
+        b"+OK\r\n$1\r\n1\r\n".len() as f64
+    );
+    proxy.stop().await;
+}
+
+/// The value of `name` with at least `labels`, or None when no such series is exposed.
+fn sample(body: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let lines = body.lines().map(|l| Ok(l.to_string()));
+    let scrape = prometheus_parse::Scrape::parse(lines).expect("the exposition parses");
+    let found = scrape
+        .samples
+        .iter()
+        .any(|s| s.metric == name && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)));
+    found.then(|| scrape_value(body, name, labels))
+}
+
+/// Every series whose labels the configuration bounds is exposed at 0 from the start: a
+/// counter first seen at 1 has no increase, and an alert on it would miss the first event.
+/// No series is labelled `namespace` (a pod scrape would rename it).
+#[tokio::test(flavor = "multi_thread")]
+async fn bounded_series_are_at_zero_from_the_start() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let config = format!(
+        r#"
+[backends.zero_redis]
+kind = "redis"
+url = "{}"
+[backends.zero_sqlite]
+kind = "sqlite"
+path = "{}"
+[[namespaces]]
+name = "zero_a"
+prefixes = ["a:"]
+backend = "zero_redis"
+[[namespaces]]
+name = "zero_b"
+backend = "zero_sqlite"
+"#,
+        redis.url(),
+        dir.path().join("zero.db").display()
+    );
+    let proxy = Proxy::start(&config).await;
+    let (_, body) = proxy.http("/metrics").await;
+    let zero = |name: &str, labels: &[(&str, &str)]| {
+        assert_eq!(
+            sample(&body, name, labels),
+            Some(0.0),
+            "{name} {labels:?} is not exposed at 0 at start"
+        );
+    };
+    let present = |name: &str, labels: &[(&str, &str)]| {
+        assert!(
+            sample(&body, name, labels).is_some(),
+            "{name} {labels:?} is not exposed at start"
+        );
+    };
+    for ns in ["zero_a", "zero_b"] {
+        let ns = ("holdfast_namespace", ns);
+        for family in [
+            "holdfast_held_requests",
+            "holdfast_requests_in_flight",
+            "holdfast_client_received_bytes_total",
+            "holdfast_client_sent_bytes_total",
+            "holdfast_retry_budget_denied_total",
+            "holdfast_hold_duration_seconds",
+        ] {
+            zero(family, &[ns]);
+        }
+        for class in holdfast::metrics::FAILURE_CLASSES {
+            zero("holdfast_retries_total", &[ns, ("class", class)]);
+            zero("holdfast_budget_exhaustions_total", &[ns, ("class", class)]);
+        }
+    }
+    let redis_backend = [("backend", "zero_redis")];
+    for family in [
+        "holdfast_pool_connections",
+        "holdfast_pool_waiting",
+        "holdfast_connections_fenced_total",
+        "holdfast_pubsub_resubscribes_total",
+    ] {
+        present(family, &redis_backend);
+    }
+    zero("holdfast_connections_fenced_total", &redis_backend);
+    zero(
+        "holdfast_group_commit_requests",
+        &[("backend", "zero_sqlite")],
+    );
+    // Process-wide, so other tests of this binary may have counted some already.
+    for limit in holdfast::metrics::LIMIT_NAMES {
+        present("holdfast_limits_total", &[("limit", limit)]);
+    }
+    for result in ["applied", "rejected"] {
+        present("holdfast_config_reloads_total", &[("result", result)]);
+    }
+    present("holdfast_client_connections_refused_total", &[]);
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(
+        sample(&body, "holdfast_build_info", &[("version", version)]),
+        Some(1.0)
+    );
+    assert!(sample(&body, "process_resident_memory_bytes", &[]).unwrap_or(0.0) > 0.0);
+    present("process_cpu_seconds_total", &[]);
+    assert!(
+        !body
+            .lines()
+            .any(|l| !l.starts_with('#') && l.contains("{namespace=") || l.contains(",namespace=")),
+        "a series is labelled `namespace`:\n{body}"
+    );
     proxy.stop().await;
 }
 

@@ -668,7 +668,7 @@ async fn a_publish_whose_reply_is_lost_is_indoubt_and_delivered_once() {
         let extra = direct.try_read_reply(Duration::from_millis(500)).await;
         assert!(extra.is_err(), "{mode}: delivered twice: {extra:?}");
         let series = format!(
-            "holdfast_requests_total{{namespace=\"{mode}\",command=\"PUBLISH\",outcome=\"indoubt\"}}"
+            "holdfast_requests_total{{holdfast_namespace=\"{mode}\",command=\"PUBLISH\",outcome=\"indoubt\"}}"
         );
         assert_eq!(proxy.metric(&series).await, 1.0, "{mode}");
         proxy.stop().await;

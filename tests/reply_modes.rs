@@ -84,7 +84,7 @@ async fn settled_on_redis_answers_for_the_first_application() {
     assert_eq!(redis.cmd(&["EXISTS", "k"]), ":0\r\n");
 
     // DEL of a key that never existed: answered from the read, nothing dispatched.
-    let dels = r#"holdfast_dispatches_total{namespace="settled_redis",backend="main",command="DEL",class="ok"}"#;
+    let dels = r#"holdfast_dispatches_total{holdfast_namespace="settled_redis",backend="main",command="DEL",class="ok"}"#;
     let before = metric(&proxy, dels).await;
     relay.drop_after_request_with(b"DEL");
     assert_eq!(text(&conn.command(&["DEL", "never"]).await), ":0\r\n");
@@ -143,7 +143,7 @@ async fn settled_on_redis_answers_for_the_first_application() {
     assert!(
         metric(
             &proxy,
-            r#"holdfast_reply_corrections_total{namespace="settled_redis",command="DEL",mode="settled"}"#
+            r#"holdfast_reply_corrections_total{holdfast_namespace="settled_redis",command="DEL",mode="settled"}"#
         )
         .await
             >= 1.0
@@ -253,7 +253,7 @@ async fn fast_mode_counts_replies_that_may_under_count() {
     assert_eq!(
         metric(
             &proxy,
-            r#"holdfast_uncertain_replies_total{namespace="fast_redis",command="DEL"}"#
+            r#"holdfast_uncertain_replies_total{holdfast_namespace="fast_redis",command="DEL"}"#
         )
         .await,
         1.0
@@ -336,7 +336,7 @@ async fn exact_on_redis_applies_once_through_lost_replies() {
     assert!(
         metric(
             &proxy,
-            r#"holdfast_reply_corrections_total{namespace="exact_redis",command="INCR",mode="exact"}"#
+            r#"holdfast_reply_corrections_total{holdfast_namespace="exact_redis",command="INCR",mode="exact"}"#
         )
         .await
             >= 1.0
@@ -361,7 +361,7 @@ async fn settled_on_sqlite_answers_a_del_of_nothing_without_dispatching() {
     );
     let proxy = Proxy::start(&config(&backend, "settled_sqlite", "settled")).await;
     let mut conn = proxy.connect().await;
-    let dels = r#"holdfast_dispatches_total{namespace="settled_sqlite",backend="main",command="DEL",class="ok"}"#;
+    let dels = r#"holdfast_dispatches_total{holdfast_namespace="settled_sqlite",backend="main",command="DEL",class="ok"}"#;
     assert_eq!(conn.command(&["DEL", "never"]).await, b":0\r\n");
     assert_eq!(metric(&proxy, dels).await, 0.0);
     assert_eq!(conn.command(&["SET", "k", "v"]).await, b"+OK\r\n");
@@ -406,14 +406,14 @@ async fn a_dispatch_turned_away_is_not_counted_as_possibly_applied() {
     assert_eq!(text(&reply), ":1\r\n");
     let turned_away = metric(
         &proxy,
-        r#"holdfast_retries_total{namespace="turned_away",command="INCR",class="not_attempted"}"#,
+        r#"holdfast_retries_total{holdfast_namespace="turned_away",class="not_attempted"}"#,
     )
     .await;
     assert!(turned_away >= 1.0, "the INCR was never turned away");
     assert_eq!(
         metric(
             &proxy,
-            r#"holdfast_reply_corrections_total{namespace="turned_away",command="INCR",mode="exact"}"#
+            r#"holdfast_reply_corrections_total{holdfast_namespace="turned_away",command="INCR",mode="exact"}"#
         )
         .await,
         0.0

@@ -334,6 +334,7 @@ fn run_seed(seed: u64, trace: bool) -> Result<Tally, String> {
             acquire_timeout: setup.acquire_timeout,
             reply_mode: setup.mode,
             replicas: None,
+            series: holdfast::metrics::namespace_series("sim"),
         });
         let budget = Arc::new(RetryBudget::new(&BudgetConfig {
             min_per_second: if setup.budget_allows { 1_000_000 } else { 0 },

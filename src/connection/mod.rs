@@ -105,6 +105,9 @@ struct Conn {
     /// Its Pub/Sub subscriptions, from its first `SUBSCRIBE` (`subscribe.rs`); boxed, so a
     /// client that never subscribes carries one pointer (an idle connection's memory).
     subs: Option<Box<subscribe::Subscriptions>>,
+    /// The namespace the command being handled was forwarded to, whose bytes its reply
+    /// counts (`handle`).
+    routed: Option<&'static m::NamespaceSeries>,
 }
 
 fn simple(text: &str) -> Frame {
@@ -178,6 +181,7 @@ pub async fn serve<S>(
         watching: false,
         ahead: None,
         subs: None,
+        routed: None,
     };
     let activity = conn.exec.activity();
     let server = &conn.state.config.server;
@@ -322,6 +326,26 @@ pub async fn serve<S>(
     if let Some((_, dedicated)) = conn.dedicated.take() {
         dedicated.close().await;
     }
+}
+
+/// The bytes `command` came in: as sent when it was a plain multibulk, else (an inline
+/// command) the multibulk of its arguments.
+fn wire_len(command: &Command) -> usize {
+    if let Some(raw) = &command.raw {
+        return raw.len();
+    }
+    let header = |n: usize| 3 + decimal_digits(n);
+    header(command.args.len())
+        + command
+            .args
+            .iter()
+            .map(|arg| header(arg.len()) + arg.len() + 2)
+            .sum::<usize>()
+}
+
+/// How many decimal digits `n` has.
+fn decimal_digits(n: usize) -> usize {
+    n.checked_ilog10().map_or(1, |d| d as usize + 1)
 }
 
 /// Two `SCRIPT EXISTS` answers as one: 1 where both say 1.
@@ -541,7 +565,11 @@ impl Conn {
             Some(local) => self.local(local, command, out).await,
             None => {
                 let (reply, doubles) = self.forward(&command, started).await;
+                let before = out.len();
                 self.reply_to(out, reply, &command, doubles);
+                if let Some(series) = self.routed.take() {
+                    series.exchanged(wire_len(&command), out.len() - before);
+                }
                 Flow::Continue
             }
         }
@@ -694,10 +722,13 @@ impl Conn {
             );
         }
         let sent = self.ahead.take().map(|(_, ahead)| ahead);
+        self.routed = Some(namespace.series);
+        let in_flight = namespace.series.in_flight();
         let (reply, outcome) = self
             .exec
             .execute(&self.shared.budget, &namespace, command, sent)
             .await;
+        drop(in_flight);
         m::request(
             &namespace.name,
             command.label(),
@@ -722,6 +753,8 @@ impl Conn {
         // line). Left waiting, it would take the next element pushed for a client that can
         // no longer receive it.
         self.exec.activity().failed.store(true, Ordering::Relaxed);
+        self.routed = Some(namespace.series);
+        let in_flight = namespace.series.in_flight();
         let result = match self
             .send_dedicated(namespace, &command.args, true, route)
             .await
@@ -733,6 +766,7 @@ impl Conn {
             }
             Err(e) => Err(bound_failure(e)),
         };
+        drop(in_flight);
         let (frame, outcome) = failure_reply(result, &**namespace);
         m::request(
             &namespace.name,
@@ -897,6 +931,28 @@ pub(super) fn first_key(command: &Command) -> Option<&[u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An inline command counts as the multibulk of its arguments; a multibulk as sent.
+    #[test]
+    fn a_request_counts_its_bytes_as_resp() {
+        let args = |words: &[&str]| words.iter().map(|w| Bytes::from(w.to_string())).collect();
+        let inline = Command::parse_raw(args(&["SET", "a", "b"]), None).unwrap();
+        assert_eq!(
+            wire_len(&inline),
+            b"*3\r\n$3\r\nSET\r\n$1\r\na\r\n$1\r\nb\r\n".len()
+        );
+        let long = Command::parse_raw(args(&["GET", &"k".repeat(12)]), None).unwrap();
+        assert_eq!(
+            wire_len(&long),
+            b"*2\r\n$3\r\nGET\r\n$12\r\nkkkkkkkkkkkk\r\n".len()
+        );
+        let raw = Bytes::from_static(b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n");
+        let sent = Command::parse_raw(args(&["GET", "k"]), Some(raw.clone())).unwrap();
+        assert_eq!(wire_len(&sent), raw.len());
+        assert_eq!(decimal_digits(0), 1);
+        assert_eq!(decimal_digits(9), 1);
+        assert_eq!(decimal_digits(10), 2);
+    }
 
     /// A command whose client closed: dropped at once while it waits between attempts; left
     /// to finish while a dispatch is in flight, and then nothing more; never watched before a

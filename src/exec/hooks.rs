@@ -57,7 +57,7 @@ impl Hooks for RequestHooks<'_> {
             delay_ms = delay.as_millis() as u64,
             "retrying"
         );
-        m::retry(self.namespace, self.command, class.as_str());
+        m::retry(self.namespace, class.as_str());
     }
 
     fn budget_denied(&mut self) {
@@ -85,7 +85,7 @@ impl Hooks for RequestHooks<'_> {
             why = ?why,
             "gave up"
         );
-        m::gave_up(self.namespace, self.command, class.as_str());
+        m::gave_up(self.namespace, class.as_str());
     }
 }
 

@@ -133,7 +133,7 @@ impl Drop for Proxy {
     }
 }
 
-/// Finds `series` (e.g. `holdfast_retries_total{namespace="x",command="GET",class="transient"}`)
+/// Finds `series` (e.g. `holdfast_retries_total{holdfast_namespace="x",class="transient"}`)
 /// in Prometheus text; labels may come in any order, so each `k="v"` of `series` is matched.
 pub fn metric_value(body: &str, series: &str) -> f64 {
     let (name, labels) = match series.split_once('{') {
