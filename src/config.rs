@@ -442,8 +442,13 @@ pub enum BackendConfig {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PostgresConfig {
-    /// `postgres://user[:pass]@host:port/db`
+    /// `postgres://user[:pass]@host:port/db`, libpq's multi-host form and query parameters
+    /// (`sslmode`, `sslrootcert`, ...) included.
     pub url: String,
+    /// A file holding the password (a mounted secret), its trailing newline dropped; it wins
+    /// over a password in `url`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_file: Option<std::path::PathBuf>,
     /// Most connections open at once, shared by every client connection.
     #[serde(default = "default_pool_size")]
     pub pool_size: usize,
@@ -1025,6 +1030,9 @@ impl Config {
                     if let Err(e) = postgres_hosts(&pg.url) {
                         return Err(invalid(format!("{key}.url"), e));
                     }
+                    if let Some(path) = &pg.password_file {
+                        read_secret(&format!("{key}.password_file"), path)?;
+                    }
                     check_response(&format!("{key}.response_timeout"), pg.response_timeout)?;
                 }
                 BackendConfig::Sentinel(sentinel) => {
@@ -1346,6 +1354,31 @@ pub fn postgres_hosts(url: &str) -> Result<Vec<String>, String> {
         out.push(single);
     }
     Ok(out)
+}
+
+/// `url` with `password` as its last query parameter, which PostgreSQL's URL parser applies
+/// after the userinfo's password and any earlier `password=`: the one that counts.
+pub fn with_password(url: &str, password: &str) -> String {
+    let (base, fragment) = match url.find('#') {
+        Some(at) => url.split_at(at),
+        None => (url, ""),
+    };
+    let joiner = if !base.contains('?') {
+        "?"
+    } else if base.ends_with(['?', '&']) {
+        ""
+    } else {
+        "&"
+    };
+    let mut encoded = String::with_capacity(password.len());
+    for byte in password.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            encoded.push(char::from(byte));
+        } else {
+            encoded.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    format!("{base}{joiner}password={encoded}{fragment}")
 }
 
 fn check_retry(key: &str, retry: &RetryConfig) -> Result<(), ConfigError> {

@@ -383,6 +383,32 @@ fn a_token_db_that_is_the_datas_database_is_refused() {
 }
 
 #[test]
+fn a_password_file_goes_last_in_the_query_encoded() {
+    let cases = [
+        ("postgres://u@h/db", "postgres://u@h/db?password=s3cret"),
+        (
+            "postgres://u:old@h/db?sslmode=require",
+            "postgres://u:old@h/db?sslmode=require&password=s3cret",
+        ),
+        ("postgres://u@h/db?", "postgres://u@h/db?password=s3cret"),
+        ("postgres://u@h/db#x", "postgres://u@h/db?password=s3cret#x"),
+    ];
+    for (url, want) in cases {
+        assert_eq!(with_password(url, "s3cret"), want, "{url}");
+    }
+    assert_eq!(
+        with_password("postgres://u@h/db", "p+a&s%s#w@o/r: d~."),
+        "postgres://u@h/db?password=p%2Ba%26s%25s%23w%40o%2Fr%3A%20d~."
+    );
+    let missing = "[backends.pg]\nkind = \"postgres\"\nurl = \"postgres://u@127.0.0.1/db\"\npassword_file = \"/nonexistent/pw\"\n[[namespaces]]\nname = \"n\"\nbackend = \"pg\"\n";
+    assert!(
+        err(missing).starts_with("backends.pg.password_file:"),
+        "{}",
+        err(missing)
+    );
+}
+
+#[test]
 fn a_multi_host_url_is_one_url_per_host() {
     assert_eq!(
         postgres_hosts("postgres://u:p@h1:5432,h2:5433/db?sslmode=disable").unwrap(),

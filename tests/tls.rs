@@ -102,28 +102,9 @@ async fn clients_speak_tls_to_holdfast() {
 #[tokio::test(flavor = "multi_thread")]
 async fn holdfast_speaks_tls_to_a_rediss_backend() {
     let certs = Certs::new();
-    let tls_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-        .to_string();
-    let cert = certs.path("cert.pem").display().to_string();
-    let key = certs.path("key.pem").display().to_string();
-    let ca = certs.path("ca.pem").display().to_string();
     // The clear-text port stays for the test's own checks; holdfast uses the TLS one.
-    let redis = RedisServer::start_with(&[
-        "--tls-port",
-        &tls_port,
-        "--tls-cert-file",
-        &cert,
-        "--tls-key-file",
-        &key,
-        "--tls-ca-cert-file",
-        &ca,
-        "--tls-auth-clients",
-        "no",
-    ]);
+    let (redis, tls_port) = tls_redis(&certs);
+    let ca = certs.path("ca.pem").display().to_string();
     let config = one_backend(&format!("rediss://127.0.0.1:{tls_port}"), "tls_backend", "").replace(
         "pool_size = 2",
         &format!("pool_size = 2\ntls_ca = \"{ca}\""),
@@ -160,4 +141,208 @@ fn bad_tls_files_name_the_key() {
         .unwrap_err()
         .to_string();
     assert!(message.contains("backends.m.tls_ca"), "{message}");
+}
+
+/// holdfast run as its binary with `envs` (the system trust store is read from the
+/// environment: `SSL_CERT_FILE`), `body` its configuration below `[server]`; killed on drop.
+struct Spawned {
+    child: std::process::Child,
+    addr: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Spawned {
+    fn start(body: &str, envs: &[(&str, &Path)]) -> Spawned {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("holdfast.toml");
+        let addr = format!("127.0.0.1:{}", free_port());
+        let metrics = format!("127.0.0.1:{}", free_port());
+        let text = format!("[server]\nlisten = \"{addr}\"\nmetrics_listen = \"{metrics}\"\n{body}");
+        std::fs::write(&path, text).unwrap();
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_holdfast"));
+        command
+            .arg("--config")
+            .arg(&path)
+            .env("HOLDFAST_LOG", "warn")
+            // Only the test's own store: no directory, nor libpq's variables, may add to it.
+            .env_remove("SSL_CERT_DIR")
+            .env_remove("PGSSLROOTCERT")
+            .env_remove("PGSSLMODE")
+            .env_remove("PGPASSWORD")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        for (name, value) in envs {
+            command.env(name, value);
+        }
+        let child = command.spawn().unwrap();
+        Spawned {
+            child,
+            addr,
+            _dir: dir,
+        }
+    }
+
+    async fn connect(&self) -> RawConn {
+        connect_when_listening(&self.addr).await
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A short retry schedule, so a connection that cannot be made answers within seconds.
+const QUICK: &str = "[defaults]\nreply_mode = \"fast\"\nacquire_timeout = \"2s\"\n[defaults.retry]\nmax_attempts = 5\nmin_delay = \"200ms\"\nmax_delay = \"1s\"\njitter = 0.0\n";
+
+/// A TLS-only redis-server with `certs`' certificate; its TLS port.
+fn tls_redis(certs: &Certs) -> (RedisServer, u16) {
+    let tls_port = free_port();
+    let cert = certs.path("cert.pem").display().to_string();
+    let key = certs.path("key.pem").display().to_string();
+    let ca = certs.path("ca.pem").display().to_string();
+    let redis = RedisServer::start_with(&[
+        "--tls-port",
+        &tls_port.to_string(),
+        "--tls-cert-file",
+        &cert,
+        "--tls-key-file",
+        &key,
+        "--tls-ca-cert-file",
+        &ca,
+        "--tls-auth-clients",
+        "no",
+    ]);
+    (redis, tls_port)
+}
+
+/// Without `tls_ca`, a `rediss://` backend is verified against the system's trust store
+/// (here the environment's `SSL_CERT_FILE` holding the test's CA, as a managed Redis's CA
+/// would be in the image's store); a store without that CA refuses the server.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rediss_backend_is_verified_against_the_system_store() {
+    let certs = Certs::new();
+    let stranger = Certs::new();
+    let (redis, tls_port) = tls_redis(&certs);
+    let body = format!(
+        "{QUICK}[backends.main]\nkind = \"redis\"\nurl = \"rediss://127.0.0.1:{tls_port}\"\n[[namespaces]]\nname = \"n\"\nbackend = \"main\"\n"
+    );
+    let trusted = Spawned::start(&body, &[("SSL_CERT_FILE", &certs.path("ca.pem"))]);
+    let mut conn = trusted.connect().await;
+    assert_eq!(conn.command(&["SET", "k", "verified"]).await, b"+OK\r\n");
+    assert_eq!(redis.cmd(&["GET", "k"]), "$8\r\nverified\r\n");
+
+    let untrusted = Spawned::start(&body, &[("SSL_CERT_FILE", &stranger.path("ca.pem"))]);
+    let mut conn = untrusted.connect().await;
+    let reply = String::from_utf8_lossy(&conn.command(&["SET", "k", "spoofed"]).await).into_owned();
+    assert!(reply.starts_with("-UNAVAILABLE not applied"), "{reply}");
+    assert_eq!(redis.cmd(&["GET", "k"]), "$8\r\nverified\r\n");
+}
+
+/// A password that needs encoding in a URL.
+const PG_PASSWORD: &str = "p+a&s%s#w@o/r: d";
+
+/// A PostgreSQL that takes `app` only over TLS with a password, and that password's file.
+fn secure_postgres(certs: &Certs) -> Option<(support::postgres::PgServer, tempfile::TempDir)> {
+    if !support::postgres::available() {
+        eprintln!("skipping: no PostgreSQL (tests/run installs it)");
+        return None;
+    }
+    let server = support::postgres::PgServer::start_secure(
+        &certs.path("cert.pem"),
+        &certs.path("key.pem"),
+        PG_PASSWORD,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("pg-password"), format!("{PG_PASSWORD}\n")).unwrap();
+    Some((server, dir))
+}
+
+fn pg_body(port: u16, query: &str, password_file: Option<&Path>) -> String {
+    let file = password_file.map_or(String::new(), |p| {
+        format!("password_file = \"{}\"\n", p.display())
+    });
+    format!(
+        "{QUICK}[backends.pg]\nkind = \"postgres\"\nurl = \"postgres://app@127.0.0.1:{port}/holdfast{query}\"\n{file}[[namespaces]]\nname = \"pg_tls\"\nbackend = \"pg\"\n"
+    )
+}
+
+/// `sslmode=require` (what a managed PostgreSQL asks for) reaches a server that takes only
+/// TLS, logged in with the password from `password_file`; without that file, or without TLS,
+/// nothing is applied.
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_over_tls_with_a_password_file() {
+    let certs = Certs::new();
+    let Some((server, secrets)) = secure_postgres(&certs) else {
+        return;
+    };
+    let password = secrets.path().join("pg-password");
+    let port = server.port();
+    let proxy = Proxy::start(&pg_body(port, "?sslmode=require", Some(&password))).await;
+    let mut conn = proxy.connect().await;
+    assert_eq!(conn.command(&["SET", "k", "over-tls"]).await, b"+OK\r\n");
+    assert_eq!(conn.command(&["GET", "k"]).await, b"$8\r\nover-tls\r\n");
+    let encrypted = server.psql_db(
+        "holdfast",
+        "SELECT count(*) FROM pg_stat_ssl JOIN pg_stat_activity USING (pid) WHERE ssl AND usename = 'app'",
+    );
+    assert_ne!(
+        encrypted.trim(),
+        "0",
+        "holdfast's sessions are not encrypted"
+    );
+    proxy.stop().await;
+
+    // Refused logins: an error, the write not applied (a refused password is not retried).
+    for (key, body) in [
+        ("no-password", pg_body(port, "?sslmode=require", None)),
+        ("no-tls", pg_body(port, "?sslmode=disable", Some(&password))),
+    ] {
+        let proxy = Proxy::start(&body).await;
+        let mut conn = proxy.connect().await;
+        let reply = String::from_utf8_lossy(&conn.command(&["SET", key, "x"]).await).into_owned();
+        assert!(reply.starts_with('-'), "{key}: {reply}");
+        proxy.stop().await;
+    }
+    let proxy = Proxy::start(&pg_body(port, "?sslmode=require", Some(&password))).await;
+    let mut conn = proxy.connect().await;
+    assert_eq!(
+        conn.command(&["EXISTS", "no-password", "no-tls"]).await,
+        b":0\r\n"
+    );
+    proxy.stop().await;
+}
+
+/// `sslmode=verify-full` checks the server's certificate and name: against `sslrootcert`,
+/// or against the system's store; a store without the server's CA refuses it.
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_verify_full_checks_the_certificate() {
+    let certs = Certs::new();
+    let stranger = Certs::new();
+    let Some((server, secrets)) = secure_postgres(&certs) else {
+        return;
+    };
+    let password = secrets.path().join("pg-password");
+    let port = server.port();
+    let rootcert = format!(
+        "?sslmode=verify-full&sslrootcert={}",
+        certs.path("ca.pem").display()
+    );
+    let proxy = Proxy::start(&pg_body(port, &rootcert, Some(&password))).await;
+    let mut conn = proxy.connect().await;
+    assert_eq!(conn.command(&["SET", "k", "rootcert"]).await, b"+OK\r\n");
+    proxy.stop().await;
+
+    let body = pg_body(port, "?sslmode=verify-full", Some(&password));
+    let system = Spawned::start(&body, &[("SSL_CERT_FILE", &certs.path("ca.pem"))]);
+    let mut conn = system.connect().await;
+    assert_eq!(conn.command(&["SET", "k", "system"]).await, b"+OK\r\n");
+    assert_eq!(conn.command(&["GET", "k"]).await, b"$6\r\nsystem\r\n");
+
+    let untrusted = Spawned::start(&body, &[("SSL_CERT_FILE", &stranger.path("ca.pem"))]);
+    let mut conn = untrusted.connect().await;
+    let reply = String::from_utf8_lossy(&conn.command(&["SET", "k", "spoofed"]).await).into_owned();
+    assert!(reply.starts_with("-UNAVAILABLE not applied"), "{reply}");
 }

@@ -228,6 +228,60 @@ impl PgServer {
         server
     }
 
+    /// `start`, speaking TLS with `cert` and `key` (PEM), with a user `app` that may log in
+    /// only over TLS and only with SCRAM-SHA-256 `password`, owning the database `holdfast`
+    /// (`PG_USER` keeps trust, for the test's own psql).
+    pub fn start_secure(cert: &Path, key: &Path, password: &str) -> PgServer {
+        let mut server = PgServer::new_in_temp_dir(required_bin_dir(), "holdfast-pg-tls-");
+        server.initdb();
+        let (crt, pem) = (
+            server.dir.path().join("server.crt"),
+            server.dir.path().join("server.key"),
+        );
+        std::fs::copy(cert, &crt).expect("copy the server certificate");
+        std::fs::copy(key, &pem).expect("copy the server key");
+        // PostgreSQL refuses a key others may read.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&pem, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        if running_as_root() {
+            let out = Command::new("chown")
+                .arg(format!("{PG_OS_USER}:{PG_OS_USER}"))
+                .arg(&crt)
+                .arg(&pem)
+                .output()
+                .expect("run chown");
+            assert!(out.status.success(), "chown of the TLS files failed");
+        }
+        // First match wins: `app` over TLS with a password, never in clear text.
+        let hba = server.data_dir.join("pg_hba.conf");
+        let old = std::fs::read_to_string(&hba).expect("read pg_hba.conf");
+        let lines =
+            "hostnossl all app 127.0.0.1/32 reject\nhostssl all app 127.0.0.1/32 scram-sha-256\n";
+        std::fs::write(&hba, format!("{lines}{old}")).expect("write pg_hba.conf");
+        let mut conf = OpenOptions::new()
+            .append(true)
+            .open(server.data_dir.join("postgresql.conf"))
+            .expect("open postgresql.conf");
+        writeln!(
+            conf,
+            "ssl = on\nssl_cert_file = '{}'\nssl_key_file = '{}'\npassword_encryption = 'scram-sha-256'",
+            crt.display(),
+            pem.display()
+        )
+        .expect("append to postgresql.conf");
+        server.spawn_on_free_port("start_secure");
+        let quoted = password.replace('\'', "''");
+        server.psql_db(
+            "postgres",
+            &format!("CREATE ROLE app LOGIN PASSWORD '{quoted}'"),
+        );
+        server.psql_db(
+            "postgres",
+            &format!("CREATE DATABASE {PG_DATABASE} OWNER app"),
+        );
+        server
+    }
+
     /// A hot standby of `primary`, streaming from it: `pg_basebackup -R -X
     /// stream` of the primary (which writes `standby.signal` and
     /// `primary_conninfo`) into the data dir of a new temp dir, started like

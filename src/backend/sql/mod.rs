@@ -306,6 +306,23 @@ impl SqlBackend {
         let hosts = postgres_hosts(&config.url).map_err(|e| BackendError::Unsupported {
             what: format!("backends.{name}.url: {e}"),
         })?;
+        // Into every host's URL, so the pool, the failover probe and the LISTEN connection
+        // all log in with it. These URLs are never logged.
+        let hosts = match &config.password_file {
+            Some(path) => {
+                let key = format!("backends.{name}.password_file");
+                let password = crate::config::read_secret(&key, path).map_err(|e| {
+                    BackendError::Unsupported {
+                        what: e.to_string(),
+                    }
+                })?;
+                hosts
+                    .iter()
+                    .map(|url| crate::config::with_password(url, &password))
+                    .collect()
+            }
+            None => hosts,
+        };
         let timeout_ms = config.statement_timeout.as_millis();
         // sqlx retries a refused connect until its pool's acquire timeout: kept short, so a
         // server that is down fails an attempt quickly (NotAttempted, retried with backoff)
