@@ -550,6 +550,29 @@ fn check_config_text(name: &str, toml: &str, env: &[(String, String)]) -> Config
     check_config(&path, env)
 }
 
+/// A configuration file's text as holdfast reads it where it is deployed: the compose
+/// file's holdfast.toml with each secret the compose file mounts into the holdfast service
+/// (`/run/secrets/NAME`) at the file it comes from.
+fn deployed_text(path: &Path) -> String {
+    let mut toml = read(path);
+    if path.canonicalize().ok() != repo().join(COMPOSE_TOML).canonicalize().ok() {
+        return toml;
+    }
+    let compose = yaml_file(COMPOSE);
+    let mounted = seq(at(&compose, &["services", "holdfast"]).get("secrets"));
+    for name in mounted.iter().map(scalar) {
+        let source = text(&compose, &["secrets", &name, "file"]);
+        let file = repo().join("deploy/compose").join(source);
+        assert!(
+            file.is_file(),
+            "{COMPOSE}: secret {name}'s file {} is missing",
+            file.display()
+        );
+        toml = toml.replace(&format!("/run/secrets/{name}"), &file.display().to_string());
+    }
+    toml
+}
+
 fn from_toml(place: &str, toml: &str) -> Config {
     Config::from_toml(toml).unwrap_or_else(|e| panic!("{place}: {e}"))
 }
@@ -745,7 +768,7 @@ fn every_deploy_file_parses() {
                 parsed += 1;
             }
             "toml" => {
-                from_toml(&relative(&path), &read(&path));
+                from_toml(&relative(&path), &deployed_text(&path));
                 parsed += 1;
             }
             _ => {}
@@ -1207,7 +1230,8 @@ fn the_compose_stack_is_wired_up() {
         assert!(!v.contains('$'), "{COMPOSE}: {k} needs interpolation: {v}");
     }
     let env: Vec<(String, String)> = env.into_iter().collect();
-    let effective = check_config(&repo().join(COMPOSE_TOML), &env);
+    let compose_toml = deployed_text(&repo().join(COMPOSE_TOML));
+    let effective = check_config_text("holdfast.toml", &compose_toml, &env);
     let metrics_port = effective.server.metrics_listen.port();
 
     let grace = parse_duration(text(holdfast, &["stop_grace_period"]));
@@ -1278,8 +1302,9 @@ fn every_configuration_file_validates() {
         .filter(|p| extension(p) == "toml");
     for path in tomls {
         let place = relative(&path);
-        let in_process = from_toml(&place, &read(&path));
-        let by_binary = check_config(&path, &[]);
+        let text = deployed_text(&path);
+        let in_process = from_toml(&place, &text);
+        let by_binary = check_config_text("holdfast.toml", &text, &[]);
         assert_eq!(
             in_process.server.listen, by_binary.server.listen,
             "{place}: the binary reads another listen address"
