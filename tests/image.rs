@@ -818,3 +818,20 @@ fn compose_mounts_the_image_volumes_under_its_read_only_root() {
         );
     }
 }
+
+/// hadolint, the Dockerfile linter (installed by `tests/run`), finds nothing, down to its
+/// `info` rules (a named `USER` is one: DL3066).
+#[test]
+fn hadolint_finds_nothing() {
+    let output = std::process::Command::new("hadolint")
+        .args(["--no-color", "--failure-threshold", "info", "Dockerfile"])
+        .current_dir(repo())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run hadolint (tests/run installs it): {e}"));
+    assert!(
+        output.status.success(),
+        "hadolint:\n{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
