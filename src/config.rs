@@ -1342,6 +1342,9 @@ pub fn postgres_hosts(url: &str) -> Result<Vec<String>, String> {
         Some(at) => (&authority[..=at], &authority[at + 1..]),
         None => ("", authority),
     };
+    // libpq's passphrase of an encrypted client key: the driver reads no encrypted key, and
+    // would log the parameter it ignores, value and all.
+    let tail = without_query_key(tail, "sslpassword");
     let mut out = Vec::new();
     for host in hosts.split(',') {
         if host.is_empty() {
@@ -1354,6 +1357,25 @@ pub fn postgres_hosts(url: &str) -> Result<Vec<String>, String> {
         out.push(single);
     }
     Ok(out)
+}
+
+/// A URL's path, query and fragment (`tail`) without the query parameters named `key`.
+fn without_query_key(tail: &str, key: &str) -> String {
+    let Some((path, rest)) = tail.split_once('?') else {
+        return tail.to_string();
+    };
+    let (query, fragment) = match rest.find('#') {
+        Some(at) => rest.split_at(at),
+        None => (rest, ""),
+    };
+    let kept: Vec<&str> = query
+        .split('&')
+        .filter(|pair| pair.split('=').next() != Some(key))
+        .collect();
+    if kept.iter().all(|pair| pair.is_empty()) {
+        return format!("{path}{fragment}");
+    }
+    format!("{path}?{}{fragment}", kept.join("&"))
 }
 
 /// `url` with `password` as its last query parameter, which PostgreSQL's URL parser applies

@@ -422,6 +422,15 @@ fn a_multi_host_url_is_one_url_per_host() {
         vec!["postgres://h/db"]
     );
     assert!(postgres_hosts("postgres://u@h1,/db").is_err());
+    // The driver ignores an encrypted key's passphrase, and would log it: it is dropped.
+    assert_eq!(
+        postgres_hosts("postgres://h/db?sslpassword=x&sslmode=require#f").unwrap(),
+        vec!["postgres://h/db?sslmode=require#f"]
+    );
+    assert_eq!(
+        postgres_hosts("postgres://h/db?sslpassword=x").unwrap(),
+        vec!["postgres://h/db"]
+    );
     assert!(postgres_hosts("mysql://h/db").is_err());
     assert!(postgres_hosts("postgres://u@h1:notaport/db").is_err());
 }

@@ -31,8 +31,13 @@ const EXIT_CONFIG: u8 = 64;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_env("HOLDFAST_LOG")
+    let mut filter = tracing_subscriber::EnvFilter::try_from_env("HOLDFAST_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // The PostgreSQL driver warns of a URL parameter it ignores with its value, which may be
+    // a secret: never shown, whatever HOLDFAST_LOG says.
+    if let Ok(quiet) = "sqlx_postgres::options::parse=error".parse() {
+        filter = filter.add_directive(quiet);
+    }
     // Colour only for a person at a terminal: a log shipper would keep the escape codes.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let logs = tracing_subscriber::fmt()

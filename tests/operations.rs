@@ -696,14 +696,13 @@ password_file = "{}"
         .output()
         .unwrap();
     let printed = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let logged = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{logged}");
     eprintln!("{printed}");
     for secret in secrets {
         assert!(!printed.contains(secret), "{secret} printed:\n{printed}");
+        // Nor logged (a driver's warning about a parameter it ignores, with its value).
+        assert!(!logged.contains(secret), "{secret} logged:\n{logged}");
         // Nor a part of it long enough to mean something.
         assert!(
             !printed.contains(&secret[..6]),
