@@ -398,11 +398,36 @@ def redis_backend(port):
     return f'kind = "redis"\nurl = "redis://127.0.0.1:{port}"'
 
 
+# The metrics port of each holdfast `holdfast_on` started, by its Redis port.
+METRICS = {}
+
+
+def group_commits(port):
+    """(requests, transactions) committed so far by the holdfast on `port`'s SQL backend
+    (`holdfast_group_commit_requests`' sum and count); None when it has no metrics port."""
+    metrics = METRICS.get(port)
+    if metrics is None:
+        return None
+    with socket.create_connection(("127.0.0.1", metrics), timeout=5) as s:
+        s.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+        body = b""
+        while chunk := s.recv(65536):
+            body += chunk
+    total = count = 0.0
+    for line in body.decode().splitlines():
+        if line.startswith("holdfast_group_commit_requests_sum"):
+            total += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("holdfast_group_commit_requests_count"):
+            count += float(line.rsplit(" ", 1)[1])
+    return total, count
+
+
 def holdfast_on(binary, tmp, name, backend, log, mode="fast", server="", wrap=(), defaults=""):
     """A holdfast with one catch-all namespace on `backend` (its TOML body); (process, port).
     `server` is added to its [server] table, `defaults` to [defaults]; `wrap` goes before the
     binary (valgrind)."""
     port, metrics = free_port(), free_port()
+    METRICS[port] = metrics
     conf = os.path.join(tmp, f"holdfast-{name}.toml")
     with open(conf, "w") as f:
         f.write(f"""[server]
@@ -462,13 +487,22 @@ def sql_runs(args, binary, tmp, log, procs, redis_port, pg_port):
         ("GET P16", "get", 50, 16),
     ]
     results = {}
+    groups = {}
     for rnd in range(args.rounds):
         for name, test, clients, pipeline in workloads:
             for target, port in targets:
+                before = group_commits(port)
                 row = bench(port, test, clients, pipeline, 100, args.sql_requests, 10_000)
+                after = group_commits(port)
+                group = ""
+                if before and after and after[1] > before[1]:
+                    size = (after[0] - before[0]) / (after[1] - before[1])
+                    groups.setdefault((name, target), []).append(size)
+                    group = f" group {size:.1f}"
                 results.setdefault((name, target), []).append(float(row["rps"]))
                 print(f"round {rnd + 1} {name:8} {target:14} {float(row['rps']):>10.0f} req/s "
-                      f"p50 {row['p50_latency_ms']} ms p99 {row['p99_latency_ms']} ms", flush=True)
+                      f"p50 {row['p50_latency_ms']} ms p99 {row['p99_latency_ms']} ms{group}",
+                      flush=True)
     names = [t for t, _ in targets]
     print()
     print(f"{'workload':9}" + "".join(f"{n:>15}" for n in names) + "   ratios to direct")
@@ -476,6 +510,15 @@ def sql_runs(args, binary, tmp, log, procs, redis_port, pg_port):
         rps = [statistics.median(results[(name, n)]) for n in names]
         ratios = "  ".join(f"{n}={r / rps[0]:.2f}" for n, r in zip(names[1:], rps[1:]))
         print(f"{name:9}" + "".join(f"{r:>15.0f}" for r in rps) + "   " + ratios)
+    # Requests per group-commit transaction (holdfast_group_commit_requests), median of the
+    # rounds: how much each workload batched.
+    print()
+    print("requests per group commit (median of rounds):")
+    for name, *_ in workloads:
+        sizes = [f"{n}={statistics.median(groups[(name, n)]):.1f}"
+                 for n in names[1:] if (name, n) in groups]
+        if sizes:
+            print(f"  {name:9} " + "  ".join(sizes))
 
 
 def ha_main(args):

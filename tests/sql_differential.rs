@@ -205,8 +205,9 @@ impl Targets {
     }
 }
 
-/// Sends each command on one connection (after `HELLO 3` when `resp3`), one reply each.
-async fn run(addr: &str, resp3: bool, cmds: &[Cmd]) -> Vec<Vec<u8>> {
+/// Sends each command on one connection (after `HELLO 3` when `resp3`), one reply each;
+/// `depth` at a time in one write (pipelined; 1: each waits for its reply).
+async fn run(addr: &str, resp3: bool, depth: usize, cmds: &[Cmd]) -> Vec<Vec<u8>> {
     let mut c = RawConn::connect(addr).await;
     if resp3 {
         let hello = c.command(&["HELLO", "3"]).await;
@@ -215,19 +216,36 @@ async fn run(addr: &str, resp3: bool, cmds: &[Cmd]) -> Vec<Vec<u8>> {
     let flushed = c.command(&["FLUSHALL"]).await;
     assert_eq!(flushed, b"+OK\r\n", "FLUSHALL on {addr}");
     let mut out = Vec::with_capacity(cmds.len());
-    for cmd in cmds {
-        let args: Vec<&[u8]> = cmd.iter().map(Vec::as_slice).collect();
-        c.send(&encode(&args)).await;
-        out.push(c.read_reply().await);
+    for chunk in cmds.chunks(depth.max(1)) {
+        let mut bytes = Vec::new();
+        for cmd in chunk {
+            let args: Vec<&[u8]> = cmd.iter().map(Vec::as_slice).collect();
+            bytes.extend_from_slice(&encode(&args));
+        }
+        c.send(&bytes).await;
+        for _ in chunk {
+            out.push(c.read_reply().await);
+        }
     }
     out
 }
 
 /// Runs `cmds` on every target and lists each command whose replies differ from Redis's.
 async fn differences(t: &Targets, resp3: bool, cmds: &[Cmd]) -> Vec<String> {
+    pipelined_differences(t, resp3, 1, cmds).await
+}
+
+/// [`differences`], the commands sent `depth` at a time in one write: what SQL backends
+/// commit together must answer as Redis answers them one by one.
+async fn pipelined_differences(
+    t: &Targets,
+    resp3: bool,
+    depth: usize,
+    cmds: &[Cmd],
+) -> Vec<String> {
     let mut runs = Vec::new();
     for (name, addr) in t.addrs() {
-        runs.push((name, run(&addr, resp3, cmds).await));
+        runs.push((name, run(&addr, resp3, depth, cmds).await));
     }
     let (_, direct) = &runs[0];
     let mut out = Vec::new();
@@ -1479,6 +1497,8 @@ fn the_fixed_script_answers_as_redis_does_on_sqlite_and_postgres() {
         let script = fixed_script();
         let mut all = differences(&t, false, &script).await;
         all.extend(differences(&t, true, &script).await);
+        // Pipelined: the runs a SQL backend commits in one transaction answer the same.
+        all.extend(pipelined_differences(&t, false, 16, &script).await);
         assert!(
             all.is_empty(),
             "{} differences:\n{}",
@@ -1756,9 +1776,14 @@ fn generated_sequences_answer_as_redis_does_on_sqlite_and_postgres() {
         failure_persistence: None,
         ..PropConfig::default()
     });
-    let strategy = (sequence(), any::<bool>());
-    let result = runner.run(&strategy, |(cmds, resp3)| {
-        let diffs = rt.block_on(differences(&targets, resp3, &cmds));
+    // Sent one by one, or up to 16 at a time in one write (runs committed together).
+    let strategy = (
+        sequence(),
+        any::<bool>(),
+        prop_oneof![Just(1usize), 2usize..=16],
+    );
+    let result = runner.run(&strategy, |(cmds, resp3, depth)| {
+        let diffs = rt.block_on(pipelined_differences(&targets, resp3, depth, &cmds));
         if diffs.is_empty() {
             Ok(())
         } else {

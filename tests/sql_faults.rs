@@ -41,6 +41,82 @@ async fn none_wrong(what: &str, tasks: Vec<tokio::task::JoinHandle<Vec<String>>>
 
 /// Each client writes its own keys in sequence and remembers what was acknowledged; every
 /// reply that is not the expected one is a client-visible error.
+/// The same outage under pipelines: each client's runs of writes are committed together (one
+/// entry of the group commit), then its run of reads; every reply is still what one-by-one
+/// requests would have got, the outage a slow reply.
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_stopped_and_started_again_holds_pipelined_runs() {
+    let mut pg = PgServer::start();
+    let proxy = Proxy::start(&sql_namespace(&format!(
+        "kind = \"postgres\"\nurl = \"{}\"\npool_size = 4",
+        pg.url()
+    )))
+    .await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..4)
+        .map(|i| tokio::spawn(pipelined_writer(proxy.addr.clone(), i, stop.clone())))
+        .collect();
+    sleep(Duration::from_millis(800)).await;
+    pg.stop_immediate();
+    sleep(Duration::from_secs(5)).await;
+    pg.start_again();
+    sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut acked = Vec::new();
+    for c in clients {
+        let (a, errors) = c.await.unwrap();
+        assert!(errors.is_empty(), "pipelined client errors: {errors:?}");
+        acked.extend(a);
+    }
+    assert!(acked.len() > 100, "too few writes: {}", acked.len());
+    check_acknowledged(&proxy.addr, &acked).await;
+    proxy.stop().await;
+}
+
+/// Pipelines of 8 SETs (two to one key, so their order shows) and then the 8 GETs.
+async fn pipelined_writer(
+    addr: String,
+    id: usize,
+    stop: Arc<AtomicBool>,
+) -> (Vec<(String, String)>, Vec<String>) {
+    let mut conn = RawConn::connect(&addr).await;
+    let (mut acked, mut errors) = (Vec::new(), Vec::new());
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let mut pipeline = Vec::new();
+        let mut sets = Vec::new();
+        for i in 0..8 {
+            n += 1;
+            let key = format!("p{id}:{}", if i == 0 || i == 7 { 0 } else { 1 + n % 40 });
+            let value = format!("{n}");
+            pipeline.extend_from_slice(&encode_str(&["SET", &key, &value]));
+            sets.push((key, value));
+        }
+        for (key, _) in &sets {
+            pipeline.extend_from_slice(&encode_str(&["GET", key]));
+        }
+        conn.send(&pipeline).await;
+        for (key, value) in &sets {
+            let reply = text(&conn.read_reply().await);
+            if reply == "+OK\r\n" {
+                acked.push((key.clone(), value.clone()));
+            } else {
+                errors.push(format!("SET {key}: {reply}"));
+            }
+        }
+        // Each GET sees the last SET of its key in the pipeline.
+        for (key, _) in &sets {
+            let last = sets.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v);
+            let reply = text(&conn.read_reply().await);
+            let want = last.map(|v| format!("${}\r\n{v}\r\n", v.len()));
+            if Some(&reply) != want.as_ref() {
+                errors.push(format!("GET {key}: {reply}, wanted {want:?}"));
+            }
+        }
+    }
+    (acked, errors)
+}
+
 async fn writer(
     addr: String,
     id: usize,

@@ -245,8 +245,8 @@ impl Backend {
 
     /// First attempts of a client's pipelined requests, sent together in order: all of them,
     /// or a leading part (a Redis Cluster sends only those bound for the first one's node),
-    /// with one result each. None when the backend sends them one by one (SQL backends, whose
-    /// writes group commit already batches) or nothing could be sent.
+    /// with one result each (a SQL backend commits a run of writes in one transaction of its
+    /// group commit). None when nothing could be sent together.
     pub async fn dispatch_batch(
         &self,
         requests: &[Request<'_>],
@@ -254,7 +254,9 @@ impl Backend {
     ) -> Option<Vec<Result<Reply, BackendError>>> {
         match self {
             Backend::Redis(r) => r.dispatch_batch(requests, acquire_timeout).await,
-            Backend::Sql(_) => None,
+            Backend::Sql(s) => Box::pin(s.dispatch_batch(requests, acquire_timeout))
+                .await
+                .map(|results| results.into_iter().map(|r| r.map(Reply::from)).collect()),
         }
     }
 
@@ -264,9 +266,9 @@ impl Backend {
         matches!(self, Backend::Redis(_))
     }
 
-    /// Whether [`Backend::dispatch_batch`] sends requests together.
+    /// Whether [`Backend::dispatch_batch`] sends requests together: every backend does.
     pub fn pipelines(&self) -> bool {
-        matches!(self, Backend::Redis(_))
+        true
     }
 
     /// Opens a connection of its own for connection-bound commands (blocking, WATCH/MULTI).

@@ -44,13 +44,20 @@ struct Job {
     proto: Proto,
     batch: bool,
     token: Option<Vec<u8>>,
+}
+
+/// One submission: a request, or a client's pipelined run of requests, taken (or withdrawn)
+/// whole, so a run commits in one transaction, in its order, even where several writers
+/// commit groups side by side (PostgreSQL). Each job has its own outcome.
+struct Entry {
+    jobs: Vec<Job>,
     state: Arc<AtomicU8>,
-    reply: oneshot::Sender<Outcome>,
+    reply: oneshot::Sender<Vec<Outcome>>,
 }
 
 /// The handle requests are submitted through.
 pub struct GroupWriter {
-    queue: mpsc::Sender<Job>,
+    queue: mpsc::Sender<Entry>,
     /// The backend's deadline: how long a taken job's transaction may take.
     response_timeout: Duration,
 }
@@ -78,45 +85,81 @@ impl GroupWriter {
         token: Option<&[u8]>,
         acquire_timeout: Duration,
     ) -> Outcome {
-        let state = Arc::new(AtomicU8::new(QUEUED));
-        let (reply, answer) = oneshot::channel();
         let job = Job {
             commands: commands.iter().map(|c| c.to_vec()).collect(),
             proto,
             batch,
             token: token.map(<[u8]>::to_vec),
+        };
+        let mut outcomes = self.enqueue(vec![job], acquire_timeout).await;
+        outcomes.pop().unwrap_or_else(|| Err(lost()))
+    }
+
+    /// Runs a client's pipelined requests (`requests`, each one command) in one group, in
+    /// their order, each with its own outcome.
+    pub async fn submit_run(
+        &self,
+        requests: &[&[Bytes]],
+        proto: Proto,
+        acquire_timeout: Duration,
+    ) -> Vec<Outcome> {
+        let jobs = requests
+            .iter()
+            .map(|args| Job {
+                commands: vec![args.to_vec()],
+                proto,
+                batch: false,
+                token: None,
+            })
+            .collect();
+        self.enqueue(jobs, acquire_timeout).await
+    }
+
+    /// Queues `jobs` as one entry and waits for their outcomes, one per job.
+    async fn enqueue(&self, jobs: Vec<Job>, acquire_timeout: Duration) -> Vec<Outcome> {
+        let count = jobs.len();
+        let state = Arc::new(AtomicU8::new(QUEUED));
+        let (reply, answer) = oneshot::channel();
+        let entry = Entry {
+            jobs,
             state: state.clone(),
             reply,
+        };
+        let all = |error: BackendError| -> Vec<Outcome> {
+            let shared = Arc::new(error);
+            (0..count).map(|_| Err(share(&shared))).collect()
         };
         let timed_out = || BackendError::AcquireTimeout {
             waited: acquire_timeout,
         };
         let deadline = tokio::time::Instant::now() + acquire_timeout;
-        match tokio::time::timeout_at(deadline, self.queue.send(job)).await {
+        match tokio::time::timeout_at(deadline, self.queue.send(entry)).await {
             Ok(Ok(())) => {}
             // The writer is gone (the backend is being dropped) or the queue stayed full.
-            _ => return Err(timed_out()),
+            _ => return all(timed_out()),
         }
         let mut answer = answer;
-        match tokio::time::timeout_at(deadline, &mut answer).await {
-            Ok(outcome) => outcome.unwrap_or_else(|_| Err(lost())),
+        let outcomes = match tokio::time::timeout_at(deadline, &mut answer).await {
+            Ok(outcomes) => outcomes.unwrap_or_else(|_| all(lost())),
             Err(_) => {
                 if state
                     .compare_exchange(QUEUED, WITHDRAWN, Ordering::AcqRel, Ordering::Acquire)
                     .is_ok()
                 {
-                    return Err(timed_out());
+                    return all(timed_out());
                 }
                 // Taken: its transaction is under way; its outcome is the answer. The writer
                 // answers by its own deadline; should it not, the job may still commit after
                 // this request gave up, so the answer is in doubt, never "not applied".
                 let limit = self.response_timeout;
                 match tokio::time::timeout_at(deadline + limit + GRACE, answer).await {
-                    Ok(outcome) => outcome.unwrap_or_else(|_| Err(lost())),
-                    Err(elapsed) => Err(deadline::expired(SqlStage::Commit, limit, elapsed)),
+                    Ok(outcomes) => outcomes.unwrap_or_else(|_| all(lost())),
+                    Err(elapsed) => all(deadline::expired(SqlStage::Commit, limit, elapsed)),
                 }
             }
-        }
+        };
+        debug_assert_eq!(outcomes.len(), count);
+        outcomes
     }
 }
 
@@ -128,16 +171,27 @@ fn lost() -> BackendError {
     }
 }
 
-async fn run(inner: Weak<Inner>, jobs: Arc<Queue<Job>>) {
+async fn run(inner: Weak<Inner>, entries: Arc<Queue<Entry>>) {
     let mut held = Held::default();
-    while let Some(mut group) = jobs.next_batch_holding(MAX_BATCH, &mut held).await {
-        group.retain(|job| {
-            job.state
+    let jobs_of = |entry: &Entry| entry.jobs.len();
+    while let Some(mut taken) = entries
+        .next_batch_holding(MAX_BATCH, jobs_of, &mut held)
+        .await
+    {
+        taken.retain(|entry| {
+            entry
+                .state
                 .compare_exchange(QUEUED, TAKEN, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
         });
-        if group.is_empty() {
+        if taken.is_empty() {
             continue;
+        }
+        let mut group = Vec::with_capacity(taken.iter().map(jobs_of).sum());
+        let mut answers = Vec::with_capacity(taken.len());
+        for entry in taken {
+            answers.push((entry.jobs.len(), entry.reply));
+            group.extend(entry.jobs);
         }
         let Some(inner) = inner.upgrade() else { return };
         crate::metrics::group_commit(&inner.name, group.len());
@@ -153,8 +207,9 @@ async fn run(inner: Weak<Inner>, jobs: Arc<Queue<Job>>) {
                 group.iter().map(|_| Err(share(&shared))).collect()
             }
         };
-        for (job, outcome) in group.into_iter().zip(outcomes) {
-            let _ = job.reply.send(outcome);
+        let mut outcomes = outcomes.into_iter();
+        for (count, reply) in answers {
+            let _ = reply.send(outcomes.by_ref().take(count).collect());
         }
     }
 }

@@ -457,6 +457,42 @@ impl SqlBackend {
         BackendError::check_reply(frame)
     }
 
+    /// A client's pipelined run, first dispatches together (`exec::ahead`): writes as one
+    /// entry of the group-commit queue, so they commit in one transaction in their order
+    /// (each with its own outcome: one that fails is rolled back to its savepoint, the rest
+    /// stand); reads side by side (their GETs join the batched reads). None when the run
+    /// cannot go together; its requests are then sent one by one.
+    pub async fn dispatch_batch(
+        &self,
+        requests: &[Request<'_>],
+        acquire_timeout: Duration,
+    ) -> Option<Vec<Result<Frame, BackendError>>> {
+        if requests.iter().any(|r| r.token.is_some()) {
+            return None;
+        }
+        let proto = requests.first()?.proto;
+        let writes = requests.iter().map(|r| {
+            let name = r.args.first().map(|n| n.as_ref()).unwrap_or_default();
+            commands::writes(name)
+        });
+        let reads = writes.clone().all(|w| w == Some(false));
+        if reads {
+            let each = requests.iter().map(|r| self.dispatch(r, acquire_timeout));
+            return Some(futures_util::future::join_all(each).await);
+        }
+        let args: Vec<&[Bytes]> = requests.iter().map(|r| r.args).collect();
+        let outcomes = self.inner.run_writes(&args, proto, acquire_timeout).await?;
+        Some(
+            outcomes
+                .into_iter()
+                .map(|outcome| {
+                    let mut replies = outcome?;
+                    BackendError::check_reply(replies.pop().unwrap_or(Frame::Null))
+                })
+                .collect(),
+        )
+    }
+
     /// A subscribed client's registration with this backend's broker.
     pub fn feed(&self, outbox: crate::backend::pubsub::Outbox) -> broker::Ticket {
         self.inner.broker.join(outbox)
@@ -819,7 +855,43 @@ impl Inner {
         let mut result = self
             .run_once(commands, proto, acquire_timeout, batch, token)
             .await;
-        if let Ok(replies) = &mut result {
+        self.after(commands, &mut result);
+        result
+    }
+
+    /// A client's pipelined writes, each one command and its own request, as one entry of
+    /// the group-commit queue: one transaction, in their order, each with its own outcome.
+    /// None without a group writer, or when one of them is not served (it is then sent on
+    /// its own, and answered why).
+    async fn run_writes(
+        self: &Arc<Self>,
+        requests: &[&[Bytes]],
+        proto: Proto,
+        acquire_timeout: Duration,
+    ) -> Option<Vec<Result<Vec<Frame>, BackendError>>> {
+        let writer = self.group.as_ref()?;
+        let served = requests.iter().all(|args| {
+            let name = args.first().map(|n| n.as_ref()).unwrap_or_default();
+            commands::writes(name) == Some(true)
+        });
+        if !served {
+            return None;
+        }
+        let mut outcomes = writer.submit_run(requests, proto, acquire_timeout).await;
+        for (args, outcome) in requests.iter().zip(outcomes.iter_mut()) {
+            self.after(std::slice::from_ref(args), outcome);
+        }
+        Some(outcomes)
+    }
+
+    /// What follows a transaction's outcome: committed, its publishes are delivered and the
+    /// clients blocked on its keys woken; failed, the primary may have moved.
+    fn after(
+        self: &Arc<Self>,
+        commands: &[&[Bytes]],
+        result: &mut Result<Vec<Frame>, BackendError>,
+    ) {
+        if let Ok(replies) = result {
             // Committed: a PUBLISH among them is delivered now (SQLite; PostgreSQL's comes
             // through LISTEN) and answered with the subscribers it reaches.
             for (command, reply) in commands.iter().zip(replies.iter_mut()) {
@@ -831,7 +903,7 @@ impl Inner {
                 }
             }
         }
-        if let (Ok(replies), true) = (&result, self.wakers.any()) {
+        if let (Ok(replies), true) = (&*result, self.wakers.any()) {
             // Committed: a client blocked on one of these keys may find something now
             // (every argument is offered as a key: a spurious wake-up only tries again). A
             // blocking pop that found nothing changed nothing, and wakes nobody.
@@ -841,7 +913,7 @@ impl Inner {
                 }
             }
         }
-        if let Err(e) = &result {
+        if let Err(e) = &*result {
             // Anything but an answer may mean the primary moved: look for it again.
             if self.failover.is_some()
                 && crate::error::classify(e) != crate::error::ErrorClass::Other
@@ -850,7 +922,6 @@ impl Inner {
                 tokio::spawn(async move { inner.find_primary().await });
             }
         }
-        result
     }
 
     /// Probes every host and moves the pools to the one that accepts writes.

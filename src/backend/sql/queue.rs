@@ -21,15 +21,20 @@ impl<T> Queue<T> {
         (sender, Arc::new(Queue(Mutex::new(receiver))))
     }
 
-    /// Waits for one request, then takes up to `max` in all without waiting more. None once
-    /// every sender is gone (the backend was dropped).
-    pub async fn next_batch(&self, max: usize) -> Option<Vec<T>> {
+    /// Waits for one item, then takes more without waiting until they weigh `max` in all
+    /// (`weight`: the requests an item holds; the first is taken whatever it weighs). None
+    /// once every sender is gone (the backend was dropped).
+    pub async fn next_batch(&self, max: usize, weight: impl Fn(&T) -> usize) -> Option<Vec<T>> {
         let mut receiver = self.0.lock().await;
         let first = receiver.recv().await?;
+        let mut load = weight(&first);
         let mut batch = vec![first];
-        while batch.len() < max {
+        while load < max {
             match receiver.try_recv() {
-                Ok(item) => batch.push(item),
+                Ok(item) => {
+                    load += weight(&item);
+                    batch.push(item);
+                }
                 Err(_) => break,
             }
         }
@@ -39,13 +44,18 @@ impl<T> Queue<T> {
     /// The next batch for a task that holds a connection: one that starts within
     /// [`LINGER`] runs on it; past that, the connection goes back to its pool before the task
     /// waits on.
-    pub async fn next_batch_holding(&self, max: usize, held: &mut Held) -> Option<Vec<T>> {
+    pub async fn next_batch_holding(
+        &self,
+        max: usize,
+        weight: impl Fn(&T) -> usize,
+        held: &mut Held,
+    ) -> Option<Vec<T>> {
         if held.holds() {
-            if let Ok(batch) = tokio::time::timeout(LINGER, self.next_batch(max)).await {
+            if let Ok(batch) = tokio::time::timeout(LINGER, self.next_batch(max, &weight)).await {
                 return batch;
             }
             held.release();
         }
-        self.next_batch(max).await
+        self.next_batch(max, weight).await
     }
 }

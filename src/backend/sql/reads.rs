@@ -86,7 +86,7 @@ impl GetBatcher {
 
 async fn run(inner: Weak<Inner>, gets: Arc<Queue<Get>>) {
     let mut held = Held::default();
-    while let Some(batch) = gets.next_batch_holding(MAX_BATCH, &mut held).await {
+    while let Some(batch) = gets.next_batch_holding(MAX_BATCH, |_| 1, &mut held).await {
         let Some(inner) = inner.upgrade() else { return };
         read_batch(&inner, batch, &mut held).await;
     }
@@ -106,11 +106,20 @@ async fn read_batch(inner: &Inner, batch: Vec<Get>, held: &mut Held) {
     };
     let rows = async {
         let mut conn = inner.acquire_held(held, false, None, latest - now).await?;
-        let list = placeholders(1, live.len(), 1);
+        // A list of a power-of-two length, the last key repeated (a key named twice is one
+        // row): a few statement sizes, each prepared once and then found in the connection's
+        // statement cache, instead of one of a new size per batch.
+        let size = live.len().next_power_of_two();
+        let list = placeholders(inner.dialect, size);
         let sql = format!("SELECT key, kind, expires_at, value FROM hf_keys WHERE key IN ({list})");
         let mut query = sqlx::query(&sql);
         for get in &live {
             query = query.bind(get.key.as_ref());
+        }
+        if let Some(last) = live.last() {
+            for _ in live.len()..size {
+                query = query.bind(last.key.as_ref());
+            }
         }
         let limit = inner.response_timeout;
         match tokio::time::timeout(limit, query.fetch_all(&mut **conn)).await {

@@ -79,11 +79,15 @@ pub async fn touch(ctx: &mut Ctx<'_>, keys: Option<&[&[u8]]>) -> Result<(), Fail
             .await?;
         return Ok(());
     };
-    for chunk in keys.chunks(500) {
-        let list = super::store::placeholders(1, chunk.len(), 1);
+    for chunk in keys.chunks(512) {
+        // Padded to a power of two with its last key (a few statement sizes, each prepared
+        // once; a key named twice is raised once).
+        let Some(last) = chunk.last() else { continue };
+        let padded = chunk.len().next_power_of_two();
+        let list = super::store::placeholders(ctx.dialect, padded);
         let sql = format!("UPDATE hf_watch SET version = version + 1 WHERE key IN ({list})");
         let mut update = sqlx::query(&sql);
-        for key in chunk {
+        for key in chunk.iter().chain(std::iter::repeat(last)).take(padded) {
             update = update.bind(*key);
         }
         ctx.exec(update).await?;
