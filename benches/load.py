@@ -77,7 +77,9 @@ def start(args, log):
 
 
 def build_holdfast():
-    """The release binary, built (or found up to date) first."""
+    """The release binary, built (or found up to date) first; `--binary` names another."""
+    if BINARY:
+        return BINARY
     subprocess.run(["cargo", "build", "--release", "--locked", "--bin", "holdfast"], cwd=ROOT, check=True)
     return os.path.join(ROOT, "target", "release", "holdfast")
 
@@ -211,7 +213,12 @@ def main():
                         help="a Sentinel backend and min_replicas_ack against a plain Redis backend")
     parser.add_argument("--against", metavar="BINARY",
                         help="another holdfast build (a baseline) measured in the same rounds")
+    parser.add_argument("--binary", metavar="BINARY",
+                        help="measure this holdfast build instead of building the tree's")
     args = parser.parse_args()
+    if args.binary:
+        global BINARY
+        BINARY = os.path.abspath(args.binary)
     if args.quick:
         args.rounds, args.requests = 1, 50_000
     if args.sql:
@@ -397,6 +404,10 @@ def redis_backend(port):
     # fifty clients' commands still go in one write whatever the pool's size.
     return f'kind = "redis"\nurl = "redis://127.0.0.1:{port}"'
 
+
+# `--binary`: a build to measure instead of this tree's release build (a baseline's, for the
+# SQL comparison, which has no `--against`).
+BINARY = None
 
 # The metrics port of each holdfast `holdfast_on` started, by its Redis port.
 METRICS = {}
