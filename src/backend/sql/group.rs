@@ -250,15 +250,140 @@ async fn open(inner: &Inner, group: &[Job], held: &mut Held) -> Result<TxConn, B
 impl Job {
     /// Runs this request's commands inside the group's transaction.
     async fn apply(&self, inner: &Inner, conn: &mut TxConn, dirty: &mut bool) -> Outcome {
+        self.apply_with(inner, conn, self.token.as_deref(), dirty)
+            .await
+    }
+
+    /// [`Job::apply`], with `token` instead of its own (None: its token, if any, is the
+    /// caller's to look up and record).
+    async fn apply_with(
+        &self,
+        inner: &Inner,
+        conn: &mut TxConn,
+        token: Option<&[u8]>,
+        dirty: &mut bool,
+    ) -> Outcome {
         let commands: Vec<&[Bytes]> = self.commands.iter().map(|c| c.as_slice()).collect();
         let work = Work {
             commands: &commands,
             proto: self.proto,
             batch: self.batch,
             write: true,
-            token: self.token.as_deref(),
+            token,
         };
         inner.apply(conn, work, dirty).await
+    }
+}
+
+/// Exact mode's tokens for a whole group: the replies recorded under them read with one
+/// statement before the group runs, and the new ones written with one statement after,
+/// instead of a read and a write per request. A token named twice in the group (a retry
+/// queued behind its first attempt) finds the first one's reply. The group's key locks are
+/// taken first (`lock_all`), so a concurrent group applying the same request waits, and then
+/// sees its token.
+#[derive(Default)]
+struct Tokens {
+    /// Every token of the group known so far, with its recorded reply.
+    recorded: std::collections::HashMap<Vec<u8>, Vec<u8>>,
+    /// Tokens of requests this group applied, in order: written before COMMIT.
+    new: Vec<Vec<u8>>,
+}
+
+impl Tokens {
+    /// Reads the replies recorded under the group's tokens.
+    async fn read(inner: &Inner, conn: &mut TxConn, group: &[Job]) -> Result<Tokens, BackendError> {
+        let wanted: Vec<&[u8]> = group.iter().filter_map(|j| j.token.as_deref()).collect();
+        let mut tokens = Tokens::default();
+        let Some(last) = wanted.last().copied() else {
+            return Ok(tokens);
+        };
+        let padded = wanted.len().next_power_of_two();
+        let list = super::store::placeholders(inner.dialect, padded);
+        let now = match inner.dialect {
+            super::store::Dialect::Sqlite => "?".to_string(),
+            super::store::Dialect::Postgres => format!("${}", padded + 1),
+        };
+        let sql = format!(
+            "SELECT token, reply FROM hf_tokens WHERE token IN ({list}) AND expires_at > {now}"
+        );
+        let mut query = sqlx::query(&sql);
+        for token in wanted.iter().chain(std::iter::repeat(&last)).take(padded) {
+            query = query.bind(*token);
+        }
+        let rows = query
+            .bind(super::now_ms())
+            .fetch_all(&mut ***conn)
+            .await
+            .map_err(|e| abandon(conn, e))?;
+        for row in rows {
+            use sqlx::Row;
+            let token: Vec<u8> = row.try_get(0).map_err(|e| abandon(conn, e))?;
+            let reply: Vec<u8> = row.try_get(1).map_err(|e| abandon(conn, e))?;
+            tokens.recorded.insert(token, reply);
+        }
+        Ok(tokens)
+    }
+
+    /// Runs `job`, a request with `token`: its recorded reply if it has one, else applied now
+    /// and its reply recorded.
+    async fn run(
+        &mut self,
+        inner: &Inner,
+        conn: &mut TxConn,
+        job: &Job,
+        token: &[u8],
+        dirty: &mut bool,
+    ) -> Outcome {
+        if let Some(raw) = self.recorded.get(token) {
+            return super::recorded_reply(raw.clone());
+        }
+        let outcome = job.apply_with(inner, conn, None, dirty).await;
+        if let Ok(frames) = &outcome {
+            if let Some(frame) = frames.first() {
+                self.recorded
+                    .insert(token.to_vec(), super::record_reply(frame));
+                self.new.push(token.to_vec());
+            }
+        }
+        outcome
+    }
+
+    /// Records the replies of the requests this group applied, in one statement.
+    async fn write(&self, inner: &Inner, conn: &mut TxConn) -> Result<(), BackendError> {
+        let Some(last) = self.new.last() else {
+            return Ok(());
+        };
+        let expires = super::now_ms().saturating_add(crate::backend::TOKEN_TTL.as_millis() as i64);
+        // SQLite's list is padded (the last row twice writes it twice); PostgreSQL refuses an
+        // upsert naming one row twice.
+        let rows = match inner.dialect {
+            super::store::Dialect::Sqlite => self.new.len().next_power_of_two(),
+            super::store::Dialect::Postgres => self.new.len(),
+        };
+        let values = (0..rows)
+            .map(|i| match inner.dialect {
+                super::store::Dialect::Sqlite => "(?, ?, ?)".to_string(),
+                super::store::Dialect::Postgres => {
+                    format!("(${}, ${}, ${})", 3 * i + 1, 3 * i + 2, 3 * i + 3)
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sql = format!(
+            "INSERT INTO hf_tokens (token, reply, expires_at) VALUES {values} \
+             ON CONFLICT (token) DO UPDATE SET reply = excluded.reply, \
+             expires_at = excluded.expires_at"
+        );
+        let mut query = sqlx::query(&sql);
+        for token in self.new.iter().chain(std::iter::repeat(last)).take(rows) {
+            let reply = self.recorded.get(token).cloned().unwrap_or_default();
+            query = query.bind(token.clone()).bind(reply).bind(expires);
+        }
+        query
+            .execute(&mut ***conn)
+            .await
+            .map_err(|e| abandon(conn, e))?;
+        Ok(())
     }
 }
 
@@ -289,6 +414,13 @@ async fn optimistic(
     progress: &Progress,
 ) -> Option<Vec<Outcome>> {
     let mut conn = open(inner, group, held).await.ok()?;
+    let mut tokens = match Tokens::read(inner, &mut conn, group).await {
+        Ok(tokens) => tokens,
+        Err(_) => {
+            super::rollback(&mut conn).await;
+            return None;
+        }
+    };
     let mut outcomes: Vec<Outcome> = Vec::with_capacity(group.len());
     let mut changed = Changed::default();
     let mut rest = group;
@@ -323,7 +455,12 @@ async fn optimistic(
             continue;
         }
         let mut dirty = false;
-        let outcome = job.apply(inner, &mut conn, &mut dirty).await;
+        let outcome = match job.token.as_deref() {
+            Some(token) if !job.batch && job.commands.len() == 1 => {
+                tokens.run(inner, &mut conn, job, token, &mut dirty).await
+            }
+            _ => job.apply(inner, &mut conn, &mut dirty).await,
+        };
         if dirty {
             super::rollback(&mut conn).await;
             return None;
@@ -331,6 +468,10 @@ async fn optimistic(
         changed.note(job, &outcome);
         outcomes.push(outcome);
         rest = &rest[1..];
+    }
+    if tokens.write(inner, &mut conn).await.is_err() {
+        super::rollback(&mut conn).await;
+        return None;
     }
     let outcomes = commit_outcomes(inner, &mut conn, &changed, outcomes, progress).await;
     held.keep(conn);

@@ -797,13 +797,7 @@ impl Inner {
             Err(f) => return Err(failure(conn, f, false, dirty)),
         };
         if let Some(raw) = recorded {
-            // A recorded reply that does not read back is never a reason to apply again.
-            return match redis_protocol::resp3::decode::complete::decode_bytes(&Bytes::from(raw)) {
-                Ok(Some((frame, _))) => Ok(vec![frame]),
-                _ => Err(BackendError::reply(Bytes::from_static(
-                    b"ERR holdfast: the recorded reply of this request cannot be read",
-                ))),
-            };
+            return recorded_reply(raw);
         }
         let frame = match commands::run(&mut ctx, args, self.allow_flush).await {
             Ok(frame) => frame,
@@ -812,17 +806,7 @@ impl Inner {
                 return Err(failure(conn, f, wrote, dirty));
             }
         };
-        let mut encoded = bytes::BytesMut::new();
-        crate::resp::encode_reply(
-            &mut encoded,
-            &frame,
-            Proto::Resp3,
-            crate::resp::Nils {
-                top: false,
-                nested: None,
-            },
-            crate::backend::DoubleStyle::Shortest,
-        );
+        let encoded = record_reply(&frame);
         let expires = now.saturating_add(crate::backend::TOKEN_TTL.as_millis() as i64);
         let stored = ctx
             .exec(
@@ -832,7 +816,7 @@ impl Inner {
                      expires_at = excluded.expires_at",
                 )
                 .bind(token)
-                .bind(encoded.to_vec())
+                .bind(encoded)
                 .bind(expires),
             )
             .await;
@@ -1117,6 +1101,33 @@ fn failure(conn: &mut PoolConnection<Any>, f: Fail, wrote: bool, dirty: &mut boo
 }
 
 /// A failure inside the transaction: roll back, and never reuse a connection in doubt.
+/// A request's reply as exact mode records it with its token (RESP3, doubles shortest).
+fn record_reply(frame: &Frame) -> Vec<u8> {
+    let mut encoded = bytes::BytesMut::new();
+    crate::resp::encode_reply(
+        &mut encoded,
+        frame,
+        Proto::Resp3,
+        crate::resp::Nils {
+            top: false,
+            nested: None,
+        },
+        crate::backend::DoubleStyle::Shortest,
+    );
+    encoded.to_vec()
+}
+
+/// The reply recorded under a token, read back. One that does not read back is never a
+/// reason to apply the request again.
+fn recorded_reply(raw: Vec<u8>) -> Result<Vec<Frame>, BackendError> {
+    match redis_protocol::resp3::decode::complete::decode_bytes(&Bytes::from(raw)) {
+        Ok(Some((frame, _))) => Ok(vec![frame]),
+        _ => Err(BackendError::reply(Bytes::from_static(
+            b"ERR holdfast: the recorded reply of this request cannot be read",
+        ))),
+    }
+}
+
 fn abandon(conn: &mut PoolConnection<Any>, e: sqlx::Error) -> BackendError {
     conn.close_on_drop();
     BackendError::Sql {
