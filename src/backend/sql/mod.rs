@@ -477,7 +477,35 @@ impl SqlBackend {
         });
         let reads = writes.clone().all(|w| w == Some(false));
         if reads {
-            let each = requests.iter().map(|r| self.dispatch(r, acquire_timeout));
+            // Plain GETs straight into the batched reads; other reads each on their own,
+            // boxed (a SQL command's future is large, and joining moves it).
+            let gets: Option<Vec<&Bytes>> = requests
+                .iter()
+                .map(|r| match r.args {
+                    [name, key] if name.eq_ignore_ascii_case(b"GET") => Some(key),
+                    _ => None,
+                })
+                .collect();
+            if let (Some(gets), Some(batcher)) = (gets, &self.inner.reads) {
+                let each = gets
+                    .into_iter()
+                    .map(|key| batcher.get(key, acquire_timeout));
+                let answers = futures_util::future::join_all(each).await;
+                return Some(
+                    answers
+                        .into_iter()
+                        .map(|answer| {
+                            if let Err(e) = &answer {
+                                self.inner.suspect(e);
+                            }
+                            BackendError::check_reply(answer?)
+                        })
+                        .collect(),
+                );
+            }
+            let each = requests
+                .iter()
+                .map(|r| Box::pin(self.dispatch(r, acquire_timeout)));
             return Some(futures_util::future::join_all(each).await);
         }
         let args: Vec<&[Bytes]> = requests.iter().map(|r| r.args).collect();
@@ -898,13 +926,15 @@ impl Inner {
             }
         }
         if let Err(e) = &*result {
-            // Anything but an answer may mean the primary moved: look for it again.
-            if self.failover.is_some()
-                && crate::error::classify(e) != crate::error::ErrorClass::Other
-            {
-                let inner = self.clone();
-                tokio::spawn(async move { inner.find_primary().await });
-            }
+            self.suspect(e);
+        }
+    }
+
+    /// Anything but an answer may mean the primary moved: look for it again.
+    fn suspect(self: &Arc<Self>, e: &BackendError) {
+        if self.failover.is_some() && crate::error::classify(e) != crate::error::ErrorClass::Other {
+            let inner = self.clone();
+            tokio::spawn(async move { inner.find_primary().await });
         }
     }
 
