@@ -39,38 +39,12 @@ async fn none_wrong(what: &str, tasks: Vec<tokio::task::JoinHandle<Vec<String>>>
     );
 }
 
-/// Each client writes its own keys in sequence and remembers what was acknowledged; every
-/// reply that is not the expected one is a client-visible error.
 /// The same outage under pipelines: each client's runs of writes are committed together (one
 /// entry of the group commit), then its run of reads; every reply is still what one-by-one
 /// requests would have got, the outage a slow reply.
 #[tokio::test(flavor = "multi_thread")]
 async fn postgres_stopped_and_started_again_holds_pipelined_runs() {
-    let mut pg = PgServer::start();
-    let proxy = Proxy::start(&sql_namespace(&format!(
-        "kind = \"postgres\"\nurl = \"{}\"\npool_size = 4",
-        pg.url()
-    )))
-    .await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let clients: Vec<_> = (0..4)
-        .map(|i| tokio::spawn(pipelined_writer(proxy.addr.clone(), i, stop.clone())))
-        .collect();
-    sleep(Duration::from_millis(800)).await;
-    pg.stop_immediate();
-    sleep(Duration::from_secs(5)).await;
-    pg.start_again();
-    sleep(Duration::from_secs(2)).await;
-    stop.store(true, Ordering::Relaxed);
-    let mut acked = Vec::new();
-    for c in clients {
-        let (a, errors) = c.await.unwrap();
-        assert!(errors.is_empty(), "pipelined client errors: {errors:?}");
-        acked.extend(a);
-    }
-    assert!(acked.len() > 100, "too few writes: {}", acked.len());
-    check_acknowledged(&proxy.addr, &acked).await;
-    proxy.stop().await;
+    through_a_postgres_stop(|addr, i, stop| tokio::spawn(pipelined_writer(addr, i, stop))).await;
 }
 
 /// Pipelines of 8 SETs (two to one key, so their order shows) and then the 8 GETs.
@@ -117,6 +91,8 @@ async fn pipelined_writer(
     (acked, errors)
 }
 
+/// Each client writes its own keys in sequence and remembers what was acknowledged; every
+/// reply that is not the expected one is a client-visible error.
 async fn writer(
     addr: String,
     id: usize,
@@ -170,6 +146,18 @@ async fn check_acknowledged(addr: &str, acked: &[(String, String)]) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn postgres_stopped_and_started_again_is_a_slow_reply() {
+    through_a_postgres_stop(|addr, i, stop| tokio::spawn(writer(addr, i, stop))).await;
+}
+
+/// Four clients (`spawn`) write through PostgreSQL stopped with `-m immediate` for 5 s and
+/// started again: none may hear an error, and every acknowledged value is read back.
+async fn through_a_postgres_stop(
+    spawn: impl Fn(
+        String,
+        usize,
+        Arc<AtomicBool>,
+    ) -> tokio::task::JoinHandle<(Vec<(String, String)>, Vec<String>)>,
+) {
     let mut pg = PgServer::start();
     let proxy = Proxy::start(&sql_namespace(&format!(
         "kind = \"postgres\"\nurl = \"{}\"\npool_size = 4",
@@ -178,7 +166,7 @@ async fn postgres_stopped_and_started_again_is_a_slow_reply() {
     .await;
     let stop = Arc::new(AtomicBool::new(false));
     let clients: Vec<_> = (0..4)
-        .map(|i| tokio::spawn(writer(proxy.addr.clone(), i, stop.clone())))
+        .map(|i| spawn(proxy.addr.clone(), i, stop.clone()))
         .collect();
     sleep(Duration::from_millis(800)).await;
     pg.stop_immediate();

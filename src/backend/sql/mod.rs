@@ -471,12 +471,11 @@ impl SqlBackend {
             return None;
         }
         let proto = requests.first()?.proto;
-        let writes = requests.iter().map(|r| {
-            let name = r.args.first().map(|n| n.as_ref()).unwrap_or_default();
-            commands::writes(name)
-        });
-        let reads = writes.clone().all(|w| w == Some(false));
-        if reads {
+        let writes: Vec<Option<bool>> = requests
+            .iter()
+            .map(|r| commands::writes(r.args.first().map(|n| n.as_ref()).unwrap_or_default()))
+            .collect();
+        if writes.iter().all(|w| *w == Some(false)) {
             // Plain GETs straight into the batched reads; other reads each on their own,
             // boxed (a SQL command's future is large, and joining moves it).
             let gets: Option<Vec<&Bytes>> = requests
@@ -507,6 +506,11 @@ impl SqlBackend {
                 .iter()
                 .map(|r| Box::pin(self.dispatch(r, acquire_timeout)));
             return Some(futures_util::future::join_all(each).await);
+        }
+        // A mixed run, or one holding a command SQL backends do not serve (sent on its own,
+        // it is answered why), goes one by one.
+        if !writes.iter().all(|w| *w == Some(true)) {
+            return None;
         }
         let args: Vec<&[Bytes]> = requests.iter().map(|r| r.args).collect();
         let outcomes = self.inner.run_writes(&args, proto, acquire_timeout).await?;
@@ -873,8 +877,8 @@ impl Inner {
 
     /// A client's pipelined writes, each one command and its own request, as one entry of
     /// the group-commit queue: one transaction, in their order, each with its own outcome.
-    /// None without a group writer, or when one of them is not served (it is then sent on
-    /// its own, and answered why).
+    /// Every one of them is a served write (`dispatch_batch` checked). None without a group
+    /// writer.
     async fn run_writes(
         self: &Arc<Self>,
         requests: &[&[Bytes]],
@@ -882,13 +886,6 @@ impl Inner {
         acquire_timeout: Duration,
     ) -> Option<Vec<Result<Vec<Frame>, BackendError>>> {
         let writer = self.group.as_ref()?;
-        let served = requests.iter().all(|args| {
-            let name = args.first().map(|n| n.as_ref()).unwrap_or_default();
-            commands::writes(name) == Some(true)
-        });
-        if !served {
-            return None;
-        }
         let mut outcomes = writer.submit_run(requests, proto, acquire_timeout).await;
         for (args, outcome) in requests.iter().zip(outcomes.iter_mut()) {
             self.after(std::slice::from_ref(args), outcome);
