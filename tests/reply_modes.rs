@@ -818,3 +818,51 @@ async fn exact_tokens_under_sentinel_stay_out_of_the_keyspace_and_away_from_evic
     );
     proxy.stop().await;
 }
+
+/// A pipelined run on PostgreSQL, committed as one transaction whose COMMIT's answer is lost
+/// (fast mode): every reply is the first application's or `INDOUBT`, and nothing is applied
+/// twice (the INCRs, not to be repeated, are not sent again).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pipelined_run_through_a_lost_commit_applies_nothing_twice() {
+    let pg = PgServer::start();
+    let relay = Relay::start(&pg.addr()).await;
+    let proxy = Proxy::start(&config(
+        &postgres_backend(&relay.addr()),
+        "pipelined_pg",
+        "fast",
+    ))
+    .await;
+    let mut conn = proxy.connect().await;
+    assert_eq!(conn.command(&["SET", "warm", "1"]).await, b"+OK\r\n");
+    relay.drop_after_request_with(b"COMMIT");
+    let mut pipeline = Vec::new();
+    for args in [
+        &["SET", "a", "1"][..],
+        &["INCR", "n"],
+        &["SET", "b", "2"],
+        &["INCR", "n"],
+    ] {
+        pipeline.extend_from_slice(&encode_str(args));
+    }
+    conn.send(&pipeline).await;
+    let mut replies = Vec::new();
+    for _ in 0..4 {
+        replies.push(text(&conn.read_reply().await));
+    }
+    assert_eq!(relay.fired(), 1, "{replies:?}");
+    for (i, reply) in replies.iter().enumerate() {
+        let first = ["+OK\r\n", ":1\r\n", "+OK\r\n", ":2\r\n"][i];
+        assert!(
+            reply == first || reply.starts_with("-INDOUBT"),
+            "reply {i}: {reply:?} ({replies:?})"
+        );
+    }
+    // The COMMIT went through: both INCRs applied once, never again.
+    assert_eq!(
+        conn.command(&["GET", "n"]).await,
+        b"$1\r\n2\r\n",
+        "{replies:?}"
+    );
+    assert_eq!(conn.command(&["GET", "b"]).await, b"$1\r\n2\r\n");
+    proxy.stop().await;
+}
