@@ -504,10 +504,22 @@ async fn getex_with_an_expiry_is_not_repeated_after_a_lost_reply() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_backend_at_its_client_limit_holds_the_request_until_a_connection_is_free() {
     let redis = RedisServer::start_with(&["--maxclients", "1", "--requirepass", "pw"]);
-    // The only client slot, taken before holdfast dials.
-    let mut occupant = RawConn::connect(&redis.addr()).await;
-    occupant.send(&encode_str(&["AUTH", "pw"])).await;
-    assert_eq!(occupant.read_reply().await, b"+OK\r\n");
+    // The only client slot, taken before holdfast dials. The harness's readiness probe has
+    // closed its connection, but Redis may not have seen the close yet: until it has, the
+    // occupant is the one turned away, so it tries again.
+    let waited = Instant::now();
+    let occupant = loop {
+        let mut occupant = RawConn::connect(&redis.addr()).await;
+        occupant.send(&encode_str(&["AUTH", "pw"])).await;
+        if occupant.read_reply().await == b"+OK\r\n" {
+            break occupant;
+        }
+        assert!(
+            waited.elapsed() < Duration::from_secs(5),
+            "the probe's slot was never freed"
+        );
+        sleep(Duration::from_millis(20)).await;
+    };
     let url = format!("redis://:pw@{}", redis.addr());
     let extra = "acquire_timeout = \"1s\"\n[namespaces.retry]\nmin_delay = \"100ms\"\nmax_delay = \"300ms\"";
     let proxy = Proxy::start(&one_backend(&url, "full", extra)).await;
