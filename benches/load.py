@@ -497,6 +497,8 @@ def sql_runs(args, binary, tmp, log, procs, redis_port, pg_port):
         ("SET P16", "set", 50, 16),
         ("GET P16", "get", 50, 16),
     ]
+    if args.only:
+        workloads = [w for w in workloads if args.only in w[0]]
     results = {}
     groups = {}
     for rnd in range(args.rounds):

@@ -1508,6 +1508,90 @@ fn the_fixed_script_answers_as_redis_does_on_sqlite_and_postgres() {
     });
 }
 
+/// Pipelined GETs, which SQL backends read a batch at a time (on SQLite, a batch's values
+/// come back concatenated in one value, a large one read on its own): every kind of answer,
+/// against Redis. The writes fill the first 16-command write, so each later write holds
+/// GETs only and takes the batched path.
+#[test]
+fn batched_gets_answer_as_redis_does() {
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Targets::start().await;
+        let large = |n: usize, seed: u8| -> Vec<u8> {
+            (0..n).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect()
+        };
+        let kv = |k: &[u8], v: &[u8]| vec![b"SET".to_vec(), k.to_vec(), v.to_vec()];
+        let mut setup: Vec<Cmd> = vec![
+            kv(b"plain", b"v"),
+            kv(b"empty", b""),
+            // The records' separator and digits, NUL, bytes that are not UTF-8.
+            kv(b"odd", b"3 0 5 \x00\xff\xfe 12 "),
+            kv(b"key with 2 spaces \x00\xff", b"spaced"),
+            // Around the size up to which SQLite's batch inlines a value (64 KiB).
+            kv(b"below", &large(65_535, 1)),
+            kv(b"at", &large(65_536, 2)),
+            kv(b"above", &large(65_537, 3)),
+            kv(b"huge", &large(300_000, 4)),
+            cmd(&["HSET", "hash", "f", "v"]),
+            cmd(&["SADD", "set", "m"]),
+            cmd(&["SET", "gone", "v"]),
+            // A time long past: expired at once.
+            cmd(&["PEXPIREAT", "gone", "1"]),
+            cmd(&["SET", "stale", "v", "PXAT", "1"]),
+            cmd(&["SET", "later", "v", "EX", "1000"]),
+        ];
+        while setup.len() < 16 {
+            setup.push(cmd(&["SET", "pad", "v"]));
+        }
+        let keys: &[&[u8]] = &[
+            b"plain",
+            b"empty",
+            b"odd",
+            b"key with 2 spaces \x00\xff",
+            b"below",
+            b"at",
+            b"above",
+            b"huge",
+            b"hash",
+            b"set",
+            b"gone",
+            b"stale",
+            b"later",
+            b"missing",
+            b"pad",
+        ];
+        let get = |k: &[u8]| vec![b"GET".to_vec(), k.to_vec()];
+        let mut script = setup;
+        // Every key in order, in reverse, each twice in a row, and the large ones alone.
+        for round in 0..4 {
+            let mut run: Vec<Cmd> = match round {
+                0 => keys.iter().map(|k| get(k)).collect(),
+                1 => keys.iter().rev().map(|k| get(k)).collect(),
+                2 => keys.iter().flat_map(|k| [get(k), get(k)]).collect(),
+                _ => [b"above" as &[u8], b"huge", b"at"]
+                    .iter()
+                    .cycle()
+                    .take(16)
+                    .map(|k| get(k))
+                    .collect(),
+            };
+            run.truncate(16);
+            while run.len() < 16 {
+                run.push(get(b"plain"));
+            }
+            script.extend(run);
+        }
+        let mut all = pipelined_differences(&t, false, 16, &script).await;
+        all.extend(pipelined_differences(&t, true, 16, &script).await);
+        assert!(
+            all.is_empty(),
+            "{} differences:\n{}",
+            all.len(),
+            all.join("\n")
+        );
+    });
+}
+
 /// The commands of one family (0 strings, 1 hashes, 2 sets, 3 sorted sets, 4 lists,
 /// 5 streams, 6 key space, 7 set algebra, 8-17 the rest of the served commands, 18 stream
 /// consumer groups, 19 bitmaps, so that

@@ -486,10 +486,7 @@ impl SqlBackend {
                 })
                 .collect();
             if let (Some(gets), Some(batcher)) = (gets, &self.inner.reads) {
-                let each = gets
-                    .into_iter()
-                    .map(|key| batcher.get(key, acquire_timeout));
-                let answers = futures_util::future::join_all(each).await;
+                let answers = batcher.get_many(&gets, acquire_timeout).await;
                 return Some(
                     answers
                         .into_iter()
@@ -1004,7 +1001,12 @@ impl Inner {
             (write, batch, token, &self.reads, commands)
         {
             if name.eq_ignore_ascii_case(b"GET") {
-                return reads.get(key, acquire_timeout).await.map(|f| vec![f]);
+                let mut answers = reads.get_many(&[key], acquire_timeout).await;
+                // One answer per key; should none come, the read was not attempted.
+                let answer = answers.pop().unwrap_or(Err(BackendError::AcquireTimeout {
+                    waited: acquire_timeout,
+                }));
+                return answer.map(|f| vec![f]);
             }
         }
         // A read of one statement is atomic without a transaction around it.
