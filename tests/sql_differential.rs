@@ -1592,6 +1592,74 @@ fn batched_gets_answer_as_redis_does() {
     });
 }
 
+/// A pipelined run of plain SETs is one statement on SQL backends: over keys of every other
+/// kind (and an expired one) it must replace them whole, as Redis does, leaving none of
+/// their elements behind. Eight commands per write, so the SETs go as one run.
+#[test]
+fn a_run_of_sets_over_other_kinds_answers_as_redis_does() {
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Targets::start().await;
+        let lines: &[&[&str]] = &[
+            &["HSET", "h", "f", "v"],
+            &["SADD", "s", "m"],
+            &["RPUSH", "l", "a"],
+            &["ZADD", "z", "1", "m"],
+            &["XADD", "x", "1-1", "f", "v"],
+            &["HSET", "eh", "f", "v"],
+            &["PEXPIREAT", "eh", "1"],
+            &["SET", "a", "0"],
+            // The run.
+            &["SET", "a", "1"],
+            &["SET", "h", "x"],
+            &["SET", "s", "y"],
+            &["SET", "l", "z"],
+            &["SET", "z", "w"],
+            &["SET", "eh", "e"],
+            &["SET", "x", "q"],
+            &["SET", "a", "2"],
+            // What they hold now.
+            &["GET", "h"],
+            &["TYPE", "s"],
+            &["GET", "l"],
+            &["GET", "z"],
+            &["HGETALL", "h"],
+            &["SMEMBERS", "s"],
+            &["GET", "a"],
+            &["GET", "x"],
+            &["HSET", "h", "f2", "v2"],
+            &["LLEN", "l"],
+            &["TYPE", "h"],
+            &["GET", "eh"],
+            &["XLEN", "x"],
+            &["ZCARD", "z"],
+            &["SCARD", "s"],
+            &["TYPE", "x"],
+            // Made collections again: nothing of the old elements is left.
+            &["DEL", "h", "s", "l", "z", "x"],
+            &["HSET", "h", "g", "w"],
+            &["SADD", "s", "n"],
+            &["RPUSH", "l", "b"],
+            &["ZADD", "z", "2", "n"],
+            &["XADD", "x", "2-1", "g", "w"],
+            &["HGETALL", "h"],
+            &["SMEMBERS", "s"],
+            &["LRANGE", "l", "0", "-1"],
+            &["ZRANGE", "z", "0", "-1", "WITHSCORES"],
+            &["XRANGE", "x", "-", "+"],
+        ];
+        let script: Vec<Cmd> = lines.iter().map(|l| cmd(l)).collect();
+        let mut all = pipelined_differences(&t, false, 8, &script).await;
+        all.extend(differences(&t, false, &script).await);
+        assert!(
+            all.is_empty(),
+            "{} differences:\n{}",
+            all.len(),
+            all.join("\n")
+        );
+    });
+}
+
 /// The commands of one family (0 strings, 1 hashes, 2 sets, 3 sorted sets, 4 lists,
 /// 5 streams, 6 key space, 7 set algebra, 8-17 the rest of the served commands, 18 stream
 /// consumer groups, 19 bitmaps, so that

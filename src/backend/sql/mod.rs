@@ -1079,13 +1079,17 @@ impl Inner {
     }
 }
 
-/// The keys a request of a transaction locks (PostgreSQL): its first key, and every key of
+/// The keys a request of a transaction locks (PostgreSQL): its first key, every key of
 /// `EXEC`'s watch check, so no writer of a watched key commits between the check and the
-/// commit.
+/// commit, and every key `WATCH` registers, so a writer's group either commits before the
+/// key's row is there or finds it and raises its version.
 fn lock_keys(args: &[Bytes]) -> Vec<&[u8]> {
     let name = args.first().map_or(&[][..], |n| n.as_ref());
     if name == watch::CHECK {
         return args.iter().skip(1).step_by(2).map(|k| k.as_ref()).collect();
+    }
+    if name == watch::WATCH {
+        return args.iter().skip(1).map(|k| k.as_ref()).collect();
     }
     if name.eq_ignore_ascii_case(b"BITOP") {
         return args.iter().skip(2).map(|k| k.as_ref()).collect();
@@ -1396,6 +1400,32 @@ impl SqlDedicated {
             if !waiter.wait(until).await {
                 return Ok(Frame::Null);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lock_keys;
+    use bytes::Bytes;
+
+    #[test]
+    fn lock_keys_name_every_key_a_request_must_hold() {
+        let cases: &[(&[&str], &[&str])] = &[
+            (&["SET", "k", "v"], &["k"]),
+            (&["DEL", "a", "b"], &["a"]),
+            (&["HF.WATCHED", "a", "1", "b", "2"], &["a", "b"]),
+            // Every key WATCH registers, not only the first.
+            (&["HF.WATCH", "a", "b", "c"], &["a", "b", "c"]),
+            (&["BITOP", "AND", "d", "s1", "s2"], &["d", "s1", "s2"]),
+            (&["XGROUP", "CREATE", "s", "g", "$"], &["s"]),
+            (&["PING"], &[]),
+        ];
+        for (args, want) in cases {
+            let args: Vec<Bytes> = args.iter().map(|a| Bytes::from(a.to_string())).collect();
+            let got: Vec<&[u8]> = lock_keys(&args);
+            let want: Vec<&[u8]> = want.iter().map(|w| w.as_bytes()).collect();
+            assert_eq!(got, want, "{args:?}");
         }
     }
 }

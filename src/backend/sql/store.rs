@@ -299,6 +299,19 @@ impl<'c> Ctx<'c> {
         let Some(last) = latest.last().copied() else {
             return Ok(());
         };
+        // PostgreSQL refuses an upsert that names one row twice: its list is not padded.
+        let written = match self.dialect {
+            Dialect::Sqlite => padded,
+            Dialect::Postgres => latest.len(),
+        };
+        // Strings and new keys first: a key of another kind is left as it is, and counted
+        // out. Every row written (each repeat of the padding too) is one row affected, so a
+        // full count means no key held another kind, and no check is needed: the usual case
+        // costs one statement instead of a check and a write.
+        let upsert = self.upsert_strings(&latest, last, written).await?;
+        if upsert.rows_affected() == written as u64 {
+            return Ok(());
+        }
         let list = placeholders(self.dialect, padded);
         let sql = format!("SELECT key, kind FROM hf_keys WHERE kind <> 0 AND key IN ({list})");
         let mut others = sqlx::query(&sql);
@@ -313,11 +326,19 @@ impl<'c> Ctx<'c> {
             };
             self.purge(&key, kind).await?;
         }
-        // PostgreSQL refuses an upsert that names one row twice: its list is not padded.
-        let written = match self.dialect {
-            Dialect::Sqlite => padded,
-            Dialect::Postgres => latest.len(),
-        };
+        // The purged keys are new now; the strings are written again, to the same values.
+        self.upsert_strings(&latest, last, written).await?;
+        Ok(())
+    }
+
+    /// `pairs` (padded with `last` to `written` rows) written as strings, but over no key of
+    /// another kind.
+    async fn upsert_strings(
+        &mut self,
+        pairs: &[(&[u8], &[u8])],
+        last: (&[u8], &[u8]),
+        written: usize,
+    ) -> Result<sqlx::any::AnyQueryResult, Fail> {
         let rows = (0..written)
             .map(|i| match self.dialect {
                 Dialect::Sqlite => "(?, 0, NULL, ?)".to_string(),
@@ -327,15 +348,14 @@ impl<'c> Ctx<'c> {
             .join(", ");
         let sql = format!(
             "INSERT INTO hf_keys (key, kind, expires_at, value) VALUES {rows} \
-             ON CONFLICT (key) DO UPDATE SET kind = 0, expires_at = excluded.expires_at, \
-             value = excluded.value"
+             ON CONFLICT (key) DO UPDATE SET expires_at = excluded.expires_at, \
+             value = excluded.value WHERE hf_keys.kind = 0"
         );
         let mut write = sqlx::query(&sql);
-        for (key, value) in latest.iter().chain(std::iter::repeat(&last)).take(written) {
+        for (key, value) in pairs.iter().chain(std::iter::repeat(&last)).take(written) {
             write = write.bind(*key).bind(*value);
         }
-        self.exec(write).await?;
-        Ok(())
+        self.exec(write).await
     }
 
     /// Creates the key row of a collection unless it exists.

@@ -3,7 +3,7 @@
 //!
 //! `WATCH key` makes sure `key` has a row in `hf_watch` and remembers its version. Every group
 //! commit raises the version of the watched keys its writes changed, in the same transaction
-//! (one statement per group, and a cheap one while nothing is watched). `EXEC` compares the
+//! (one statement per group, and only a probe while nothing is watched). `EXEC` compares the
 //! versions it remembered inside its own transaction, after taking the keys' locks
 //! (PostgreSQL): a key changed since its `WATCH`, by any client of any holdfast, makes
 //! `EXEC` apply nothing and answer nil. A row is never removed: one per key ever watched.
@@ -79,6 +79,16 @@ pub async fn touch(ctx: &mut Ctx<'_>, keys: Option<&[&[u8]]>) -> Result<(), Fail
             .await?;
         return Ok(());
     };
+    // Nothing watched yet, the usual case: one probe instead of a lookup per key (a group's
+    // keys, bound and searched, cost more than its upsert). The group holds its keys' locks
+    // (PostgreSQL) or the database's write lock (SQLite), and `WATCH` writes its row under
+    // the same, so a row the probe misses cannot be for one of these keys.
+    let watched: Option<i64> = sqlx::query_scalar("SELECT 1 FROM hf_watch LIMIT 1")
+        .fetch_optional(&mut *ctx.conn)
+        .await?;
+    if watched.is_none() {
+        return Ok(());
+    }
     for chunk in keys.chunks(512) {
         // Padded to a power of two with its last key (a few statement sizes, each prepared
         // once; a key named twice is raised once).
