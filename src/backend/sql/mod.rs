@@ -406,6 +406,7 @@ impl SqlBackend {
             )),
             reads: Some(reads::GetBatcher::start(
                 weak.clone(),
+                dialect,
                 readers,
                 response_timeout,
             )),

@@ -19,8 +19,17 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-/// Most keys in one statement (well under either database's parameter limit).
-const MAX_BATCH: usize = 256;
+/// Most keys in one statement (well under either database's parameter limit), by dialect.
+/// PostgreSQL's statement costs about the same for a few keys as for many (a small table
+/// is scanned whole), so its batches are large: 1,024 keys read 10–35% more GETs a second
+/// than 256 with 16-deep pipelines. SQLite's are smaller: its two readers work side by side
+/// on the other core, and 1,024 read 20% fewer.
+fn max_batch(dialect: Dialect) -> usize {
+    match dialect {
+        Dialect::Sqlite => 256,
+        Dialect::Postgres => 1024,
+    }
+}
 /// GETs waiting for a reader; a full queue makes callers wait (within their timeout).
 const QUEUE: usize = 4096;
 
@@ -48,10 +57,15 @@ pub struct GetBatcher {
 
 impl GetBatcher {
     /// Starts one batching task per reader connection; they end with the backend.
-    pub fn start(inner: Weak<Inner>, readers: usize, response_timeout: Duration) -> GetBatcher {
+    pub fn start(
+        inner: Weak<Inner>,
+        dialect: Dialect,
+        readers: usize,
+        response_timeout: Duration,
+    ) -> GetBatcher {
         let (queue, gets) = Queue::new(QUEUE);
         for _ in 0..readers.max(1) {
-            tokio::spawn(run(inner.clone(), gets.clone()));
+            tokio::spawn(run(inner.clone(), gets.clone(), max_batch(dialect)));
         }
         GetBatcher {
             queue,
@@ -118,10 +132,10 @@ fn shared(error: &Arc<BackendError>, count: usize) -> Vec<Answer> {
         .collect()
 }
 
-async fn run(inner: Weak<Inner>, gets: Arc<Queue<Get>>) {
+async fn run(inner: Weak<Inner>, gets: Arc<Queue<Get>>, max: usize) {
     let mut held = Held::default();
     while let Some(batch) = gets
-        .next_batch_holding(MAX_BATCH, |g| g.keys.len(), &mut held)
+        .next_batch_holding(max, |g| g.keys.len(), &mut held)
         .await
     {
         let Some(inner) = inner.upgrade() else { return };
