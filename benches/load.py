@@ -406,7 +406,7 @@ def redis_backend(port):
 
 
 # `--binary`: a build to measure instead of this tree's release build (a baseline's, for the
-# SQL comparison, which has no `--against`).
+# SQL comparison's `--against`).
 BINARY = None
 
 # The metrics port of each holdfast `holdfast_on` started, by its Redis port.
@@ -487,6 +487,13 @@ def sql_runs(args, binary, tmp, log, procs, redis_port, pg_port):
         proc, port = holdfast_on(binary, tmp, name, backend, log)
         procs.append(proc)
         targets.append((name, port))
+        if args.against:
+            # The baseline on the same kind of backend (its own SQLite file), in the same
+            # rounds: "name@base".
+            proc, port = holdfast_on(os.path.abspath(args.against), tmp, name + "-base",
+                                     backend.replace(".db", "-base.db"), log)
+            procs.append(proc)
+            targets.append((name + "@base", port))
     for _, port in targets:
         wait_port(port)
     if args.sql_reads:
