@@ -1508,10 +1508,10 @@ fn the_fixed_script_answers_as_redis_does_on_sqlite_and_postgres() {
     });
 }
 
-/// Pipelined GETs, which SQL backends read a batch at a time (on SQLite, a batch's values
-/// come back concatenated in one value, a large one read on its own): every kind of answer,
-/// against Redis. The writes fill the first 16-command write, so each later write holds
-/// GETs only and takes the batched path.
+/// Pipelined GETs, which SQL backends read a batch at a time (on SQLite, a batch's answers
+/// come back concatenated in one value, a long key or value in a row of its own): every kind
+/// of answer, against Redis. The writes fill the first write (16 or 128 commands), so each
+/// later write holds GETs only and takes the batched path.
 #[test]
 fn batched_gets_answer_as_redis_does() {
     let rt = runtime();
@@ -1521,17 +1521,26 @@ fn batched_gets_answer_as_redis_does() {
             (0..n).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect()
         };
         let kv = |k: &[u8], v: &[u8]| vec![b"SET".to_vec(), k.to_vec(), v.to_vec()];
-        let mut setup: Vec<Cmd> = vec![
+        let long_key = large(20_000, 5);
+        let long_hash = large(17_000, 6);
+        let setup: Vec<Cmd> = vec![
             kv(b"plain", b"v"),
             kv(b"empty", b""),
             // The records' separator and digits, NUL, bytes that are not UTF-8.
             kv(b"odd", b"3 0 5 \x00\xff\xfe 12 "),
             kv(b"key with 2 spaces \x00\xff", b"spaced"),
-            // Around the size up to which SQLite's batch inlines a value (64 KiB).
-            kv(b"below", &large(65_535, 1)),
-            kv(b"at", &large(65_536, 2)),
-            kv(b"above", &large(65_537, 3)),
+            // Around the size up to which SQLite's batch inlines a key or value (16 KiB).
+            kv(b"below", &large(16_383, 1)),
+            kv(b"at", &large(16_384, 2)),
+            kv(b"above", &large(16_385, 3)),
             kv(b"huge", &large(300_000, 4)),
+            kv(&long_key, b"under a long key"),
+            vec![
+                b"HSET".to_vec(),
+                long_hash.clone(),
+                b"f".to_vec(),
+                b"v".to_vec(),
+            ],
             cmd(&["HSET", "hash", "f", "v"]),
             cmd(&["SADD", "set", "m"]),
             cmd(&["SET", "gone", "v"]),
@@ -1540,10 +1549,7 @@ fn batched_gets_answer_as_redis_does() {
             cmd(&["SET", "stale", "v", "PXAT", "1"]),
             cmd(&["SET", "later", "v", "EX", "1000"]),
         ];
-        while setup.len() < 16 {
-            setup.push(cmd(&["SET", "pad", "v"]));
-        }
-        let keys: &[&[u8]] = &[
+        let keys: Vec<&[u8]> = vec![
             b"plain",
             b"empty",
             b"odd",
@@ -1552,6 +1558,8 @@ fn batched_gets_answer_as_redis_does() {
             b"at",
             b"above",
             b"huge",
+            &long_key,
+            &long_hash,
             b"hash",
             b"set",
             b"gone",
@@ -1561,34 +1569,112 @@ fn batched_gets_answer_as_redis_does() {
             b"pad",
         ];
         let get = |k: &[u8]| vec![b"GET".to_vec(), k.to_vec()];
-        let mut script = setup;
+        let padded = |mut cmds: Vec<Cmd>, to: usize, pad: &dyn Fn() -> Cmd| {
+            while cmds.len() < to {
+                cmds.push(pad());
+            }
+            cmds.truncate(to);
+            cmds
+        };
+        let pad_set = || cmd(&["SET", "pad", "v"]);
+        let pad_get = || get(b"plain");
+        let mut script = padded(setup.clone(), 16, &pad_set);
         // Every key in order, in reverse, each twice in a row, and the large ones alone.
-        for round in 0..4 {
-            let mut run: Vec<Cmd> = match round {
-                0 => keys.iter().map(|k| get(k)).collect(),
-                1 => keys.iter().rev().map(|k| get(k)).collect(),
+        for round in 0..5 {
+            let run: Vec<Cmd> = match round {
+                0 => keys.iter().take(16).map(|k| get(k)).collect(),
+                1 => keys.iter().rev().take(16).map(|k| get(k)).collect(),
                 2 => keys.iter().flat_map(|k| [get(k), get(k)]).collect(),
-                _ => [b"above" as &[u8], b"huge", b"at"]
+                3 => keys.iter().skip(8).flat_map(|k| [get(k), get(k)]).collect(),
+                _ => [b"above" as &[u8], b"huge", b"at", &long_key]
                     .iter()
                     .cycle()
-                    .take(16)
                     .map(|k| get(k))
+                    .take(16)
                     .collect(),
             };
-            run.truncate(16);
-            while run.len() < 16 {
-                run.push(get(b"plain"));
-            }
-            script.extend(run);
+            script.extend(padded(run, 16, &pad_get));
         }
         let mut all = pipelined_differences(&t, false, 16, &script).await;
         all.extend(pipelined_differences(&t, true, 16, &script).await);
+        // A run of 128 GETs, one submission whatever its length.
+        let mut long = padded(setup, 128, &pad_set);
+        long.extend(keys.iter().cycle().take(128).map(|k| get(k)));
+        all.extend(pipelined_differences(&t, false, 128, &long).await);
         assert!(
             all.is_empty(),
             "{} differences:\n{}",
             all.len(),
             all.join("\n")
         );
+    });
+}
+
+/// A client's run of GETs longer than one statement takes (2,048 keys) is read by several
+/// statements in one transaction: every reply still its own key's, on SQLite and
+/// PostgreSQL, with `server.max_pipeline` raised so a run can be that long.
+#[test]
+fn a_run_of_gets_longer_than_a_statement_is_answered_whole() {
+    let rt = runtime();
+    rt.block_on(async {
+        let pg = PgServer::start();
+        let dir = tempfile::tempdir().expect("temp dir");
+        let server = "[server]\nmax_pipeline = 65536\n";
+        let backends = [
+            format!(
+                "kind = \"sqlite\"\npath = \"{}\"",
+                dir.path().join("long.db").display()
+            ),
+            format!("kind = \"postgres\"\nurl = \"{}\"", pg.url()),
+        ];
+        for backend in backends {
+            let proxy = Proxy::start(&format!("{server}{}", sql_namespace(&backend))).await;
+            let mut c = RawConn::connect(&proxy.addr).await;
+            let mut sets = Vec::new();
+            for i in 0..100 {
+                sets.extend_from_slice(&encode_str(&["SET", &format!("k{i}"), &format!("v{i}")]));
+            }
+            c.send(&sets).await;
+            for _ in 0..100 {
+                assert_eq!(c.read_reply().await, b"+OK\r\n");
+            }
+            c.send(&encode_str(&["HSET", "h", "f", "v"])).await;
+            assert_eq!(c.read_reply().await, b":1\r\n");
+            // 12,000 GETs in one write (runs of thousands): k0..k99 over and over, a hash, a
+            // missing key.
+            let n = 12_000;
+            let key = |i: usize| match i % 102 {
+                100 => "h".to_string(),
+                101 => "missing".to_string(),
+                k => format!("k{k}"),
+            };
+            let mut gets = Vec::new();
+            for i in 0..n {
+                gets.extend_from_slice(&encode_str(&["GET", &key(i)]));
+            }
+            c.send(&gets).await;
+            for i in 0..n {
+                let reply = c.read_reply().await;
+                let want = match i % 102 {
+                    100 => {
+                        b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"
+                            .to_vec()
+                    }
+                    101 => b"$-1\r\n".to_vec(),
+                    k => {
+                        let v = format!("v{k}");
+                        format!("${}\r\n{v}\r\n", v.len()).into_bytes()
+                    }
+                };
+                assert_eq!(
+                    show(&reply),
+                    show(&want),
+                    "GET {} (#{i}) on {backend}",
+                    key(i)
+                );
+            }
+            proxy.stop().await;
+        }
     });
 }
 

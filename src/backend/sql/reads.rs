@@ -12,14 +12,15 @@ use super::{Held, Inner, SqlStage};
 use crate::backend::BackendError;
 use bytes::Bytes;
 use redis_protocol::resp3::types::BytesFrame as Frame;
-use sqlx::Row;
+use sqlx::{Executor as _, Row};
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-/// Most keys in one statement (well under either database's parameter limit), by dialect.
+/// Keys a reader takes into one statement, by dialect: it takes submissions until it has
+/// at least this many (a client's run is never split, so a batch may hold one run more).
 /// PostgreSQL's statement costs about the same for a few keys as for many (a small table
 /// is scanned whole), so its batches are large: 1,024 keys read 10–35% more GETs a second
 /// than 256 with 16-deep pipelines. SQLite's are smaller: its two readers work side by side
@@ -30,6 +31,10 @@ fn max_batch(dialect: Dialect) -> usize {
         Dialect::Postgres => 1024,
     }
 }
+/// Most keys in one statement: a run longer than this (`server.max_pipeline` allows 65,536)
+/// could pass PostgreSQL's 65,535 parameters, padding included, and would make one large
+/// value of SQLite's records; a batch's statements are all in one transaction.
+const STATEMENT_KEYS: usize = 2048;
 /// GETs waiting for a reader; a full queue makes callers wait (within their timeout).
 const QUEUE: usize = 4096;
 
@@ -44,9 +49,6 @@ struct Get {
     /// One answer per key, in order.
     reply: oneshot::Sender<Vec<Answer>>,
 }
-
-/// Most keys in one submission; a longer run is split, its parts queued together.
-const RUN: usize = 64;
 
 /// The handle GETs are submitted through.
 pub struct GetBatcher {
@@ -73,55 +75,46 @@ impl GetBatcher {
         }
     }
 
-    /// `GET key` for each of `keys`, read in the next batch (or batches); waits at most
-    /// `acquire_timeout` for it to start, and the deadline (plus [`GRACE`]) for its batch to
-    /// answer. One answer per key, in order.
+    /// `GET key` for each of `keys`, read in the next batch, all of them by one statement
+    /// (so from one snapshot, as Redis answers a pipeline's GETs in order: a later GET
+    /// never sees an older value than an earlier one); waits at most `acquire_timeout` for
+    /// the batch to start, and the deadline (plus [`GRACE`]) for it to answer. One answer
+    /// per key, in order. A run is at most `server.max_pipeline` GETs.
     pub async fn get_many(&self, keys: &[&Bytes], acquire_timeout: Duration) -> Vec<Answer> {
         let deadline = Instant::now() + acquire_timeout;
-        let not_attempted = || BackendError::AcquireTimeout {
-            waited: acquire_timeout,
+        let count = keys.len();
+        let (reply, answer) = oneshot::channel();
+        let get = Get {
+            keys: keys.iter().map(|k| (*k).clone()).collect(),
+            deadline,
+            reply,
         };
-        // Every part queued before any is awaited, so they can share a batch.
-        let mut parts = Vec::with_capacity(keys.len().div_ceil(RUN));
-        for chunk in keys.chunks(RUN) {
-            let (reply, answer) = oneshot::channel();
-            let get = Get {
-                keys: chunk.iter().map(|k| (*k).clone()).collect(),
-                deadline,
-                reply,
-            };
-            let queued = matches!(
-                tokio::time::timeout_at(deadline, self.queue.send(get)).await,
-                Ok(Ok(()))
-            );
-            parts.push((chunk.len(), queued.then_some(answer)));
+        if !matches!(
+            tokio::time::timeout_at(deadline, self.queue.send(get)).await,
+            Ok(Ok(()))
+        ) {
+            let not_attempted = Arc::new(BackendError::AcquireTimeout {
+                waited: acquire_timeout,
+            });
+            return shared(&not_attempted, count);
         }
-        let mut answers = Vec::with_capacity(keys.len());
-        for (count, answer) in parts {
-            let Some(answer) = answer else {
-                answers.extend((0..count).map(|_| Err(not_attempted())));
-                continue;
-            };
-            // The batch answers every request it takes (a late one: not attempted), within
-            // the deadline; should it not, a read has nothing to apply: not attempted either.
-            let limit = self.response_timeout;
-            let each = match tokio::time::timeout_at(deadline + limit + GRACE, answer).await {
-                Ok(Ok(each)) if each.len() == count => each,
-                Ok(_) => {
-                    let crashed = Arc::new(BackendError::Sql {
-                        stage: SqlStage::Work,
-                        source: sqlx::Error::WorkerCrashed,
-                    });
-                    shared(&crashed, count)
-                }
-                Err(elapsed) => shared(
-                    &Arc::new(deadline::expired(SqlStage::Work, limit, elapsed)),
-                    count,
-                ),
-            };
-            answers.extend(each);
+        // The batch answers every request it takes (a late one: not attempted), within the
+        // deadline; should it not, a read has nothing to apply: not attempted either.
+        let limit = self.response_timeout;
+        match tokio::time::timeout_at(deadline + limit + GRACE, answer).await {
+            Ok(Ok(each)) if each.len() == count => each,
+            Ok(_) => {
+                let crashed = Arc::new(BackendError::Sql {
+                    stage: SqlStage::Work,
+                    source: sqlx::Error::WorkerCrashed,
+                });
+                shared(&crashed, count)
+            }
+            Err(elapsed) => shared(
+                &Arc::new(deadline::expired(SqlStage::Work, limit, elapsed)),
+                count,
+            ),
         }
-        answers
     }
 }
 
@@ -168,16 +161,30 @@ async fn read_batch(inner: &Inner, batch: Vec<Get>, held: &mut Held) {
             let _ = get.reply.send(shared(&e, get.keys.len()));
         }
     };
-    let mut conn = match inner.acquire_held(held, false, None, latest - now).await {
+    // A batch larger than one statement takes (a client's run may be up to
+    // `server.max_pipeline` GETs) is read by several inside one read-only transaction:
+    // one snapshot for the batch still.
+    let split = keys.len() > STATEMENT_KEYS;
+    let begin = split.then(|| inner.begin_statement(false));
+    let mut conn = match inner.acquire_held(held, false, begin, latest - now).await {
         Ok(conn) => conn,
         Err(e) => return fail(live, e),
     };
     let limit = inner.response_timeout;
-    let read = match inner.dialect {
-        Dialect::Sqlite => one_row(&keys, &mut conn, limit).await,
-        Dialect::Postgres => row_per_key(Dialect::Postgres, &keys, &mut conn, limit).await,
+    let read = async {
+        let mut values = Vec::with_capacity(keys.len());
+        for part in keys.chunks(STATEMENT_KEYS) {
+            values.extend(match inner.dialect {
+                Dialect::Sqlite => one_row(part, &mut conn, limit).await?,
+                Dialect::Postgres => row_per_key(part, &mut conn, limit).await?,
+            });
+        }
+        if split {
+            conn.execute("COMMIT").await.map_err(work_error)?;
+        }
+        Ok::<_, BackendError>(values)
     };
-    let values = match read {
+    let values = match read.await {
         Ok(values) => {
             conn.finish();
             held.keep(conn);
@@ -207,6 +214,7 @@ async fn read_batch(inner: &Inner, batch: Vec<Get>, held: &mut Held) {
 }
 
 /// What `GET` finds under one key.
+#[derive(Clone)]
 enum Value {
     /// Missing or expired.
     Nil,
@@ -227,10 +235,14 @@ fn work_error(source: sqlx::Error) -> BackendError {
 /// concatenates a record per live key found (`parse_records`); SQLite's `||` and
 /// `group_concat` keep a blob's bytes as they are. (Joining the keys with their positions,
 /// a `VALUES` list, was planned worse than `IN` by the bundled SQLite: 40% slower than a row
-/// per key.) A value over [`INLINE`] bytes is not inlined (a batch of large values could
-/// pass SQLite's limit on one value); those keys are read again with [`row_per_key`]. The
-/// key list is padded to a multiple of [`STEP`] with the last key (a key named twice is
-/// one record): a few statement sizes, each prepared once.
+/// per key.) A key or value over [`INLINE`] bytes is not inlined, so the one value stays
+/// far under SQLite's limit (1 GB) whatever the batch: such a key comes back as a row of its
+/// own, from the same statement (one snapshot for the whole batch: re-reading them after
+/// could answer a later GET of a pipeline with an older value than an earlier one). The
+/// keys' rows are materialized once for both parts (reading them twice cost 20%). The key
+/// list is padded
+/// to a multiple of [`STEP`] with the last key (a key named twice is one record): a few
+/// statement sizes, each prepared once.
 async fn one_row(
     keys: &[&[u8]],
     conn: &mut super::TxConn,
@@ -246,48 +258,53 @@ async fn one_row(
         query = query.bind(*key);
     }
     query = query.bind(super::now_ms());
-    let row = match tokio::time::timeout(limit, query.fetch_one(&mut ***conn)).await {
-        Ok(row) => row.map_err(work_error)?,
+    let rows = match tokio::time::timeout(limit, query.fetch_all(&mut ***conn)).await {
+        Ok(rows) => rows.map_err(work_error)?,
         Err(elapsed) => return Err(deadline::expired(SqlStage::Work, limit, elapsed)),
     };
-    let records: Option<&[u8]> = row.try_get(0).map_err(work_error)?;
-    let mut found: HashMap<&[u8], Record<'_>> = HashMap::with_capacity(keys.len());
-    let parsed = parse_records(records.unwrap_or_default(), |key, record| {
-        found.insert(key, record);
-    });
-    if parsed.is_err() {
-        return Err(work_error(sqlx::Error::Protocol(
-            "holdfast: a batched GET's records do not parse".into(),
-        )));
-    }
-    let mut large = Vec::new();
-    let mut values: Vec<Value> = keys
-        .iter()
-        .enumerate()
-        .map(|(at, key)| match found.get(key) {
-            None => Value::Nil,
-            Some(Record::String(bytes)) => Value::String(Bytes::copy_from_slice(bytes)),
-            Some(Record::Other) => Value::WrongType,
-            Some(Record::Large) => {
-                large.push(at);
-                Value::Nil
-            }
-        })
-        .collect();
-    if !large.is_empty() {
-        let again: Vec<&[u8]> = large.iter().map(|&at| keys[at]).collect();
-        let read = row_per_key(Dialect::Sqlite, &again, conn, limit).await?;
-        for (at, value) in large.into_iter().zip(read) {
-            values[at] = value;
+    // The aggregate's row holds the records (NULL when none); each large one is a row of
+    // its own: key, kind, and the value of a string.
+    let mut found: HashMap<&[u8], Value> = HashMap::with_capacity(keys.len());
+    for row in &rows {
+        if let Some(records) = row.try_get::<Option<&[u8]>, _>(0).map_err(work_error)? {
+            parse_records(records, |key, record| {
+                let value = match record {
+                    Record::String(bytes) => Value::String(Bytes::copy_from_slice(bytes)),
+                    Record::Other => Value::WrongType,
+                };
+                found.insert(key, value);
+            })
+            .map_err(|()| {
+                work_error(sqlx::Error::Protocol(
+                    "holdfast: a batched GET's records do not parse".into(),
+                ))
+            })?;
+            continue;
+        }
+        let key: Option<&[u8]> = row.try_get(1).map_err(work_error)?;
+        let kind: Option<i64> = row.try_get(2).map_err(work_error)?;
+        let value: Option<&[u8]> = row.try_get(3).map_err(work_error)?;
+        if let (Some(key), Some(kind)) = (key, kind) {
+            let value = match value {
+                Some(value) if kind == Kind::String as i64 => {
+                    Value::String(Bytes::copy_from_slice(value))
+                }
+                _ => Value::WrongType,
+            };
+            found.insert(key, value);
         }
     }
-    Ok(values)
+    Ok(keys
+        .iter()
+        .map(|key| found.get(key).cloned().unwrap_or(Value::Nil))
+        .collect())
 }
 
 /// Keys per step of [`one_row`]'s statement sizes.
 const STEP: usize = 16;
-/// Largest value [`one_row`] inlines in its records.
-const INLINE: usize = 64 * 1024;
+/// Largest key or value [`one_row`] inlines in its records (its statements of at most
+/// [`STATEMENT_KEYS`] keys then stay under 70 MB).
+const INLINE: usize = 16 * 1024;
 
 /// [`one_row`]'s statement for `size` keys (then now, in milliseconds), built once per size.
 fn sqlite_statement(size: usize) -> Arc<str> {
@@ -299,17 +316,24 @@ fn sqlite_statement(size: usize) -> Arc<str> {
         return sql.clone();
     }
     let list = placeholders(Dialect::Sqlite, size);
-    // `length` of a blob counts bytes (of text, characters: hence the casts).
+    // `length` of a blob counts bytes (of text, characters: hence the casts). One statement,
+    // so one snapshot, for the records and the large rows alike.
+    let small = format!(
+        "length(CAST(key AS BLOB)) <= {INLINE} \
+         AND (kind <> 0 OR length(CAST(value AS BLOB)) <= {INLINE})"
+    );
     let sql: Arc<str> = format!(
-        "SELECT CAST(group_concat(\
-            printf('%d %d %d ', length(CAST(key AS BLOB)), kind, CASE \
-                WHEN kind <> 0 THEN -1 \
-                WHEN length(CAST(value AS BLOB)) > {INLINE} THEN -2 \
-                ELSE length(CAST(value AS BLOB)) END) \
+        "WITH live AS MATERIALIZED (SELECT key, kind, value FROM hf_keys \
+            WHERE key IN ({list}) AND (expires_at IS NULL OR expires_at > ?)) \
+         SELECT CAST(group_concat(\
+            printf('%d %d %d ', length(CAST(key AS BLOB)), kind, \
+                CASE WHEN kind <> 0 THEN -1 ELSE length(CAST(value AS BLOB)) END) \
             || CAST(key AS BLOB) \
-            || CASE WHEN kind = 0 AND length(CAST(value AS BLOB)) <= {INLINE} \
-                THEN CAST(value AS BLOB) ELSE x'' END, '') AS BLOB) \
-         FROM hf_keys WHERE key IN ({list}) AND (expires_at IS NULL OR expires_at > ?)"
+            || CASE WHEN kind = 0 THEN CAST(value AS BLOB) ELSE x'' END, '') AS BLOB), \
+            NULL, NULL, NULL \
+         FROM live WHERE {small} \
+         UNION ALL \
+         SELECT NULL, key, kind, CASE WHEN kind = 0 THEN value END FROM live WHERE NOT ({small})"
     )
     .into();
     built.push((size, sql.clone()));
@@ -320,15 +344,12 @@ fn sqlite_statement(size: usize) -> Arc<str> {
 #[derive(Debug, PartialEq)]
 enum Record<'a> {
     String(&'a [u8]),
-    /// A string over [`INLINE`] bytes: read on its own.
-    Large,
     /// Another kind.
     Other,
 }
 
 /// Splits [`one_row`]'s records, `KEYLEN KIND LEN ` then the key's bytes and LEN bytes of
-/// value each (LEN -1 for another kind, -2 for a large string), calling `each` with the key
-/// and the record.
+/// value each (LEN -1 for another kind), calling `each` with the key and the record.
 fn parse_records<'a>(
     mut bytes: &'a [u8],
     mut each: impl FnMut(&'a [u8], Record<'a>),
@@ -352,7 +373,6 @@ fn parse_records<'a>(
         let key = take(&mut bytes, key_len)?;
         let record = match len {
             -1 if kind != Kind::String as i64 => Record::Other,
-            -2 => Record::Large,
             len => Record::String(take(&mut bytes, len)?),
         };
         each(key, record);
@@ -365,7 +385,6 @@ fn parse_records<'a>(
 /// from the socket on this thread. The list is padded to a power of two with the last key
 /// (a key named twice is one row).
 async fn row_per_key(
-    dialect: Dialect,
     keys: &[&[u8]],
     conn: &mut super::TxConn,
     limit: Duration,
@@ -374,7 +393,7 @@ async fn row_per_key(
         return Ok(Vec::new());
     };
     let size = keys.len().next_power_of_two();
-    let list = placeholders(dialect, size);
+    let list = placeholders(Dialect::Postgres, size);
     let sql = format!("SELECT key, kind, expires_at, value FROM hf_keys WHERE key IN ({list})");
     let mut query = sqlx::query(&sql);
     for key in keys.iter().chain(std::iter::repeat(&last)).take(size) {
@@ -435,9 +454,10 @@ mod tests {
                 ]),
             ),
             (
-                b"1 2 -1 a2 0 -2 bb",
-                Ok(vec![(b"a", Record::Other), (b"bb", Record::Large)]),
+                b"1 2 -1 a2 0 2 bbcc",
+                Ok(vec![(b"a", Record::Other), (b"bb", Record::String(b"cc"))]),
             ),
+            (b"1 0 -2 k", Err(())),
             // Cut short, or not numbers: refused, not guessed.
             (b"1 0 4 kabc", Err(())),
             (b"2 0 0 k", Err(())),
