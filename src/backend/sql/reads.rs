@@ -237,10 +237,10 @@ fn work_error(source: sqlx::Error) -> BackendError {
 /// a `VALUES` list, was planned worse than `IN` by the bundled SQLite: 40% slower than a row
 /// per key.) A key or value over [`INLINE`] bytes is not inlined, so the one value stays
 /// far under SQLite's limit (1 GB) whatever the batch: such a key comes back as a row of its
-/// own, from the same statement (one snapshot for the whole batch: re-reading them after
-/// could answer a later GET of a pipeline with an older value than an earlier one). The
-/// keys' rows are materialized once for both parts (reading them twice cost 20%). The key
-/// list is padded
+/// own: when the first statement says there is one, the whole batch is read again by a
+/// statement that answers both (one snapshot for the whole batch: re-reading only the large
+/// ones could answer a later GET of a pipeline with an older value than an earlier one; a
+/// statement that always did both cost 10%). The key list is padded
 /// to a multiple of [`STEP`] with the last key (a key named twice is one record): a few
 /// statement sizes, each prepared once.
 async fn one_row(
@@ -252,33 +252,51 @@ async fn one_row(
         return Ok(Vec::new());
     };
     let size = keys.len().div_ceil(STEP) * STEP;
-    let sql = sqlite_statement(size);
-    let mut query = sqlx::query(&sql);
-    for key in keys.iter().chain(std::iter::repeat(&last)).take(size) {
-        query = query.bind(*key);
+    fn bound<'q>(
+        sql: &'q str,
+        keys: &[&'q [u8]],
+        last: &'q [u8],
+        size: usize,
+    ) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
+        let mut query = sqlx::query(sql);
+        for key in keys.iter().chain(std::iter::repeat(&last)).take(size) {
+            query = query.bind(*key);
+        }
+        query.bind(super::now_ms())
     }
-    query = query.bind(super::now_ms());
-    let rows = match tokio::time::timeout(limit, query.fetch_all(&mut ***conn)).await {
-        Ok(rows) => rows.map_err(work_error)?,
-        Err(elapsed) => return Err(deadline::expired(SqlStage::Work, limit, elapsed)),
-    };
+    // The usual batch, nothing large: the records alone, one pass.
+    let sql = sqlite_statement(size, false);
+    let row =
+        match tokio::time::timeout(limit, bound(&sql, keys, last, size).fetch_one(&mut ***conn))
+            .await
+        {
+            Ok(row) => row.map_err(work_error)?,
+            Err(elapsed) => return Err(deadline::expired(SqlStage::Work, limit, elapsed)),
+        };
+    let mut found: HashMap<&[u8], Value> = HashMap::with_capacity(keys.len());
+    let any_large: Option<i64> = row.try_get(1).map_err(work_error)?;
+    if any_large != Some(1) {
+        if let Some(records) = row.try_get::<Option<&[u8]>, _>(0).map_err(work_error)? {
+            parse_into(records, &mut found)?;
+        }
+        return Ok(answers(keys, &found));
+    }
+    // Something large: the whole batch again, its records and its large rows from one
+    // statement (one snapshot), the first one's answers dropped.
+    let sql = sqlite_statement(size, true);
+    let rows =
+        match tokio::time::timeout(limit, bound(&sql, keys, last, size).fetch_all(&mut ***conn))
+            .await
+        {
+            Ok(rows) => rows.map_err(work_error)?,
+            Err(elapsed) => return Err(deadline::expired(SqlStage::Work, limit, elapsed)),
+        };
     // The aggregate's row holds the records (NULL when none); each large one is a row of
     // its own: key, kind, and the value of a string.
     let mut found: HashMap<&[u8], Value> = HashMap::with_capacity(keys.len());
     for row in &rows {
         if let Some(records) = row.try_get::<Option<&[u8]>, _>(0).map_err(work_error)? {
-            parse_records(records, |key, record| {
-                let value = match record {
-                    Record::String(bytes) => Value::String(Bytes::copy_from_slice(bytes)),
-                    Record::Other => Value::WrongType,
-                };
-                found.insert(key, value);
-            })
-            .map_err(|()| {
-                work_error(sqlx::Error::Protocol(
-                    "holdfast: a batched GET's records do not parse".into(),
-                ))
-            })?;
+            parse_into(records, &mut found)?;
             continue;
         }
         let key: Option<&[u8]> = row.try_get(1).map_err(work_error)?;
@@ -294,10 +312,33 @@ async fn one_row(
             found.insert(key, value);
         }
     }
-    Ok(keys
-        .iter()
+    Ok(answers(keys, &found))
+}
+
+/// Each of `keys`' answer among those `found` (a key not found: nil).
+fn answers(keys: &[&[u8]], found: &HashMap<&[u8], Value>) -> Vec<Value> {
+    keys.iter()
         .map(|key| found.get(key).cloned().unwrap_or(Value::Nil))
-        .collect())
+        .collect()
+}
+
+/// [`parse_records`] into `found`, or the error that says the records did not parse.
+fn parse_into<'a>(
+    records: &'a [u8],
+    found: &mut HashMap<&'a [u8], Value>,
+) -> Result<(), BackendError> {
+    parse_records(records, |key, record| {
+        let value = match record {
+            Record::String(bytes) => Value::String(Bytes::copy_from_slice(bytes)),
+            Record::Other => Value::WrongType,
+        };
+        found.insert(key, value);
+    })
+    .map_err(|()| {
+        work_error(sqlx::Error::Protocol(
+            "holdfast: a batched GET's records do not parse".into(),
+        ))
+    })
 }
 
 /// Keys per step of [`one_row`]'s statement sizes.
@@ -306,37 +347,48 @@ const STEP: usize = 16;
 /// [`STATEMENT_KEYS`] keys then stay under 70 MB).
 const INLINE: usize = 16 * 1024;
 
-/// [`one_row`]'s statement for `size` keys (then now, in milliseconds), built once per size.
-fn sqlite_statement(size: usize) -> Arc<str> {
-    static BUILT: std::sync::Mutex<Vec<(usize, Arc<str>)>> = std::sync::Mutex::new(Vec::new());
+/// [`one_row`]'s statements for `size` keys (then now, in milliseconds), built once each:
+/// the records of the keys that are not large and whether any is (`large` false), or the
+/// records and a row for each large key (`large` true).
+fn sqlite_statement(size: usize, large: bool) -> Arc<str> {
+    static BUILT: std::sync::Mutex<Vec<(usize, bool, Arc<str>)>> =
+        std::sync::Mutex::new(Vec::new());
     let mut built = BUILT
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some((_, sql)) = built.iter().find(|(n, _)| *n == size) {
+    if let Some((_, _, sql)) = built.iter().find(|(n, l, _)| *n == size && *l == large) {
         return sql.clone();
     }
     let list = placeholders(Dialect::Sqlite, size);
-    // `length` of a blob counts bytes (of text, characters: hence the casts). One statement,
-    // so one snapshot, for the records and the large rows alike.
+    // `length` of a blob counts bytes (of text, characters: hence the casts).
     let small = format!(
         "length(CAST(key AS BLOB)) <= {INLINE} \
          AND (kind <> 0 OR length(CAST(value AS BLOB)) <= {INLINE})"
     );
-    let sql: Arc<str> = format!(
-        "WITH live AS MATERIALIZED (SELECT key, kind, value FROM hf_keys \
-            WHERE key IN ({list}) AND (expires_at IS NULL OR expires_at > ?)) \
-         SELECT CAST(group_concat(\
-            printf('%d %d %d ', length(CAST(key AS BLOB)), kind, \
-                CASE WHEN kind <> 0 THEN -1 ELSE length(CAST(value AS BLOB)) END) \
-            || CAST(key AS BLOB) \
-            || CASE WHEN kind = 0 THEN CAST(value AS BLOB) ELSE x'' END, '') AS BLOB), \
-            NULL, NULL, NULL \
-         FROM live WHERE {small} \
-         UNION ALL \
-         SELECT NULL, key, kind, CASE WHEN kind = 0 THEN value END FROM live WHERE NOT ({small})"
-    )
+    let record = "printf('%d %d %d ', length(CAST(key AS BLOB)), kind, \
+            CASE WHEN kind <> 0 THEN -1 ELSE length(CAST(value AS BLOB)) END) \
+        || CAST(key AS BLOB) \
+        || CASE WHEN kind = 0 THEN CAST(value AS BLOB) ELSE x'' END";
+    let live = format!("key IN ({list}) AND (expires_at IS NULL OR expires_at > ?)");
+    let sql: Arc<str> = if large {
+        // The keys' rows materialized once for both parts (read twice, they cost 20%).
+        format!(
+            "WITH live AS MATERIALIZED (SELECT key, kind, value FROM hf_keys WHERE {live}) \
+             SELECT CAST(group_concat({record}, '') AS BLOB), NULL, NULL, NULL \
+             FROM live WHERE {small} \
+             UNION ALL \
+             SELECT NULL, key, kind, CASE WHEN kind = 0 THEN value END \
+             FROM live WHERE NOT ({small})"
+        )
+    } else {
+        format!(
+            "SELECT CAST(group_concat(CASE WHEN {small} THEN {record} END, '') AS BLOB), \
+                max(CASE WHEN {small} THEN 0 ELSE 1 END) \
+             FROM hf_keys WHERE {live}"
+        )
+    }
     .into();
-    built.push((size, sql.clone()));
+    built.push((size, large, sql.clone()));
     sql
 }
 
