@@ -230,6 +230,16 @@ async fn run(addr: &str, resp3: bool, depth: usize, cmds: &[Cmd]) -> Vec<Vec<u8>
     out
 }
 
+/// Fails with every difference listed, if there is one.
+fn assert_none(differences: &[String]) {
+    assert!(
+        differences.is_empty(),
+        "{} differences:\n{}",
+        differences.len(),
+        differences.join("\n")
+    );
+}
+
 /// Runs `cmds` on every target and lists each command whose replies differ from Redis's.
 async fn differences(t: &Targets, resp3: bool, cmds: &[Cmd]) -> Vec<String> {
     pipelined_differences(t, resp3, 1, cmds).await
@@ -1499,12 +1509,7 @@ fn the_fixed_script_answers_as_redis_does_on_sqlite_and_postgres() {
         all.extend(differences(&t, true, &script).await);
         // Pipelined: the runs a SQL backend commits in one transaction answer the same.
         all.extend(pipelined_differences(&t, false, 16, &script).await);
-        assert!(
-            all.is_empty(),
-            "{} differences:\n{}",
-            all.len(),
-            all.join("\n")
-        );
+        assert_none(&all);
     });
 }
 
@@ -1601,12 +1606,7 @@ fn batched_gets_answer_as_redis_does() {
         let mut long = padded(setup, 128, &pad_set);
         long.extend(keys.iter().cycle().take(128).map(|k| get(k)));
         all.extend(pipelined_differences(&t, false, 128, &long).await);
-        assert!(
-            all.is_empty(),
-            "{} differences:\n{}",
-            all.len(),
-            all.join("\n")
-        );
+        assert_none(&all);
     });
 }
 
@@ -1737,12 +1737,7 @@ fn a_run_of_sets_over_other_kinds_answers_as_redis_does() {
         let script: Vec<Cmd> = lines.iter().map(|l| cmd(l)).collect();
         let mut all = pipelined_differences(&t, false, 8, &script).await;
         all.extend(differences(&t, false, &script).await);
-        assert!(
-            all.is_empty(),
-            "{} differences:\n{}",
-            all.len(),
-            all.join("\n")
-        );
+        assert_none(&all);
     });
 }
 

@@ -222,6 +222,19 @@ enum Value {
     WrongType,
 }
 
+/// One read statement, cut short at `limit` (a read applies nothing: either way, not
+/// attempted).
+async fn bounded<T>(
+    limit: Duration,
+    statement: impl std::future::Future<Output = Result<T, sqlx::Error>>,
+) -> Result<T, BackendError> {
+    let deadline = Instant::now() + limit;
+    deadline::within(deadline, limit, SqlStage::Work, async {
+        statement.await.map_err(work_error)
+    })
+    .await
+}
+
 fn work_error(source: sqlx::Error) -> BackendError {
     BackendError::Sql {
         stage: SqlStage::Work,
@@ -266,16 +279,10 @@ async fn one_row(
     }
     // The usual batch, nothing large: the records alone, one pass.
     let sql = sqlite_statement(size, false);
-    let row =
-        match tokio::time::timeout(limit, bound(&sql, keys, last, size).fetch_one(&mut ***conn))
-            .await
-        {
-            Ok(row) => row.map_err(work_error)?,
-            Err(elapsed) => return Err(deadline::expired(SqlStage::Work, limit, elapsed)),
-        };
-    let mut found: HashMap<&[u8], Value> = HashMap::with_capacity(keys.len());
+    let row = bounded(limit, bound(&sql, keys, last, size).fetch_one(&mut ***conn)).await?;
     let any_large: Option<i64> = row.try_get(1).map_err(work_error)?;
     if any_large != Some(1) {
+        let mut found = HashMap::with_capacity(keys.len());
         if let Some(records) = row.try_get::<Option<&[u8]>, _>(0).map_err(work_error)? {
             parse_into(records, &mut found)?;
         }
@@ -284,13 +291,7 @@ async fn one_row(
     // Something large: the whole batch again, its records and its large rows from one
     // statement (one snapshot), the first one's answers dropped.
     let sql = sqlite_statement(size, true);
-    let rows =
-        match tokio::time::timeout(limit, bound(&sql, keys, last, size).fetch_all(&mut ***conn))
-            .await
-        {
-            Ok(rows) => rows.map_err(work_error)?,
-            Err(elapsed) => return Err(deadline::expired(SqlStage::Work, limit, elapsed)),
-        };
+    let rows = bounded(limit, bound(&sql, keys, last, size).fetch_all(&mut ***conn)).await?;
     // The aggregate's row holds the records (NULL when none); each large one is a row of
     // its own: key, kind, and the value of a string.
     let mut found: HashMap<&[u8], Value> = HashMap::with_capacity(keys.len());
@@ -451,10 +452,7 @@ async fn row_per_key(
     for key in keys.iter().chain(std::iter::repeat(&last)).take(size) {
         query = query.bind(*key);
     }
-    let rows = match tokio::time::timeout(limit, query.fetch_all(&mut ***conn)).await {
-        Ok(rows) => rows.map_err(work_error)?,
-        Err(elapsed) => return Err(deadline::expired(SqlStage::Work, limit, elapsed)),
-    };
+    let rows = bounded(limit, query.fetch_all(&mut ***conn)).await?;
     // Each key's row: its value, or None when it holds another kind. Expired keys and
     // missing ones answer nil alike.
     let now_ms = super::now_ms();
