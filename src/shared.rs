@@ -224,10 +224,13 @@ pub struct Client {
 }
 
 impl Client {
-    /// Closes the client at its next safe point.
-    pub fn kill(&self) {
-        self.killed.store(true, Ordering::Release);
+    /// Closes the client at its next safe point; true the first time (`CLIENT KILL` counts a client
+    /// once: one already killed may still be listed for the moment its connection takes
+    /// to close).
+    pub fn kill(&self) -> bool {
+        let first = !self.killed.swap(true, Ordering::AcqRel);
         self.kill.notify_one();
+        first
     }
 }
 

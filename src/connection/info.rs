@@ -229,8 +229,7 @@ impl Conn {
                     .as_ref()
                     .map_or(true, |u| state.user.as_deref().unwrap_or("default") == u)
                 && !(skipme && client.id == self.id);
-            if matches {
-                client.kill();
+            if matches && client.kill() {
                 killed += 1;
             }
         }
