@@ -1741,6 +1741,75 @@ fn a_run_of_sets_over_other_kinds_answers_as_redis_does() {
     });
 }
 
+/// A pipelined run of SADDs is a few multi-row statements on SQL backends: each must still
+/// answer what it added as if it ran alone, in order — a member added earlier in the run,
+/// or named twice, counts once; a key of another kind answers WRONGTYPE and takes nothing;
+/// an expired key is a new set — and a member list longer than one statement is inserted
+/// whole. The run goes in one write; then again one command at a time.
+#[test]
+fn a_run_of_sadds_answers_as_redis_does() {
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Targets::start().await;
+        let lines: &[&[&str]] = &[
+            &["SADD", "s0", "a", "b"],
+            &["SET", "str", "v"],
+            &["HSET", "h", "f", "v"],
+            &["RPUSH", "l", "x"],
+            &["SET", "es", "v", "PXAT", "1"],
+            // The run.
+            &["SADD", "s0", "a", "c"],
+            &["SADD", "s1", "x", "y", "x"],
+            &["SADD", "str", "m"],
+            &["SADD", "s1", "y", "z"],
+            &["SADD", "es", "n"],
+            &["SADD", "h", "f"],
+            &["SADD", "s0", "c", "d", "1", "2"],
+            &["SADD", "s2", ""],
+            &["SADD", "s2", ""],
+            &["SADD", "l", "q"],
+        ];
+        let mut script: Vec<Cmd> = lines.iter().map(|l| cmd(l)).collect();
+        script.push(vec![
+            b"SADD".to_vec(),
+            b"s3".to_vec(),
+            b"\x00\xff\r\n".to_vec(),
+        ]);
+        // More members than one statement takes (2,048), then one more run member over them.
+        let mut big = vec![b"SADD".to_vec(), b"big".to_vec()];
+        big.extend((0..3000).map(|i| format!("m{i}").into_bytes()));
+        script.push(big);
+        script.push(cmd(&["SADD", "big", "m2999", "m3000", "m2047", "m2048"]));
+        script.push(vec![
+            b"SADD".to_vec(),
+            b"s3".to_vec(),
+            b"\x00\xff\r\n".to_vec(),
+            b"x".to_vec(),
+        ]);
+        let after: &[&[&str]] = &[
+            &["SMEMBERS", "s0"],
+            &["SMEMBERS", "s1"],
+            &["SMEMBERS", "s2"],
+            &["SMEMBERS", "s3"],
+            &["SMEMBERS", "es"],
+            &["TYPE", "es"],
+            &["GET", "str"],
+            &["HGETALL", "h"],
+            &["LRANGE", "l", "0", "-1"],
+            &["SCARD", "big"],
+            &["SISMEMBER", "big", "m2048"],
+            &["SISMEMBER", "big", "m3000"],
+            &["SMEMBERS", "big"],
+            &["SCARD", "s0"],
+        ];
+        script.extend(after.iter().map(|l| cmd(l)));
+        let mut all = pipelined_differences(&t, false, 64, &script).await;
+        all.extend(pipelined_differences(&t, true, 64, &script).await);
+        all.extend(differences(&t, false, &script).await);
+        assert_none(&all);
+    });
+}
+
 /// The commands of one family (0 strings, 1 hashes, 2 sets, 3 sorted sets, 4 lists,
 /// 5 streams, 6 key space, 7 set algebra, 8-17 the rest of the served commands, 18 stream
 /// consumer groups, 19 bitmaps, so that

@@ -388,16 +388,30 @@ impl Tokens {
 }
 
 impl Job {
+    /// The arguments of a request that is one command on its own: no token (exact mode
+    /// records each reply under its own), not a MULTI.
+    fn single(&self) -> Option<&[Bytes]> {
+        match self.commands.as_slice() {
+            [args] if self.token.is_none() && !self.batch => Some(args),
+            _ => None,
+        }
+    }
+
     /// The key and value of a plain `SET key value` (no option, no token, not a MULTI).
     fn plain_set(&self) -> Option<(&[u8], &[u8])> {
-        let [args] = self.commands.as_slice() else {
-            return None;
-        };
-        match args.as_slice() {
-            [name, key, value]
-                if self.token.is_none() && !self.batch && name.eq_ignore_ascii_case(b"SET") =>
+        match self.single()? {
+            [name, key, value] if name.eq_ignore_ascii_case(b"SET") => Some((key, value)),
+            _ => None,
+        }
+    }
+
+    /// The key and members of a `SADD key member...` on its own.
+    fn plain_sadd(&self) -> Option<(&[u8], &[Bytes])> {
+        match self.single()? {
+            [name, key, members @ ..]
+                if !members.is_empty() && name.eq_ignore_ascii_case(b"SADD") =>
             {
-                Some((key, value))
+                Some((key, members))
             }
             _ => None,
         }
@@ -405,7 +419,7 @@ impl Job {
 }
 
 /// The group without savepoints; None when it had to be rolled back. A run of plain SETs is
-/// written by one statement. Only a group that committed leaves its connection to `held`:
+/// written by one statement, a run of SADDs by a few (`sets::sadd_run`). Only a group that committed leaves its connection to `held`:
 /// every failure on the way may have put it in doubt.
 async fn optimistic(
     inner: &Inner,
@@ -447,6 +461,39 @@ async fn optimistic(
             outcomes.extend(sets.iter().map(|_| Ok(vec![super::store::ok()])));
             changed.keys.extend(sets.iter().map(|(k, _)| k.to_vec()));
             rest = &rest[sets.len()..];
+            continue;
+        }
+        let sadds: Vec<(&[u8], &[Bytes])> = rest.iter().map_while(Job::plain_sadd).collect();
+        if sadds.len() >= 2 {
+            let mut ctx = Ctx::new(
+                &mut conn,
+                super::now_ms(),
+                Proto::Resp2,
+                inner.dialect,
+                true,
+            );
+            let added = match super::sets::sadd_run(&mut ctx, &sadds).await {
+                Ok(added) => added,
+                Err(f) => {
+                    // As for SETs: undone whole, and run again one by one.
+                    if let super::store::Fail::Sql(e) = f {
+                        let _ = abandon(&mut conn, e);
+                    }
+                    super::rollback(&mut conn).await;
+                    return None;
+                }
+            };
+            for (job, added) in rest.iter().zip(added) {
+                let outcome = match added {
+                    Some(n) => Ok(vec![super::store::int(n)]),
+                    None => Err(BackendError::reply(Bytes::from_static(
+                        super::store::WRONGTYPE.as_bytes(),
+                    ))),
+                };
+                changed.note(job, &outcome);
+                outcomes.push(outcome);
+            }
+            rest = &rest[sadds.len()..];
             continue;
         }
         if changed.conflicts(job) {

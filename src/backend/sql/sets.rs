@@ -41,6 +41,74 @@ pub async fn sadd(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     Ok(int(n))
 }
 
+/// A run of `SADD key member...` commands that came one after another in a group, each
+/// answered as if it ran alone, in order: the members it added (a member another command
+/// of the run added first, or named twice, counts once), or None where the key holds
+/// another kind (WRONGTYPE). One statement reads every key's kind, one creates the new
+/// sets, one per [`STATEMENT_ROWS`] members inserts them and returns those it added,
+/// instead of three statements or more per command. A key's kind cannot change within the
+/// run (only SADDs), so the one read answers every command's check.
+pub async fn sadd_run(
+    ctx: &mut Ctx<'_>,
+    run: &[(&[u8], &[Bytes])],
+) -> Result<Vec<Option<i64>>, Fail> {
+    let mut keys: Vec<&[u8]> = run.iter().map(|(key, _)| *key).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let live = ctx.kinds(&keys).await?;
+    let wrong = |key: &[u8]| live.get(key).is_some_and(|kind| *kind != Kind::Set);
+    let new: Vec<&[u8]> = keys
+        .iter()
+        .copied()
+        .filter(|key| !live.contains_key(*key))
+        .collect();
+    ctx.create_many(&new, Kind::Set).await?;
+    let pairs: Vec<(&[u8], &[u8])> = run
+        .iter()
+        .filter(|(key, _)| !wrong(key))
+        .flat_map(|(key, members)| members.iter().map(move |m| (*key, m.as_ref())))
+        .collect();
+    let mut added: std::collections::HashSet<(Vec<u8>, Vec<u8>)> =
+        std::collections::HashSet::with_capacity(pairs.len());
+    for chunk in pairs.chunks(STATEMENT_ROWS) {
+        let Some(&last) = chunk.last() else { continue };
+        // Padded with the last pair: a repeat conflicts with the first and is skipped, and
+        // a statement of each size is prepared once.
+        let padded = chunk.len().next_power_of_two();
+        let rows = (0..padded)
+            .map(|i| match ctx.dialect {
+                Dialect::Sqlite => "(?, ?)".to_string(),
+                Dialect::Postgres => format!("(${}, ${})", 2 * i + 1, 2 * i + 2),
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sql = format!(
+            "INSERT INTO hf_set (key, member) VALUES {rows} \
+             ON CONFLICT (key, member) DO NOTHING RETURNING key, member"
+        );
+        let mut query = sqlx::query(&sql);
+        for (key, member) in chunk.iter().chain(std::iter::repeat(&last)).take(padded) {
+            query = query.bind(*key).bind(*member);
+        }
+        ctx.wrote = true;
+        for row in query.fetch_all(&mut *ctx.conn).await? {
+            added.insert((row.try_get(0)?, row.try_get(1)?));
+        }
+    }
+    // Each added pair is credited to the first command, in order, that named it.
+    Ok(run
+        .iter()
+        .map(|(key, members)| {
+            (!wrong(key)).then(|| {
+                members
+                    .iter()
+                    .filter(|m| added.remove(&(key.to_vec(), m.to_vec())))
+                    .count() as i64
+            })
+        })
+        .collect())
+}
+
 pub async fn srem(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     let key = arg(a, 1);
     ctx.lock(&[key]).await?;

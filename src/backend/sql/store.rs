@@ -116,6 +116,9 @@ impl From<sqlx::Error> for Fail {
 /// A command's result.
 pub type Out = Result<Frame, Fail>;
 
+/// Most rows one multi-row statement names (two parameters each at most: 4,096, far below
+/// PostgreSQL's 65,535 and SQLite's 32,766).
+pub const STATEMENT_ROWS: usize = 2048;
 pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 pub const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
 pub const NOT_FLOAT: &str = "ERR value is not a valid float";
@@ -209,6 +212,75 @@ impl<'c> Ctx<'c> {
             Some(m) if m.kind != want => fail(WRONGTYPE),
             other => Ok(other),
         }
+    }
+
+    /// The live kind of each of `keys` that exists, read by one statement per
+    /// [`STATEMENT_ROWS`] keys; expired keys are absent (and purged when writing), as in
+    /// [`Ctx::meta`]. For a run of commands that check their keys' kinds one by one.
+    pub async fn kinds(
+        &mut self,
+        keys: &[&[u8]],
+    ) -> Result<std::collections::HashMap<Vec<u8>, Kind>, Fail> {
+        let mut live = std::collections::HashMap::with_capacity(keys.len());
+        let mut expired = Vec::new();
+        for chunk in keys.chunks(STATEMENT_ROWS) {
+            let Some(&last) = chunk.last() else { continue };
+            // Padded with the last key (named twice, one row): a few sizes, each prepared once.
+            let padded = chunk.len().next_power_of_two();
+            let list = placeholders(self.dialect, padded);
+            let sql = format!("SELECT key, kind, expires_at FROM hf_keys WHERE key IN ({list})");
+            let mut query = sqlx::query(&sql);
+            for key in chunk.iter().chain(std::iter::repeat(&last)).take(padded) {
+                query = query.bind(*key);
+            }
+            for row in query.fetch_all(&mut *self.conn).await? {
+                let key: Vec<u8> = row.try_get(0)?;
+                let code: i64 = row.try_get(1)?;
+                let Some(kind) = Kind::from_code(code) else {
+                    return fail(format!("ERR holdfast: unknown stored kind {code}"));
+                };
+                let expires: Option<i64> = row.try_get(2)?;
+                if expires.is_some_and(|at| at <= self.now) {
+                    expired.push((key, kind));
+                } else {
+                    live.insert(key, kind);
+                }
+            }
+        }
+        if self.write {
+            for (key, kind) in expired {
+                self.purge_expired(&key, kind).await?;
+            }
+        }
+        Ok(live)
+    }
+
+    /// Creates the key rows of `keys`, collections of `kind`, where none exists (one
+    /// statement per [`STATEMENT_ROWS`] keys).
+    pub async fn create_many(&mut self, keys: &[&[u8]], kind: Kind) -> Result<(), Fail> {
+        for chunk in keys.chunks(STATEMENT_ROWS) {
+            let Some(&last) = chunk.last() else { continue };
+            // Padded with the last key: a repeat conflicts with the first and is skipped.
+            let padded = chunk.len().next_power_of_two();
+            let code = kind as i64;
+            let rows = (0..padded)
+                .map(|i| match self.dialect {
+                    Dialect::Sqlite => format!("(?, {code}, NULL, NULL)"),
+                    Dialect::Postgres => format!("(${}, {code}, NULL, NULL)", i + 1),
+                })
+                .collect::<Vec<_>>()
+                .join(", ");
+            let sql = format!(
+                "INSERT INTO hf_keys (key, kind, expires_at, value) VALUES {rows} \
+                 ON CONFLICT (key) DO NOTHING"
+            );
+            let mut query = sqlx::query(&sql);
+            for key in chunk.iter().chain(std::iter::repeat(&last)).take(padded) {
+                query = query.bind(*key);
+            }
+            self.exec(query).await?;
+        }
+        Ok(())
     }
 
     /// Removes a key found expired, only if it still is: a writer that refreshed it in the
