@@ -405,6 +405,21 @@ impl Job {
         }
     }
 
+    /// The key and field-value pairs of an `HSET key field value...` on its own, with as
+    /// many values as fields (else it answers its arity error on its own).
+    fn plain_hset(&self) -> Option<(&[u8], &[Bytes])> {
+        match self.single()? {
+            [name, key, pairs @ ..]
+                if !pairs.is_empty()
+                    && pairs.len() % 2 == 0
+                    && name.eq_ignore_ascii_case(b"HSET") =>
+            {
+                Some((key, pairs))
+            }
+            _ => None,
+        }
+    }
+
     /// The key and members of a `SADD key member...` on its own.
     fn plain_sadd(&self) -> Option<(&[u8], &[Bytes])> {
         match self.single()? {
@@ -463,8 +478,19 @@ async fn optimistic(
             rest = &rest[sets.len()..];
             continue;
         }
-        let sadds: Vec<(&[u8], &[Bytes])> = rest.iter().map_while(Job::plain_sadd).collect();
-        if sadds.len() >= 2 {
+        // Runs of SADDs and of HSETs: a few multi-row statements each.
+        let (shape, run) = {
+            let sadds: Vec<(&[u8], &[Bytes])> = rest.iter().map_while(Job::plain_sadd).collect();
+            if sadds.len() >= 2 {
+                (Shape::Sadd, sadds)
+            } else {
+                (
+                    Shape::Hset,
+                    rest.iter().map_while(Job::plain_hset).collect(),
+                )
+            }
+        };
+        if run.len() >= 2 {
             let mut ctx = Ctx::new(
                 &mut conn,
                 super::now_ms(),
@@ -472,7 +498,11 @@ async fn optimistic(
                 inner.dialect,
                 true,
             );
-            let added = match super::sets::sadd_run(&mut ctx, &sadds).await {
+            let applied = match shape {
+                Shape::Sadd => super::sets::sadd_run(&mut ctx, &run).await,
+                Shape::Hset => super::hashes::hset_run(&mut ctx, &run).await,
+            };
+            let added = match applied {
                 Ok(added) => added,
                 Err(f) => {
                     // As for SETs: undone whole, and run again one by one.
@@ -493,7 +523,7 @@ async fn optimistic(
                 changed.note(job, &outcome);
                 outcomes.push(outcome);
             }
-            rest = &rest[sadds.len()..];
+            rest = &rest[run.len()..];
             continue;
         }
         if changed.conflicts(job) {
@@ -523,6 +553,12 @@ async fn optimistic(
     let outcomes = commit_outcomes(inner, &mut conn, &changed, outcomes, progress).await;
     held.keep(conn);
     Some(outcomes)
+}
+
+/// The commands whose runs are written by multi-row statements (besides `SET`).
+enum Shape {
+    Sadd,
+    Hset,
 }
 
 /// Takes every key lock the group's requests will take (PostgreSQL), all at once and in a

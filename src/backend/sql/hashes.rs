@@ -5,6 +5,7 @@ use super::args::{self, scan_args};
 use super::store::*;
 use super::strings::arg;
 use bytes::Bytes;
+use sqlx::Row;
 
 async fn hash(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<bool, Fail> {
     Ok(ctx.typed(key, Kind::Hash).await?.is_some())
@@ -62,6 +63,121 @@ pub async fn hset(ctx: &mut Ctx<'_>, a: &[Bytes], hmset: bool) -> Out {
         }
     }
     Ok(if hmset { ok() } else { int(added) })
+}
+
+/// A run of `HSET key field value...` commands that came one after another in a group, each
+/// answered as if it ran alone, in order: the fields it added (a field an earlier command of
+/// the run added, or named twice, is new once), or None where the key holds another kind
+/// (WRONGTYPE). One statement reads every key's kind, one creates the new hashes, one per
+/// [`STATEMENT_ROWS`] fields finds those that exist, and one per [`STATEMENT_ROWS`] writes
+/// each field's last value, new fields in the order the run first named them (the order
+/// `HGETALL` answers), instead of two statements per field. A key's kind cannot change
+/// within the run (only HSETs), so the one read answers every command's check.
+pub async fn hset_run(
+    ctx: &mut Ctx<'_>,
+    run: &[(&[u8], &[Bytes])],
+) -> Result<Vec<Option<i64>>, Fail> {
+    use std::collections::{HashMap, HashSet};
+    let mut keys: Vec<&[u8]> = run.iter().map(|(key, _)| *key).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let live = ctx.kinds(&keys).await?;
+    let wrong = |key: &[u8]| live.get(key).is_some_and(|kind| *kind != Kind::Hash);
+    let new: Vec<&[u8]> = keys
+        .iter()
+        .copied()
+        .filter(|key| !live.contains_key(*key))
+        .collect();
+    ctx.create_many(&new, Kind::Hash).await?;
+    // Each field once, where the run first names it, with the last value it is given.
+    let mut order: Vec<(&[u8], &[u8])> = Vec::new();
+    let mut last: HashMap<(&[u8], &[u8]), &[u8]> = HashMap::new();
+    for (key, pairs) in run.iter().filter(|(key, _)| !wrong(key)) {
+        for pair in pairs.chunks(2) {
+            let (field, value) = (arg(pair, 0), arg(pair, 1));
+            if last.insert((*key, field), value).is_none() {
+                order.push((*key, field));
+            }
+        }
+    }
+    // The fields already there: only a hash that was live can have any.
+    let mut existing: HashSet<(Vec<u8>, Vec<u8>)> = HashSet::new();
+    let old: Vec<&(&[u8], &[u8])> = order
+        .iter()
+        .filter(|(key, _)| live.get(*key) == Some(&Kind::Hash))
+        .collect();
+    for chunk in old.chunks(STATEMENT_ROWS) {
+        let Some(&&last_pair) = chunk.last() else {
+            continue;
+        };
+        let padded = chunk.len().next_power_of_two();
+        let rows = pair_rows(ctx.dialect, padded, 2);
+        let sql = format!("SELECT key, field FROM hf_hash WHERE (key, field) IN (VALUES {rows})");
+        let mut query = sqlx::query(&sql);
+        for (key, field) in chunk
+            .iter()
+            .copied()
+            .chain(std::iter::repeat(&last_pair))
+            .take(padded)
+        {
+            query = query.bind(*key).bind(*field);
+        }
+        for row in query.fetch_all(&mut *ctx.conn).await? {
+            existing.insert((row.try_get(0)?, row.try_get(1)?));
+        }
+    }
+    // PostgreSQL refuses an upsert that names one row twice: its lists are not padded.
+    for chunk in order.chunks(STATEMENT_ROWS) {
+        let Some(&last_pair) = chunk.last() else {
+            continue;
+        };
+        let written = match ctx.dialect {
+            Dialect::Sqlite => chunk.len().next_power_of_two(),
+            Dialect::Postgres => chunk.len(),
+        };
+        let rows = pair_rows(ctx.dialect, written, 3);
+        let sql = format!(
+            "INSERT INTO hf_hash (key, field, value) VALUES {rows} \
+             ON CONFLICT (key, field) DO UPDATE SET value = excluded.value"
+        );
+        let mut query = sqlx::query(&sql);
+        for &(key, field) in chunk
+            .iter()
+            .chain(std::iter::repeat(&last_pair))
+            .take(written)
+        {
+            let value = last.get(&(key, field)).copied().unwrap_or_default();
+            query = query.bind(key).bind(field).bind(value);
+        }
+        ctx.exec(query).await?;
+    }
+    Ok(run
+        .iter()
+        .map(|(key, pairs)| {
+            (!wrong(key)).then(|| {
+                pairs
+                    .chunks(2)
+                    .filter(|pair| existing.insert((key.to_vec(), arg(pair, 0).to_vec())))
+                    .count() as i64
+            })
+        })
+        .collect())
+}
+
+/// `rows` parenthesised rows of `width` parameters each, numbered in order.
+fn pair_rows(dialect: Dialect, rows: usize, width: usize) -> String {
+    (0..rows)
+        .map(|i| {
+            let params: Vec<String> = (1..=width)
+                .map(|j| match dialect {
+                    Dialect::Sqlite => "?".to_string(),
+                    Dialect::Postgres => format!("${}", i * width + j),
+                })
+                .collect();
+            format!("({})", params.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 pub async fn hsetnx(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
