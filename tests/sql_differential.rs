@@ -1887,6 +1887,74 @@ fn a_run_of_hsets_answers_as_redis_does() {
     });
 }
 
+/// A pipelined run of DELs and UNLINKs is a few statements on SQL backends: each must still
+/// answer the keys it removed as if it ran alone, in order — a key removed earlier in the
+/// run, named twice, expired or missing counts nothing — and every kind's elements must go
+/// with its key (a stream's consumer groups too), for more keys than one statement takes.
+#[test]
+fn a_run_of_dels_answers_as_redis_does() {
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Targets::start().await;
+        let lines: &[&[&str]] = &[
+            &["SET", "str", "v"],
+            &["HSET", "h", "f", "v"],
+            &["SADD", "s", "m"],
+            &["RPUSH", "l", "a"],
+            &["ZADD", "z", "1", "m"],
+            &["XADD", "x", "1-1", "f", "v"],
+            &["XGROUP", "CREATE", "x", "g", "0"],
+            &["SET", "es", "v", "PXAT", "1"],
+            &["SET", "keep", "v"],
+        ];
+        let mut script: Vec<Cmd> = lines.iter().map(|l| cmd(l)).collect();
+        let mut mset = vec![b"MSET".to_vec()];
+        for i in 0..2100 {
+            mset.push(format!("k{i}").into_bytes());
+            mset.push(b"v".to_vec());
+        }
+        script.push(mset);
+        let run: &[&[&str]] = &[
+            &["DEL", "str", "str", "missing"],
+            &["DEL", "h", "s"],
+            &["UNLINK", "l", "str"],
+            &["DEL", "z", "x", "es"],
+            &["DEL", "h"],
+            &["UNLINK", "missing", "z"],
+        ];
+        script.extend(run.iter().map(|l| cmd(l)));
+        let mut del = vec![b"DEL".to_vec()];
+        del.extend((0..2100).map(|i| format!("k{i}").into_bytes()));
+        del.push(b"keep".to_vec());
+        script.push(del);
+        script.push(cmd(&["DEL", "k0", "k2099", "keep"]));
+        let after: &[&[&str]] = &[
+            &[
+                "EXISTS", "str", "h", "s", "l", "z", "x", "es", "keep", "k0", "k2099",
+            ],
+            &["DBSIZE"],
+            // Made again: nothing of the old elements is left.
+            &["HSET", "h", "g", "w"],
+            &["SADD", "s", "n"],
+            &["RPUSH", "l", "b"],
+            &["ZADD", "z", "2", "n"],
+            &["XADD", "x", "2-1", "g", "w"],
+            &["HGETALL", "h"],
+            &["SMEMBERS", "s"],
+            &["LRANGE", "l", "0", "-1"],
+            &["ZRANGE", "z", "0", "-1", "WITHSCORES"],
+            &["XRANGE", "x", "-", "+"],
+            &["XINFO", "GROUPS", "x"],
+            &["GET", "es"],
+        ];
+        script.extend(after.iter().map(|l| cmd(l)));
+        let mut all = pipelined_differences(&t, false, 64, &script).await;
+        all.extend(pipelined_differences(&t, true, 64, &script).await);
+        all.extend(differences(&t, false, &script).await);
+        assert_none(&all);
+    });
+}
+
 /// The commands of one family (0 strings, 1 hashes, 2 sets, 3 sorted sets, 4 lists,
 /// 5 streams, 6 key space, 7 set algebra, 8-17 the rest of the served commands, 18 stream
 /// consumer groups, 19 bitmaps, so that

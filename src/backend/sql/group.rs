@@ -405,31 +405,25 @@ impl Job {
         }
     }
 
-    /// The key and field-value pairs of an `HSET key field value...` on its own, with as
-    /// many values as fields (else it answers its arity error on its own).
-    fn plain_hset(&self) -> Option<(&[u8], &[Bytes])> {
-        match self.single()? {
-            [name, key, pairs @ ..]
-                if !pairs.is_empty()
-                    && pairs.len() % 2 == 0
-                    && name.eq_ignore_ascii_case(b"HSET") =>
-            {
-                Some((key, pairs))
-            }
-            _ => None,
-        }
-    }
-
-    /// The key and members of a `SADD key member...` on its own.
-    fn plain_sadd(&self) -> Option<(&[u8], &[Bytes])> {
-        match self.single()? {
-            [name, key, members @ ..]
-                if !members.is_empty() && name.eq_ignore_ascii_case(b"SADD") =>
-            {
-                Some((key, members))
-            }
-            _ => None,
-        }
+    /// The shape of a command on its own whose runs are written by multi-row statements,
+    /// with its arguments after the name; None for any other (or one of the wrong arity,
+    /// which answers its error on its own).
+    fn shape(&self) -> Option<(Shape, &[Bytes])> {
+        let [name, args @ ..] = self.single()? else {
+            return None;
+        };
+        let shape = if name.eq_ignore_ascii_case(b"SADD") && args.len() >= 2 {
+            Shape::Sadd
+        } else if name.eq_ignore_ascii_case(b"HSET") && args.len() >= 3 && args.len() % 2 == 1 {
+            Shape::Hset
+        } else if (name.eq_ignore_ascii_case(b"DEL") || name.eq_ignore_ascii_case(b"UNLINK"))
+            && !args.is_empty()
+        {
+            Shape::Del
+        } else {
+            return None;
+        };
+        Some((shape, args))
     }
 }
 
@@ -478,19 +472,14 @@ async fn optimistic(
             rest = &rest[sets.len()..];
             continue;
         }
-        // Runs of SADDs and of HSETs: a few multi-row statements each.
-        let (shape, run) = {
-            let sadds: Vec<(&[u8], &[Bytes])> = rest.iter().map_while(Job::plain_sadd).collect();
-            if sadds.len() >= 2 {
-                (Shape::Sadd, sadds)
-            } else {
-                (
-                    Shape::Hset,
-                    rest.iter().map_while(Job::plain_hset).collect(),
-                )
-            }
-        };
-        if run.len() >= 2 {
+        // Runs of SADDs, HSETs and DELs: a few multi-row statements each.
+        let shape = job.shape().map(|(shape, _)| shape);
+        let run: Vec<&[Bytes]> = rest
+            .iter()
+            .map_while(|j| j.shape().filter(|(s, _)| Some(*s) == shape))
+            .map(|(_, args)| args)
+            .collect();
+        if let (Some(shape), true) = (shape, run.len() >= 2) {
             let mut ctx = Ctx::new(
                 &mut conn,
                 super::now_ms(),
@@ -498,9 +487,19 @@ async fn optimistic(
                 inner.dialect,
                 true,
             );
+            let keyed = || -> Vec<(&[u8], &[Bytes])> {
+                // A SADD or HSET of the run has a key (`shape`).
+                run.iter()
+                    .map(|args| match args.split_first() {
+                        Some((key, rest)) => (key.as_ref(), rest),
+                        None => (&[][..], *args),
+                    })
+                    .collect()
+            };
             let applied = match shape {
-                Shape::Sadd => super::sets::sadd_run(&mut ctx, &run).await,
-                Shape::Hset => super::hashes::hset_run(&mut ctx, &run).await,
+                Shape::Sadd => super::sets::sadd_run(&mut ctx, &keyed()).await,
+                Shape::Hset => super::hashes::hset_run(&mut ctx, &keyed()).await,
+                Shape::Del => super::keys::del_run(&mut ctx, &run).await,
             };
             let added = match applied {
                 Ok(added) => added,
@@ -556,9 +555,11 @@ async fn optimistic(
 }
 
 /// The commands whose runs are written by multi-row statements (besides `SET`).
+#[derive(Clone, Copy, PartialEq)]
 enum Shape {
     Sadd,
     Hset,
+    Del,
 }
 
 /// Takes every key lock the group's requests will take (PostgreSQL), all at once and in a

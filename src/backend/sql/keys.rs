@@ -18,6 +18,30 @@ pub async fn del(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     Ok(int(n))
 }
 
+/// A run of `DEL`/`UNLINK` commands that came one after another in a group, each answered
+/// as if it ran alone, in order: the keys it removed (a key an earlier command of the run
+/// removed, or named twice, counts once). One statement reads every key's kind, and one per
+/// table removes the live keys' rows, instead of a read and a delete per key and table.
+pub async fn del_run(ctx: &mut Ctx<'_>, run: &[&[Bytes]]) -> Result<Vec<Option<i64>>, Fail> {
+    let mut keys: Vec<&[u8]> = run
+        .iter()
+        .flat_map(|a| a.iter().map(|k| k.as_ref()))
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let live = ctx.kinds(&keys).await?;
+    let gone: Vec<(&[u8], Kind)> = keys
+        .iter()
+        .filter_map(|key| live.get(*key).map(|kind| (*key, *kind)))
+        .collect();
+    ctx.delete_many(&gone).await?;
+    let mut present: std::collections::HashSet<&[u8]> = gone.iter().map(|(k, _)| *k).collect();
+    Ok(run
+        .iter()
+        .map(|a| Some(a.iter().filter(|k| present.remove(k.as_ref())).count() as i64))
+        .collect())
+}
+
 /// EXISTS and TOUCH: a key named twice counts twice.
 pub async fn exists(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     let mut n = 0;

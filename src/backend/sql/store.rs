@@ -313,6 +313,46 @@ impl<'c> Ctx<'c> {
         Ok(())
     }
 
+    /// Removes `keys`, each of the kind given, with their elements: one statement per table
+    /// and [`STATEMENT_ROWS`] keys.
+    pub async fn delete_many(&mut self, keys: &[(&[u8], Kind)]) -> Result<(), Fail> {
+        let all: Vec<&[u8]> = keys.iter().map(|(key, _)| *key).collect();
+        self.delete_in("hf_keys", &all).await?;
+        let mut tables: Vec<&'static str> = keys
+            .iter()
+            .flat_map(|(_, kind)| kind.tables())
+            .copied()
+            .collect();
+        tables.sort_unstable();
+        tables.dedup();
+        for table in tables {
+            let of: Vec<&[u8]> = keys
+                .iter()
+                .filter(|(_, kind)| kind.tables().contains(&table))
+                .map(|(key, _)| *key)
+                .collect();
+            self.delete_in(table, &of).await?;
+        }
+        Ok(())
+    }
+
+    /// `DELETE FROM table WHERE key IN keys`, [`STATEMENT_ROWS`] keys at a time.
+    async fn delete_in(&mut self, table: &str, keys: &[&[u8]]) -> Result<(), Fail> {
+        for chunk in keys.chunks(STATEMENT_ROWS) {
+            let Some(&last) = chunk.last() else { continue };
+            // Padded with the last key: a few sizes, each prepared once.
+            let padded = chunk.len().next_power_of_two();
+            let list = placeholders(self.dialect, padded);
+            let sql = format!("DELETE FROM {table} WHERE key IN ({list})");
+            let mut query = sqlx::query(&sql);
+            for key in chunk.iter().chain(std::iter::repeat(&last)).take(padded) {
+                query = query.bind(*key);
+            }
+            self.exec(query).await?;
+        }
+        Ok(())
+    }
+
     /// Deletes the key if it is live; true if it was.
     pub async fn delete(&mut self, key: &[u8]) -> Result<bool, Fail> {
         match self.meta(key).await? {
