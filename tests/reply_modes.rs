@@ -866,3 +866,67 @@ async fn a_pipelined_run_through_a_lost_commit_applies_nothing_twice() {
     assert_eq!(conn.command(&["GET", "b"]).await, b"$1\r\n2\r\n");
     proxy.stop().await;
 }
+
+/// The same lost COMMIT in exact mode, where SQL backends write runs of requests from
+/// several clients (SETs, SADDs, DELs, HSETs, each with its own token) by multi-row
+/// statements: each request, retried with its token, finds the reply its first attempt
+/// recorded and answers it — never `INDOUBT`, never applied twice (a SADD or DEL applied
+/// again would answer 0, an HSET 0). The clients' requests are gathered into one group by
+/// holding the writer on a blackholed connection while they queue. No two clients' requests
+/// depend on each other's order: retried apart, they may apply in any.
+#[tokio::test(flavor = "multi_thread")]
+async fn runs_from_many_clients_in_exact_mode_answer_their_first_application_through_a_lost_commit()
+{
+    let pg = PgServer::start();
+    let relay = Relay::start(&pg.addr()).await;
+    let backend = format!(
+        "{}\nresponse_timeout = \"500ms\"",
+        postgres_backend(&relay.addr())
+    );
+    let proxy = Proxy::start(&config(&backend, "exact_runs_pg", "exact")).await;
+    let mut setup = proxy.connect().await;
+    assert_eq!(setup.command(&["SET", "d1", "1"]).await, b"+OK\r\n");
+    assert_eq!(setup.command(&["SET", "d2", "1"]).await, b"+OK\r\n");
+    settle_connection(&mut setup).await;
+    let script: &[(&[&str], &str)] = &[
+        (&["SADD", "s", "x"], ":1\r\n"),
+        (&["SADD", "s", "y"], ":1\r\n"),
+        (&["SADD", "s", "z", "w"], ":2\r\n"),
+        (&["DEL", "d1", "nothing"], ":1\r\n"),
+        (&["UNLINK", "d2"], ":1\r\n"),
+        (&["HSET", "h", "f", "v"], ":1\r\n"),
+        (&["HSET", "h", "g", "w", "e", "u"], ":2\r\n"),
+        (&["SET", "a", "1"], "+OK\r\n"),
+        (&["SET", "b", "2"], "+OK\r\n"),
+    ];
+    let mut conns = Vec::new();
+    for _ in script {
+        let mut conn = proxy.connect().await;
+        assert_eq!(conn.command(&["PING"]).await, b"+PONG\r\n");
+        conns.push(conn);
+    }
+    // The writer takes the first request alone and waits on the blackhole (until the
+    // backend's 500 ms deadline) while the others queue behind it, in this order.
+    relay.blackhole();
+    setup.send(&encode_str(&["SET", "first", "1"])).await;
+    sleep(Duration::from_millis(100)).await;
+    for (conn, (args, _)) in conns.iter_mut().zip(script) {
+        conn.send(&encode_str(args)).await;
+        sleep(Duration::from_millis(10)).await;
+    }
+    relay.pass();
+    relay.drop_after_request_with(b"COMMIT");
+    let mut replies = Vec::new();
+    for conn in &mut conns {
+        replies.push(text(&conn.read_reply().await));
+    }
+    assert_eq!(text(&setup.read_reply().await), "+OK\r\n");
+    assert_eq!(relay.fired(), 1, "{replies:?}");
+    for ((args, want), got) in script.iter().zip(&replies) {
+        assert_eq!(got, want, "{args:?} ({replies:?})");
+    }
+    assert_eq!(setup.command(&["SCARD", "s"]).await, b":4\r\n");
+    assert_eq!(setup.command(&["EXISTS", "d1", "d2"]).await, b":0\r\n");
+    assert_eq!(setup.command(&["HLEN", "h"]).await, b":3\r\n");
+    proxy.stop().await;
+}

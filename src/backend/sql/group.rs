@@ -339,13 +339,18 @@ impl Tokens {
         }
         let outcome = job.apply_with(inner, conn, None, dirty).await;
         if let Ok(frames) = &outcome {
-            if let Some(frame) = frames.first() {
-                self.recorded
-                    .insert(token.to_vec(), super::record_reply(frame));
-                self.new.push(token.to_vec());
-            }
+            self.record(token, frames);
         }
         outcome
+    }
+
+    /// Records the reply of a request this group applied under its token.
+    fn record(&mut self, token: &[u8], frames: &[Frame]) {
+        if let Some(frame) = frames.first() {
+            self.recorded
+                .insert(token.to_vec(), super::record_reply(frame));
+            self.new.push(token.to_vec());
+        }
     }
 
     /// Records the replies of the requests this group applied, in one statement.
@@ -388,16 +393,15 @@ impl Tokens {
 }
 
 impl Job {
-    /// The arguments of a request that is one command on its own: no token (exact mode
-    /// records each reply under its own), not a MULTI.
+    /// The arguments of a request that is one command on its own, not a MULTI.
     fn single(&self) -> Option<&[Bytes]> {
         match self.commands.as_slice() {
-            [args] if self.token.is_none() && !self.batch => Some(args),
+            [args] if !self.batch => Some(args),
             _ => None,
         }
     }
 
-    /// The key and value of a plain `SET key value` (no option, no token, not a MULTI).
+    /// The key and value of a plain `SET key value` (no option, not a MULTI).
     fn plain_set(&self) -> Option<(&[u8], &[u8])> {
         match self.single()? {
             [name, key, value] if name.eq_ignore_ascii_case(b"SET") => Some((key, value)),
@@ -448,7 +452,7 @@ async fn optimistic(
     let mut changed = Changed::default();
     let mut rest = group;
     while let Some(job) = rest.first() {
-        let sets: Vec<(&[u8], &[u8])> = rest.iter().map_while(Job::plain_set).collect();
+        let sets: Vec<(&[u8], &[u8])> = run_of(rest, &tokens, Job::plain_set);
         if sets.len() >= 2 {
             let written = Ctx::new(
                 &mut conn,
@@ -467,18 +471,19 @@ async fn optimistic(
                 super::rollback(&mut conn).await;
                 return None;
             }
-            outcomes.extend(sets.iter().map(|_| Ok(vec![super::store::ok()])));
-            changed.keys.extend(sets.iter().map(|(k, _)| k.to_vec()));
+            let each = sets.iter().map(|_| Ok(vec![super::store::ok()])).collect();
+            let ran = &rest[..sets.len()];
+            finish_run(ran, each, &mut tokens, &mut changed, &mut outcomes);
             rest = &rest[sets.len()..];
             continue;
         }
         // Runs of SADDs, HSETs and DELs: a few multi-row statements each.
         let shape = job.shape().map(|(shape, _)| shape);
-        let run: Vec<&[Bytes]> = rest
-            .iter()
-            .map_while(|j| j.shape().filter(|(s, _)| Some(*s) == shape))
-            .map(|(_, args)| args)
-            .collect();
+        let run: Vec<&[Bytes]> = run_of(rest, &tokens, |j| {
+            j.shape()
+                .filter(|(s, _)| Some(*s) == shape)
+                .map(|(_, args)| args)
+        });
         if let (Some(shape), true) = (shape, run.len() >= 2) {
             let mut ctx = Ctx::new(
                 &mut conn,
@@ -512,16 +517,22 @@ async fn optimistic(
                     return None;
                 }
             };
-            for (job, added) in rest.iter().zip(added) {
-                let outcome = match added {
+            let each = added
+                .into_iter()
+                .map(|added| match added {
                     Some(n) => Ok(vec![super::store::int(n)]),
                     None => Err(BackendError::reply(Bytes::from_static(
                         super::store::WRONGTYPE.as_bytes(),
                     ))),
-                };
-                changed.note(job, &outcome);
-                outcomes.push(outcome);
-            }
+                })
+                .collect();
+            finish_run(
+                &rest[..run.len()],
+                each,
+                &mut tokens,
+                &mut changed,
+                &mut outcomes,
+            );
             rest = &rest[run.len()..];
             continue;
         }
@@ -552,6 +563,42 @@ async fn optimistic(
     let outcomes = commit_outcomes(inner, &mut conn, &changed, outcomes, progress).await;
     held.keep(conn);
     Some(outcomes)
+}
+
+/// What `shape` takes of the jobs at the start of `rest`, up to the first it refuses or that
+/// exact mode must not apply with the others: one whose token has a recorded reply (it
+/// answers that reply, applying nothing), or whose token an earlier job of the run has (a
+/// retry queued behind its first attempt: it answers the first's reply).
+fn run_of<'a, T>(rest: &'a [Job], tokens: &Tokens, shape: impl Fn(&'a Job) -> Option<T>) -> Vec<T> {
+    let mut seen = std::collections::HashSet::new();
+    rest.iter()
+        .map_while(|job| {
+            if let Some(token) = job.token.as_deref() {
+                if tokens.recorded.contains_key(token) || !seen.insert(token) {
+                    return None;
+                }
+            }
+            shape(job)
+        })
+        .collect()
+}
+
+/// The outcomes of a run applied together, one per job of `ran`: each reply recorded under
+/// its job's token (exact mode), each change noted for `WATCH`.
+fn finish_run(
+    ran: &[Job],
+    each: Vec<Outcome>,
+    tokens: &mut Tokens,
+    changed: &mut Changed,
+    outcomes: &mut Vec<Outcome>,
+) {
+    for (job, outcome) in ran.iter().zip(each) {
+        if let (Some(token), Ok(frames)) = (job.token.as_deref(), &outcome) {
+            tokens.record(token, frames);
+        }
+        changed.note(job, &outcome);
+        outcomes.push(outcome);
+    }
 }
 
 /// The commands whose runs are written by multi-row statements (besides `SET`).
@@ -710,4 +757,101 @@ async fn rollback_all(conn: &mut TxConn, jobs: usize, error: BackendError) -> Ve
 /// One failure handed to several requests: each gets the same error, and so the same class.
 fn share(error: &Arc<BackendError>) -> BackendError {
     BackendError::Shared(error.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{run_of, Job, Shape, Tokens};
+    use crate::backend::Proto;
+    use bytes::Bytes;
+
+    fn job(args: &[&str], token: Option<&str>, batch: bool) -> Job {
+        Job {
+            commands: vec![args.iter().map(|a| Bytes::from(a.to_string())).collect()],
+            proto: Proto::Resp2,
+            batch,
+            token: token.map(|t| t.as_bytes().to_vec()),
+        }
+    }
+
+    /// How many jobs from the start of `jobs` go into one run of the first one's shape.
+    fn run_length(jobs: &[Job], recorded: &[&str]) -> usize {
+        let mut tokens = Tokens::default();
+        for t in recorded {
+            tokens.recorded.insert(t.as_bytes().to_vec(), Vec::new());
+        }
+        let shape = jobs[0].shape().map(|(s, _)| s);
+        run_of(jobs, &tokens, |j| {
+            j.shape().filter(|(s, _)| Some(*s) == shape)
+        })
+        .len()
+    }
+
+    #[test]
+    fn a_run_stops_where_exact_mode_must_answer_a_job_on_its_own() {
+        let sadd = |t| job(&["SADD", "s", "m"], t, false);
+        let cases: &[(&str, Vec<Job>, &[&str], usize)] = &[
+            (
+                "fast mode",
+                vec![sadd(None), sadd(None), sadd(None)],
+                &[],
+                3,
+            ),
+            (
+                "tokens of their own",
+                vec![sadd(Some("a")), sadd(Some("b"))],
+                &[],
+                2,
+            ),
+            (
+                "a recorded reply answers its job",
+                vec![sadd(Some("a")), sadd(Some("b")), sadd(Some("c"))],
+                &["b"],
+                1,
+            ),
+            (
+                "a retry behind its first attempt",
+                vec![sadd(Some("a")), sadd(Some("b")), sadd(Some("a"))],
+                &[],
+                2,
+            ),
+            (
+                "another shape",
+                vec![sadd(None), job(&["HSET", "h", "f", "v"], None, false)],
+                &[],
+                1,
+            ),
+            (
+                "a MULTI",
+                vec![sadd(None), job(&["SADD", "s", "m"], None, true)],
+                &[],
+                1,
+            ),
+            (
+                "HSET without a value",
+                vec![
+                    job(&["HSET", "h", "f", "v"], None, false),
+                    job(&["HSET", "h", "f"], None, false),
+                ],
+                &[],
+                1,
+            ),
+            (
+                "DEL and UNLINK are one shape",
+                vec![
+                    job(&["DEL", "a"], None, false),
+                    job(&["UNLINK", "b", "c"], None, false),
+                ],
+                &[],
+                2,
+            ),
+        ];
+        for (what, jobs, recorded, want) in cases {
+            assert_eq!(run_length(jobs, recorded), *want, "{what}");
+        }
+        assert!(matches!(
+            job(&["DEL", "a"], None, false).shape(),
+            Some((Shape::Del, _))
+        ));
+    }
 }
