@@ -78,17 +78,9 @@ pub async fn hset_run(
     run: &[(&[u8], &[Bytes])],
 ) -> Result<Vec<Option<i64>>, Fail> {
     use std::collections::{HashMap, HashSet};
-    let mut keys: Vec<&[u8]> = run.iter().map(|(key, _)| *key).collect();
-    keys.sort_unstable();
-    keys.dedup();
-    let live = ctx.kinds(&keys).await?;
+    let keys: Vec<&[u8]> = run.iter().map(|(key, _)| *key).collect();
+    let live = ctx.collections(&keys, Kind::Hash).await?;
     let wrong = |key: &[u8]| live.get(key).is_some_and(|kind| *kind != Kind::Hash);
-    let new: Vec<&[u8]> = keys
-        .iter()
-        .copied()
-        .filter(|key| !live.contains_key(*key))
-        .collect();
-    ctx.create_many(&new, Kind::Hash).await?;
     // Each field once, where the run first names it, with the last value it is given.
     let mut order: Vec<(&[u8], &[u8])> = Vec::new();
     let mut last: HashMap<(&[u8], &[u8]), &[u8]> = HashMap::new();
@@ -111,7 +103,7 @@ pub async fn hset_run(
             continue;
         };
         let padded = chunk.len().next_power_of_two();
-        let rows = pair_rows(ctx.dialect, padded, 2);
+        let rows = value_rows(ctx.dialect, padded, 2);
         let sql = format!("SELECT key, field FROM hf_hash WHERE (key, field) IN (VALUES {rows})");
         let mut query = sqlx::query(&sql);
         for (key, field) in chunk
@@ -135,7 +127,7 @@ pub async fn hset_run(
             Dialect::Sqlite => chunk.len().next_power_of_two(),
             Dialect::Postgres => chunk.len(),
         };
-        let rows = pair_rows(ctx.dialect, written, 3);
+        let rows = value_rows(ctx.dialect, written, 3);
         let sql = format!(
             "INSERT INTO hf_hash (key, field, value) VALUES {rows} \
              ON CONFLICT (key, field) DO UPDATE SET value = excluded.value"
@@ -162,22 +154,6 @@ pub async fn hset_run(
             })
         })
         .collect())
-}
-
-/// `rows` parenthesised rows of `width` parameters each, numbered in order.
-fn pair_rows(dialect: Dialect, rows: usize, width: usize) -> String {
-    (0..rows)
-        .map(|i| {
-            let params: Vec<String> = (1..=width)
-                .map(|j| match dialect {
-                    Dialect::Sqlite => "?".to_string(),
-                    Dialect::Postgres => format!("${}", i * width + j),
-                })
-                .collect();
-            format!("({})", params.join(", "))
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 pub async fn hsetnx(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {

@@ -52,17 +52,9 @@ pub async fn sadd_run(
     ctx: &mut Ctx<'_>,
     run: &[(&[u8], &[Bytes])],
 ) -> Result<Vec<Option<i64>>, Fail> {
-    let mut keys: Vec<&[u8]> = run.iter().map(|(key, _)| *key).collect();
-    keys.sort_unstable();
-    keys.dedup();
-    let live = ctx.kinds(&keys).await?;
+    let keys: Vec<&[u8]> = run.iter().map(|(key, _)| *key).collect();
+    let live = ctx.collections(&keys, Kind::Set).await?;
     let wrong = |key: &[u8]| live.get(key).is_some_and(|kind| *kind != Kind::Set);
-    let new: Vec<&[u8]> = keys
-        .iter()
-        .copied()
-        .filter(|key| !live.contains_key(*key))
-        .collect();
-    ctx.create_many(&new, Kind::Set).await?;
     let pairs: Vec<(&[u8], &[u8])> = run
         .iter()
         .filter(|(key, _)| !wrong(key))
@@ -75,13 +67,7 @@ pub async fn sadd_run(
         // Padded with the last pair: a repeat conflicts with the first and is skipped, and
         // a statement of each size is prepared once.
         let padded = chunk.len().next_power_of_two();
-        let rows = (0..padded)
-            .map(|i| match ctx.dialect {
-                Dialect::Sqlite => "(?, ?)".to_string(),
-                Dialect::Postgres => format!("(${}, ${})", 2 * i + 1, 2 * i + 2),
-            })
-            .collect::<Vec<_>>()
-            .join(", ");
+        let rows = value_rows(ctx.dialect, padded, 2);
         let sql = format!(
             "INSERT INTO hf_set (key, member) VALUES {rows} \
              ON CONFLICT (key, member) DO NOTHING RETURNING key, member"

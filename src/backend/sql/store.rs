@@ -255,6 +255,27 @@ impl<'c> Ctx<'c> {
         Ok(live)
     }
 
+    /// For a run of commands writing collections of `kind` to `keys`: every key's live kind
+    /// (read once), the missing ones created as `kind`. A key holding another kind is left
+    /// as it is (its commands answer WRONGTYPE).
+    pub async fn collections(
+        &mut self,
+        keys: &[&[u8]],
+        kind: Kind,
+    ) -> Result<std::collections::HashMap<Vec<u8>, Kind>, Fail> {
+        let mut keys = keys.to_vec();
+        keys.sort_unstable();
+        keys.dedup();
+        let live = self.kinds(&keys).await?;
+        let new: Vec<&[u8]> = keys
+            .iter()
+            .copied()
+            .filter(|key| !live.contains_key(*key))
+            .collect();
+        self.create_many(&new, kind).await?;
+        Ok(live)
+    }
+
     /// Creates the key rows of `keys`, collections of `kind`, where none exists (one
     /// statement per [`STATEMENT_ROWS`] keys).
     pub async fn create_many(&mut self, keys: &[&[u8]], kind: Kind) -> Result<(), Fail> {
@@ -587,6 +608,23 @@ impl<'c> Ctx<'c> {
         }
         Ok(())
     }
+}
+
+/// `rows` parenthesised rows of `width` parameters each, numbered in order: a multi-row
+/// `VALUES` list.
+pub fn value_rows(dialect: Dialect, rows: usize, width: usize) -> String {
+    (0..rows)
+        .map(|i| {
+            let params: Vec<String> = (1..=width)
+                .map(|j| match dialect {
+                    Dialect::Sqlite => "?".to_string(),
+                    Dialect::Postgres => format!("${}", i * width + j),
+                })
+                .collect();
+            format!("({})", params.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// `count` parameters, each bound once, in order: a statement's only ones.
