@@ -539,7 +539,7 @@ backend = "s"
     let _ = SqliteConfig::at(&path);
     for name in ["r", "p", "s"] {
         let wanted: &BackendConfig = config.backends.get(name).unwrap();
-        let backend = Backend::build(name, wanted).unwrap();
+        let backend = Backend::build(name, wanted, &Default::default()).unwrap();
         let dispatch = |args: Vec<Bytes>, token: Option<&'static [u8]>| {
             let backend = &backend;
             async move {

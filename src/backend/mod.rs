@@ -171,17 +171,18 @@ impl Backend {
     ///
     /// # Errors
     /// [`BackendError::Unsupported`] for a configuration the backend cannot use.
-    pub fn build(name: &str, config: &BackendConfig) -> Result<Backend, BackendError> {
+    pub fn build(
+        name: &str,
+        config: &BackendConfig,
+        scripts: &Arc<scripts::Scripts>,
+    ) -> Result<Backend, BackendError> {
+        let redis = |backend: redis::RedisBackend| {
+            Ok(Backend::Redis(Box::new(backend.with_scripts(scripts))))
+        };
         match config {
-            BackendConfig::Redis(redis) => Ok(Backend::Redis(Box::new(redis::RedisBackend::new(
-                name, redis,
-            )?))),
-            BackendConfig::Sentinel(sentinel) => Ok(Backend::Redis(Box::new(
-                redis::RedisBackend::sentinel(name, sentinel)?,
-            ))),
-            BackendConfig::Cluster(cluster) => Ok(Backend::Redis(Box::new(
-                redis::RedisBackend::cluster(name, cluster)?,
-            ))),
+            BackendConfig::Redis(config) => redis(redis::RedisBackend::new(name, config)?),
+            BackendConfig::Sentinel(config) => redis(redis::RedisBackend::sentinel(name, config)?),
+            BackendConfig::Cluster(config) => redis(redis::RedisBackend::cluster(name, config)?),
             BackendConfig::Sqlite(sqlite) => {
                 Ok(Backend::Sql(sql::SqlBackend::sqlite(name, sqlite)?))
             }
@@ -332,6 +333,8 @@ impl Dedicated {
 /// Every configured backend that some namespace uses, by name.
 pub struct Backends {
     by_name: BTreeMap<String, Arc<Backend>>,
+    /// The scripts clients loaded, kept across reloads for every Redis backend.
+    scripts: Arc<scripts::Scripts>,
 }
 
 impl Backends {
@@ -345,6 +348,7 @@ impl Backends {
         config: &Config,
         previous: Option<(&Config, &Backends)>,
     ) -> Result<Backends, BackendError> {
+        let scripts = previous.map_or_else(Arc::default, |(_, old)| old.scripts.clone());
         let mut by_name = BTreeMap::new();
         for ns in &config.namespaces {
             if by_name.contains_key(&ns.backend) {
@@ -360,11 +364,16 @@ impl Backends {
             });
             let backend = match reused {
                 Some(backend) => backend,
-                None => Arc::new(Backend::build(&ns.backend, wanted)?),
+                None => Arc::new(Backend::build(&ns.backend, wanted, &scripts)?),
             };
             by_name.insert(ns.backend.clone(), backend);
         }
-        Ok(Backends { by_name })
+        Ok(Backends { by_name, scripts })
+    }
+
+    /// The scripts clients loaded (`SCRIPT LOAD`), for EVALSHA after a NOSCRIPT.
+    pub fn scripts(&self) -> &scripts::Scripts {
+        &self.scripts
     }
 
     /// The backend called `name`.
@@ -375,5 +384,33 @@ impl Backends {
     /// Every backend.
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Backend>> {
         self.by_name.values()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reload keeps the scripts clients loaded (a changed backend, built anew, answers its
+    /// NOSCRIPT with them); another holdfast in the same process has its own.
+    #[tokio::test]
+    async fn loaded_scripts_outlive_a_reload_and_stay_with_their_holdfast() {
+        let toml = |port: u16| {
+            format!(
+                "[backends.r]\nkind = \"redis\"\nurl = \"redis://127.0.0.1:{port}\"\n\
+                 [[namespaces]]\nname = \"main\"\nbackend = \"r\"\n"
+            )
+        };
+        let first = Config::from_toml(&toml(1)).expect("config");
+        let built = Backends::build(&first, None).expect("backends");
+        let script = Bytes::from_static(b"return 1");
+        built.scripts().remember(&script);
+        let sha = scripts::digest(&script);
+        let changed = Config::from_toml(&toml(2)).expect("config");
+        let reloaded = Backends::build(&changed, Some((&first, &built))).expect("backends");
+        assert!(!Arc::ptr_eq(&built.by_name["r"], &reloaded.by_name["r"]));
+        assert_eq!(reloaded.scripts().text(sha.as_bytes()), Some(script));
+        let other = Backends::build(&first, None).expect("backends");
+        assert_eq!(other.scripts().text(sha.as_bytes()), None);
     }
 }

@@ -496,6 +496,8 @@ pub struct RedisBackend {
     follower: Option<Follower>,
     /// On a Cluster without TLS: the slot map its links follow.
     topology: Option<Arc<Topology>>,
+    /// The scripts clients loaded, to answer a NOSCRIPT with.
+    scripts: Arc<super::scripts::Scripts>,
 }
 
 impl RedisBackend {
@@ -674,6 +676,7 @@ impl RedisBackend {
             },
             follower,
             topology,
+            scripts: Arc::default(),
         };
         backend.resp2 = backend.open_pool(RespVersion::RESP2);
         for slot in &backend.resp2.slots {
@@ -834,6 +837,13 @@ impl RedisBackend {
         &pool.slots[pool.place(request.pin, request.placement)]
     }
 
+    /// This holdfast's scripts, shared with its other backends.
+    #[must_use]
+    pub fn with_scripts(mut self, scripts: &Arc<super::scripts::Scripts>) -> RedisBackend {
+        self.scripts = scripts.clone();
+        self
+    }
+
     /// Sends one request on the connection its placement gives (see [`Pool::place`]).
     ///
     /// # Errors
@@ -856,7 +866,7 @@ impl RedisBackend {
             // A script the client loaded, missing from this server's cache (a restart, a
             // failover, another Cluster node): nothing ran; its text runs it and caches it.
             if prefix == "NOSCRIPT" {
-                if let Some(args) = super::scripts::by_text(request.args) {
+                if let Some(args) = self.scripts.by_text(request.args) {
                     result = live
                         .send(&request.with_args(&args), self.response_timeout)
                         .await;
@@ -919,7 +929,7 @@ impl RedisBackend {
         // An EVALSHA may need its NOSCRIPT answered with the script's text (`dispatch`).
         if requests
             .iter()
-            .any(|r| super::scripts::by_text(r.args).is_some())
+            .any(|r| self.scripts.by_text(r.args).is_some())
         {
             return None;
         }

@@ -5,7 +5,7 @@
 //! means nothing ran, so sending it again changes nothing the client could see.
 //!
 //! A digest names one text, so one cache serves every backend and every configuration
-//! generation. It holds at most [`MAX_BYTES`] of scripts, the oldest loaded forgotten first;
+//! generation of one holdfast. It holds at most [`MAX_BYTES`] of scripts, the oldest loaded forgotten first;
 //! `SCRIPT FLUSH` empties it.
 
 use bytes::Bytes;
@@ -22,69 +22,74 @@ struct Cache {
     bytes: usize,
 }
 
-static CACHE: Mutex<Option<Cache>> = Mutex::new(None);
-
-fn with<T>(f: impl FnOnce(&mut Cache) -> T) -> T {
-    let mut guard = CACHE.lock().unwrap_or_else(|p| p.into_inner());
-    f(guard.get_or_insert_with(Cache::default))
-}
+/// One holdfast's scripts. Owned by its backends and handed on at every reload (not a
+/// process-wide static: two holdfasts in one process, as in the tests, keep apart).
+#[derive(Default)]
+pub struct Scripts(Mutex<Cache>);
 
 /// The SHA1 digest Redis names a script by, in lowercase hex.
 pub fn digest(script: &[u8]) -> String {
     sha1_smol::Sha1::from(script).digest().to_string()
 }
 
-/// Keeps a loaded script's text under its digest.
-pub fn remember(script: &Bytes) {
-    if script.len() > MAX_BYTES {
-        return;
+impl Scripts {
+    fn with<T>(&self, f: impl FnOnce(&mut Cache) -> T) -> T {
+        let mut guard = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut guard)
     }
-    let sha = digest(script);
-    with(|cache| {
-        if cache.by_sha.contains_key(&sha) {
+
+    /// Keeps a loaded script's text under its digest.
+    pub fn remember(&self, script: &Bytes) {
+        if script.len() > MAX_BYTES {
             return;
         }
-        cache.bytes += script.len();
-        cache.by_sha.insert(sha.clone(), script.clone());
-        cache.order.push_back(sha);
-        while cache.bytes > MAX_BYTES {
-            let Some(old) = cache.order.pop_front() else {
-                break;
-            };
-            if let Some(text) = cache.by_sha.remove(&old) {
-                cache.bytes -= text.len();
+        let sha = digest(script);
+        self.with(|cache| {
+            if cache.by_sha.contains_key(&sha) {
+                return;
             }
-        }
-    });
-}
+            cache.bytes += script.len();
+            cache.by_sha.insert(sha.clone(), script.clone());
+            cache.order.push_back(sha);
+            while cache.bytes > MAX_BYTES {
+                let Some(old) = cache.order.pop_front() else {
+                    break;
+                };
+                if let Some(text) = cache.by_sha.remove(&old) {
+                    cache.bytes -= text.len();
+                }
+            }
+        });
+    }
 
-/// The text of a script loaded earlier, by its digest (any case).
-pub fn text(sha: &[u8]) -> Option<Bytes> {
-    let sha = String::from_utf8_lossy(sha).to_ascii_lowercase();
-    with(|cache| cache.by_sha.get(&sha).cloned())
-}
+    /// The text of a script loaded earlier, by its digest (any case).
+    pub fn text(&self, sha: &[u8]) -> Option<Bytes> {
+        let sha = String::from_utf8_lossy(sha).to_ascii_lowercase();
+        self.with(|cache| cache.by_sha.get(&sha).cloned())
+    }
 
-/// `SCRIPT FLUSH`: every script forgotten.
-pub fn forget_all() {
-    with(|cache| *cache = Cache::default());
-}
+    /// `SCRIPT FLUSH`: every script forgotten.
+    pub fn forget_all(&self) {
+        self.with(|cache| *cache = Cache::default());
+    }
 
-/// `EVALSHA sha ...` (or `EVALSHA_RO`) as `EVAL script ...` (`EVAL_RO`), when the script is
-/// known; None otherwise.
-pub fn by_text(args: &[Bytes]) -> Option<Vec<Bytes>> {
-    let name = args.first()?;
-    let eval: &'static [u8] = if name.eq_ignore_ascii_case(b"EVALSHA") {
-        b"EVAL"
-    } else if name.eq_ignore_ascii_case(b"EVALSHA_RO") {
-        b"EVAL_RO"
-    } else {
-        return None;
-    };
-    let script = text(args.get(1)?)?;
-    let mut out = args.to_vec();
-    out[0] = Bytes::from_static(eval);
-    out[1] = script;
-    Some(out)
+    /// `EVALSHA sha ...` (or `EVALSHA_RO`) as `EVAL script ...` (`EVAL_RO`), when the script
+    /// is known; None otherwise.
+    pub fn by_text(&self, args: &[Bytes]) -> Option<Vec<Bytes>> {
+        let name = args.first()?;
+        let eval: &'static [u8] = if name.eq_ignore_ascii_case(b"EVALSHA") {
+            b"EVAL"
+        } else if name.eq_ignore_ascii_case(b"EVALSHA_RO") {
+            b"EVAL_RO"
+        } else {
+            return None;
+        };
+        let script = self.text(args.get(1)?)?;
+        let mut out = args.to_vec();
+        out[0] = Bytes::from_static(eval);
+        out[1] = script;
+        Some(out)
+    }
 }
 
 #[cfg(test)]
@@ -96,18 +101,28 @@ mod tests {
         let script = Bytes::from_static(b"return 'scripts-test'");
         let sha = digest(&script);
         assert_eq!(sha.len(), 40);
-        assert!(text(sha.as_bytes()).is_none());
-        remember(&script);
-        assert_eq!(text(sha.to_uppercase().as_bytes()), Some(script.clone()));
+        let scripts = Scripts::default();
+        assert!(scripts.text(sha.as_bytes()).is_none());
+        scripts.remember(&script);
+        assert_eq!(
+            scripts.text(sha.to_uppercase().as_bytes()),
+            Some(script.clone())
+        );
         let args = [
             Bytes::from_static(b"evalsha"),
             Bytes::from(sha.clone()),
             Bytes::from_static(b"0"),
         ];
-        let eval = by_text(&args).expect("known");
+        let eval = scripts.by_text(&args).expect("known");
         assert_eq!(eval[0], Bytes::from_static(b"EVAL"));
         assert_eq!(eval[1], script);
         assert_eq!(eval[2], Bytes::from_static(b"0"));
-        assert!(by_text(&[Bytes::from_static(b"GET"), Bytes::from(sha)]).is_none());
+        assert!(scripts
+            .by_text(&[Bytes::from_static(b"GET"), Bytes::from(sha.clone())])
+            .is_none());
+        // Another holdfast's cache, and a flushed one, know nothing of it.
+        assert!(Scripts::default().text(sha.as_bytes()).is_none());
+        scripts.forget_all();
+        assert!(scripts.text(sha.as_bytes()).is_none());
     }
 }

@@ -697,10 +697,10 @@ impl Conn {
         match command.spec.name {
             "SCRIPT|LOAD" => {
                 if let Some(script) = command.args.get(2) {
-                    crate::backend::scripts::remember(script);
+                    self.state.backends.scripts().remember(script);
                 }
             }
-            "SCRIPT|FLUSH" => crate::backend::scripts::forget_all(),
+            "SCRIPT|FLUSH" => self.state.backends.scripts().forget_all(),
             _ => {}
         }
         first.unwrap_or_else(|| (simple("OK").into(), DoubleStyle::default()))
