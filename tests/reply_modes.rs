@@ -930,3 +930,57 @@ async fn runs_from_many_clients_in_exact_mode_answer_their_first_application_thr
     assert_eq!(setup.command(&["HLEN", "h"]).await, b":3\r\n");
     proxy.stop().await;
 }
+
+/// A client's pipelined run of SADDs, HSETs and DELs, which PostgreSQL writes as a few
+/// multi-row statements, through a lost COMMIT in fast mode: every reply answers for the
+/// retry, as Redis would for a second application (0 each: all of them were applied), and
+/// each is counted as uncertain; nothing is applied twice, and nothing is lost. (Settled
+/// mode sends a client's pipelined writes one at a time, each after its own read, so they
+/// form runs only with other clients' requests; each reply is settled by its own read.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_of_sadds_hsets_and_dels_through_a_lost_commit_answers_for_the_retry_in_fast_mode() {
+    let pg = PgServer::start();
+    let relay = Relay::start(&pg.addr()).await;
+    let run: &[&[&str]] = &[
+        &["SADD", "s", "x"],
+        &["SADD", "s", "y", "z"],
+        &["HSET", "h", "f", "v"],
+        &["HSET", "h", "g", "w"],
+        &["DEL", "d1"],
+        &["DEL", "d2", "none"],
+    ];
+    let proxy = Proxy::start(&config(
+        &postgres_backend(&relay.addr()),
+        "runs_fast",
+        "fast",
+    ))
+    .await;
+    let mut conn = proxy.connect().await;
+    assert_eq!(conn.command(&["SET", "d1", "1"]).await, b"+OK\r\n");
+    assert_eq!(conn.command(&["SET", "d2", "1"]).await, b"+OK\r\n");
+    settle_connection(&mut conn).await;
+    relay.drop_after_request_with(b"COMMIT");
+    let mut pipeline = Vec::new();
+    for args in run {
+        pipeline.extend_from_slice(&encode_str(args));
+    }
+    conn.send(&pipeline).await;
+    let mut replies = Vec::new();
+    for _ in run {
+        replies.push(text(&conn.read_reply().await));
+    }
+    assert_eq!(relay.fired(), 1, "{replies:?}");
+    assert!(replies.iter().all(|r| r == ":0\r\n"), "{replies:?}");
+    let mut uncertain = 0.0;
+    for command in ["SADD", "HSET", "DEL"] {
+        let series = format!(
+            r#"holdfast_uncertain_replies_total{{holdfast_namespace="runs_fast",command="{command}"}}"#
+        );
+        uncertain += metric(&proxy, &series).await;
+    }
+    assert_eq!(uncertain, run.len() as f64, "{replies:?}");
+    assert_eq!(conn.command(&["SCARD", "s"]).await, b":3\r\n");
+    assert_eq!(conn.command(&["HLEN", "h"]).await, b":2\r\n");
+    assert_eq!(conn.command(&["EXISTS", "d1", "d2"]).await, b":0\r\n");
+    proxy.stop().await;
+}
