@@ -112,13 +112,16 @@ def servers():
 
 
 def bench(port, test, clients, pipeline, size, requests, keyspace):
+    """One redis-benchmark run: `test` is a `-t` name, or a command (a list, keys from
+    __rand_int__)."""
     # redis-benchmark 7.0 spins forever when its port refuses: check first, and bound it.
     wait_port(port)
     cmd = [
         "timeout", "300", "redis-benchmark", "-h", "127.0.0.1", "-p", str(port),
         "-c", str(clients), "-n", str(requests), "-P", str(pipeline), "-d", str(size),
-        "-r", str(keyspace), "--csv", "-t", test,
+        "-r", str(keyspace), "--csv",
     ]
+    cmd += ["-t", test] if isinstance(test, str) else test
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     rows = list(csv.DictReader(io.StringIO(out)))
     return rows[0]
@@ -498,11 +501,22 @@ def sql_runs(args, binary, tmp, log, procs, redis_port, pg_port):
         wait_port(port)
     if args.sql_reads:
         return sql_reads(args, targets)
+    # The write shapes a run of one client's pipeline becomes one statement for (SADD, HSET,
+    # DEL beside SET), and INCR, which stays a read and an upsert per command; each key and
+    # member from the keyspace, so runs touch many keys. DEL deletes the SET workloads' keys.
+    sadd = ["SADD", "set:__rand_int__", "m:__rand_int__"]
+    hset = ["HSET", "hash:__rand_int__", "f:__rand_int__", "v"]
+    delete = ["DEL", "key:__rand_int__"]
+    incr = ["INCR", "counter:__rand_int__"]
     workloads = [
         ("SET", "set", 50, 1),
         ("GET", "get", 50, 1),
         ("SET P16", "set", 50, 16),
         ("GET P16", "get", 50, 16),
+        ("SADD P16", sadd, 50, 16),
+        ("HSET P16", hset, 50, 16),
+        ("DEL P16", delete, 50, 16),
+        ("INCR P16", incr, 50, 16),
     ]
     if args.only:
         workloads = [w for w in workloads if args.only in w[0]]
