@@ -432,8 +432,9 @@ impl Job {
 }
 
 /// The group without savepoints; None when it had to be rolled back. A run of plain SETs is
-/// written by one statement, a run of SADDs by a few (`sets::sadd_run`). Only a group that committed leaves its connection to `held`:
-/// every failure on the way may have put it in doubt.
+/// written by one statement, a run of SADDs, HSETs or DELs by a few (`sets::sadd_run`,
+/// `hashes::hset_run`, `keys::del_run`). Only a group that committed leaves its connection
+/// to `held`: every failure on the way may have put it in doubt.
 async fn optimistic(
     inner: &Inner,
     group: &[Job],

@@ -262,6 +262,10 @@ impl SqlBackend {
             // a sixth of SQLite's time under pipelined SADDs. It holds the pages one
             // statement changed, and the few temporary b-trees of a sort.
             "PRAGMA temp_store = MEMORY".to_string(),
+            // The WAL copied back into the database every 10,000 pages (about 40 MB) instead
+            // of 1,000: a page changed by many groups in between is copied once. Pipelined
+            // SADDs over many keys 1.21-1.35x, reads and unpipelined SETs unchanged.
+            "PRAGMA wal_autocheckpoint = 10000".to_string(),
         ];
         let pool = |size: usize| -> Result<AnyPool, BackendError> {
             let pragmas = pragmas.clone();
