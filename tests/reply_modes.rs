@@ -868,10 +868,10 @@ async fn a_pipelined_run_through_a_lost_commit_applies_nothing_twice() {
 }
 
 /// The same lost COMMIT in exact mode, where SQL backends write runs of requests from
-/// several clients (SETs, SADDs, DELs, HSETs, each with its own token) by multi-row
+/// several clients (SETs, SADDs, DELs, HSETs, increments, each with its own token) by multi-row
 /// statements: each request, retried with its token, finds the reply its first attempt
 /// recorded and answers it — never `INDOUBT`, never applied twice (a SADD or DEL applied
-/// again would answer 0, an HSET 0). The clients' requests are gathered into one group by
+/// again would answer 0, an HSET 0, an INCR 2). The clients' requests are gathered into one group by
 /// holding the writer on a blackholed connection while they queue. No two clients' requests
 /// depend on each other's order: retried apart, they may apply in any.
 #[tokio::test(flavor = "multi_thread")]
@@ -898,6 +898,9 @@ async fn runs_from_many_clients_in_exact_mode_answer_their_first_application_thr
         (&["HSET", "h", "g", "w", "e", "u"], ":2\r\n"),
         (&["SET", "a", "1"], "+OK\r\n"),
         (&["SET", "b", "2"], "+OK\r\n"),
+        (&["INCR", "n1"], ":1\r\n"),
+        (&["INCRBY", "n2", "5"], ":5\r\n"),
+        (&["DECR", "n3"], ":-1\r\n"),
     ];
     let mut conns = Vec::new();
     for _ in script {
@@ -928,6 +931,10 @@ async fn runs_from_many_clients_in_exact_mode_answer_their_first_application_thr
     assert_eq!(setup.command(&["SCARD", "s"]).await, b":4\r\n");
     assert_eq!(setup.command(&["EXISTS", "d1", "d2"]).await, b":0\r\n");
     assert_eq!(setup.command(&["HLEN", "h"]).await, b":3\r\n");
+    assert_eq!(
+        text(&setup.command(&["MGET", "n1", "n2", "n3"]).await),
+        "*3\r\n$1\r\n1\r\n$1\r\n5\r\n$2\r\n-1\r\n"
+    );
     proxy.stop().await;
 }
 

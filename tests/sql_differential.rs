@@ -1810,6 +1810,73 @@ fn a_run_of_sadds_answers_as_redis_does() {
     });
 }
 
+/// A pipelined run of INCR, DECR, INCRBY and DECRBY is two statements on SQL backends:
+/// each must still answer the value it made as if it ran alone, in order — a key counted
+/// up earlier in the run goes on from there; a key of another kind answers WRONGTYPE, a value
+/// that is not an integer and an increment past the 64-bit range their errors, and change
+/// nothing; an expired key starts from 0; a key's expiry stays — and a run over more keys
+/// than one statement takes is written whole.
+#[test]
+fn a_run_of_incrs_answers_as_redis_does() {
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Targets::start().await;
+        let lines: &[&[&str]] = &[
+            &["SET", "n", "10"],
+            &["SET", "word", "abc"],
+            &["SET", "spaced", " 1"],
+            &["SET", "max", "9223372036854775806"],
+            &["SET", "ttl", "5", "PXAT", "4102444800000"],
+            &["SET", "es", "7", "PXAT", "1"],
+            &["HSET", "h", "f", "v"],
+            &["SET", "empty", ""],
+            // The run.
+            &["INCR", "n"],
+            &["INCRBY", "n", "-30"],
+            &["DECR", "new"],
+            &["INCR", "word"],
+            &["INCR", "max"],
+            &["INCR", "max"],
+            &["DECRBY", "max", "1"],
+            &["INCR", "h"],
+            &["INCR", "ttl"],
+            &["INCR", "es"],
+            &["incrby", "n", "9223372036854775807"],
+            &["INCRBY", "n", "20"],
+            &["INCR", "spaced"],
+            &["INCR", "empty"],
+            &["DECRBY", "neg", "-9223372036854775807"],
+            &["INCRBY", "n", "x"],
+            &["DECRBY", "n", "-9223372036854775808"],
+            &["INCR", "n"],
+        ];
+        let mut script: Vec<Cmd> = lines.iter().map(|l| cmd(l)).collect();
+        // More keys than one statement takes (2,048), each counted twice in one run.
+        for round in 0..2 {
+            for i in 0..2100 {
+                let by = (i + round).to_string();
+                script.push(cmd(&["INCRBY", &format!("c{i}"), &by]));
+            }
+        }
+        let after: &[&[&str]] = &[
+            &[
+                "MGET", "n", "new", "word", "max", "ttl", "es", "spaced", "empty", "neg",
+            ],
+            &["PEXPIRETIME", "ttl"],
+            &["PEXPIRETIME", "es"],
+            &["PEXPIRETIME", "n"],
+            &["HGETALL", "h"],
+            &["MGET", "c0", "c1", "c1000", "c2047", "c2048", "c2099"],
+            &["DBSIZE"],
+        ];
+        script.extend(after.iter().map(|l| cmd(l)));
+        let mut all = pipelined_differences(&t, false, 64, &script).await;
+        all.extend(pipelined_differences(&t, true, 64, &script).await);
+        all.extend(differences(&t, false, &script).await);
+        assert_none(&all);
+    });
+}
+
 /// A pipelined run of HSETs is a few multi-row statements on SQL backends: each must still
 /// answer the fields it added as if it ran alone, in order — a field set earlier in the run,
 /// or named twice, is new once, and keeps its last value; a key of another kind answers

@@ -424,16 +424,34 @@ impl Job {
             && !args.is_empty()
         {
             Shape::Del
+        } else if self.increment().is_some() {
+            Shape::Incr
         } else {
             return None;
         };
         Some((shape, args))
     }
+
+    /// The key and increment of an `INCR`, `DECR`, `INCRBY` or `DECRBY` whose increment
+    /// parses; None for any other (an increment that does not parse answers its error on
+    /// its own).
+    fn increment(&self) -> Option<(&[u8], i64)> {
+        let is = |name: &Bytes, word: &[u8]| name.eq_ignore_ascii_case(word);
+        match self.single()? {
+            [name, key] if is(name, b"INCR") => Some((key, 1)),
+            [name, key] if is(name, b"DECR") => Some((key, -1)),
+            [name, key, by] if is(name, b"INCRBY") => Some((key, super::args::parse_i64(by)?)),
+            [name, key, by] if is(name, b"DECRBY") => {
+                Some((key, super::args::parse_i64(by)?.checked_neg()?))
+            }
+            _ => None,
+        }
+    }
 }
 
 /// The group without savepoints; None when it had to be rolled back. A run of plain SETs is
-/// written by one statement, a run of SADDs, HSETs or DELs by a few (`sets::sadd_run`,
-/// `hashes::hset_run`, `keys::del_run`). Only a group that committed leaves its connection
+/// written by one statement, a run of SADDs, HSETs, DELs or increments by a few
+/// (`sets::sadd_run`, `hashes::hset_run`, `keys::del_run`, `strings::incr_run`). Only a group that committed leaves its connection
 /// to `held`: every failure on the way may have put it in doubt.
 async fn optimistic(
     inner: &Inner,
@@ -478,7 +496,7 @@ async fn optimistic(
             rest = &rest[sets.len()..];
             continue;
         }
-        // Runs of SADDs, HSETs and DELs: a few multi-row statements each.
+        // Runs of SADDs, HSETs, DELs and increments: a few multi-row statements each.
         let shape = job.shape().map(|(shape, _)| shape);
         let run: Vec<&[Bytes]> = run_of(rest, &tokens, |j| {
             j.shape()
@@ -502,10 +520,21 @@ async fn optimistic(
                     })
                     .collect()
             };
+            let wrong = |each: Vec<Option<i64>>| -> Vec<Result<i64, &'static str>> {
+                let wrong = super::store::WRONGTYPE;
+                each.into_iter().map(|n| n.ok_or(wrong)).collect()
+            };
             let applied = match shape {
-                Shape::Sadd => super::sets::sadd_run(&mut ctx, &keyed()).await,
-                Shape::Hset => super::hashes::hset_run(&mut ctx, &keyed()).await,
-                Shape::Del => super::keys::del_run(&mut ctx, &run).await,
+                Shape::Sadd => super::sets::sadd_run(&mut ctx, &keyed()).await.map(wrong),
+                Shape::Hset => super::hashes::hset_run(&mut ctx, &keyed()).await.map(wrong),
+                Shape::Del => super::keys::del_run(&mut ctx, &run).await.map(wrong),
+                Shape::Incr => {
+                    let increments: Vec<(&[u8], i64)> = rest[..run.len()]
+                        .iter()
+                        .filter_map(Job::increment)
+                        .collect();
+                    super::strings::incr_run(&mut ctx, &increments).await
+                }
             };
             let added = match applied {
                 Ok(added) => added,
@@ -521,10 +550,8 @@ async fn optimistic(
             let each = added
                 .into_iter()
                 .map(|added| match added {
-                    Some(n) => Ok(vec![super::store::int(n)]),
-                    None => Err(BackendError::reply(Bytes::from_static(
-                        super::store::WRONGTYPE.as_bytes(),
-                    ))),
+                    Ok(n) => Ok(vec![super::store::int(n)]),
+                    Err(error) => Err(BackendError::reply(Bytes::from_static(error.as_bytes()))),
                 })
                 .collect();
             finish_run(
@@ -608,6 +635,8 @@ enum Shape {
     Sadd,
     Hset,
     Del,
+    /// `INCR`, `DECR`, `INCRBY`, `DECRBY`.
+    Incr,
 }
 
 /// Takes every key lock the group's requests will take (PostgreSQL), all at once and in a
@@ -854,5 +883,37 @@ mod tests {
             job(&["DEL", "a"], None, false).shape(),
             Some((Shape::Del, _))
         ));
+    }
+
+    #[test]
+    fn increments_that_join_a_run_and_those_that_answer_alone() {
+        let min = i64::MIN.to_string();
+        let max = i64::MAX.to_string();
+        let cases: &[(&[&str], Option<i64>)] = &[
+            (&["INCR", "k"], Some(1)),
+            (&["decr", "k"], Some(-1)),
+            (&["INCRBY", "k", "5"], Some(5)),
+            (&["INCRBY", "k", "-5"], Some(-5)),
+            (&["DECRBY", "k", "5"], Some(-5)),
+            (&["DECRBY", "k", &max], Some(-i64::MAX)),
+            (&["INCRBY", "k", &min], Some(i64::MIN)),
+            // Their errors are answered on their own.
+            (&["DECRBY", "k", &min], None),
+            (&["INCRBY", "k", "x"], None),
+            (&["INCRBY", "k", "1.5"], None),
+            (&["INCRBY", "k"], None),
+            (&["INCR", "k", "1"], None),
+            (&["INCRBYFLOAT", "k", "1"], None),
+        ];
+        for (args, want) in cases {
+            let job = job(args, None, false);
+            assert_eq!(job.increment().map(|(_, by)| by), *want, "{args:?}");
+            assert_eq!(
+                matches!(job.shape(), Some((Shape::Incr, _))),
+                want.is_some(),
+                "{args:?}"
+            );
+        }
+        assert_eq!(job(&["INCR", "k"], None, true).increment(), None, "a MULTI");
     }
 }

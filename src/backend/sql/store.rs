@@ -221,14 +221,35 @@ impl<'c> Ctx<'c> {
         &mut self,
         keys: &[&[u8]],
     ) -> Result<std::collections::HashMap<Vec<u8>, Kind>, Fail> {
+        let metas = self.live(keys, false).await?;
+        Ok(metas.into_iter().map(|(key, m)| (key, m.kind)).collect())
+    }
+
+    /// [`Ctx::meta`] of each of `keys` that exists and is live, read as [`Ctx::kinds`] reads.
+    pub async fn metas(
+        &mut self,
+        keys: &[&[u8]],
+    ) -> Result<std::collections::HashMap<Vec<u8>, Meta>, Fail> {
+        self.live(keys, true).await
+    }
+
+    /// The live keys of `keys` with their metadata, values only `with_values` (a run that
+    /// only checks kinds does not read what may be large values).
+    async fn live(
+        &mut self,
+        keys: &[&[u8]],
+        with_values: bool,
+    ) -> Result<std::collections::HashMap<Vec<u8>, Meta>, Fail> {
         let mut live = std::collections::HashMap::with_capacity(keys.len());
         let mut expired = Vec::new();
+        let value = if with_values { ", value" } else { "" };
         for chunk in keys.chunks(STATEMENT_ROWS) {
             let Some(&last) = chunk.last() else { continue };
             // Padded with the last key (named twice, one row): a few sizes, each prepared once.
             let padded = chunk.len().next_power_of_two();
             let list = placeholders(self.dialect, padded);
-            let sql = format!("SELECT key, kind, expires_at FROM hf_keys WHERE key IN ({list})");
+            let sql =
+                format!("SELECT key, kind, expires_at{value} FROM hf_keys WHERE key IN ({list})");
             let mut query = sqlx::query(&sql);
             for key in chunk.iter().chain(std::iter::repeat(&last)).take(padded) {
                 query = query.bind(*key);
@@ -243,7 +264,15 @@ impl<'c> Ctx<'c> {
                 if expires.is_some_and(|at| at <= self.now) {
                     expired.push((key, kind));
                 } else {
-                    live.insert(key, kind);
+                    let value = if with_values { row.try_get(3)? } else { None };
+                    live.insert(
+                        key,
+                        Meta {
+                            kind,
+                            expires,
+                            value,
+                        },
+                    );
                 }
             }
         }

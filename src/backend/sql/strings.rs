@@ -238,6 +238,9 @@ pub async fn mset(ctx: &mut Ctx<'_>, a: &[Bytes], nx: bool) -> Out {
     Ok(if nx { int(1) } else { ok() })
 }
 
+/// INCR's answer to an increment past the range of a 64-bit integer.
+const OVERFLOW: &str = "ERR increment or decrement would overflow";
+
 /// INCR, DECR, INCRBY, DECRBY: `by` is the parsed increment (already negated for DECR*).
 pub async fn incr_by(ctx: &mut Ctx<'_>, a: &[Bytes], by: i64) -> Out {
     let key = arg(a, 1);
@@ -251,7 +254,7 @@ pub async fn incr_by(ctx: &mut Ctx<'_>, a: &[Bytes], by: i64) -> Out {
         None => 0,
     };
     let Some(next) = current.checked_add(by) else {
-        return fail("ERR increment or decrement would overflow");
+        return fail(OVERFLOW);
     };
     let expires = m.as_ref().and_then(|m| m.expires);
     ctx.put_string(
@@ -262,6 +265,87 @@ pub async fn incr_by(ctx: &mut Ctx<'_>, a: &[Bytes], by: i64) -> Out {
     )
     .await?;
     Ok(int(next))
+}
+
+/// A run of `INCR`, `DECR`, `INCRBY` and `DECRBY` commands (`key`, increment) that came one
+/// after another in a group, each answered as if it ran alone, in order: the value it made,
+/// or the error it would have met (WRONGTYPE, not an integer, an overflow), which changes
+/// nothing. One statement reads every key's value, and one per [`STATEMENT_ROWS`] keys
+/// writes each changed key's last value, keeping its expiry as `INCR` does, instead of a
+/// read and an upsert per command.
+pub async fn incr_run(
+    ctx: &mut Ctx<'_>,
+    run: &[(&[u8], i64)],
+) -> Result<Vec<Result<i64, &'static str>>, Fail> {
+    let mut keys: Vec<&[u8]> = run.iter().map(|(key, _)| *key).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let found = ctx.metas(&keys).await?;
+    // Each key's value as the run has made it so far, and the order keys were first changed.
+    let mut now: std::collections::HashMap<&[u8], i64> = std::collections::HashMap::new();
+    let mut changed: Vec<&[u8]> = Vec::new();
+    let mut out = Vec::with_capacity(run.len());
+    for &(key, by) in run {
+        let meta = found.get(key);
+        if meta.is_some_and(|m| m.kind != Kind::String) {
+            out.push(Err(WRONGTYPE));
+            continue;
+        }
+        let current = match (now.get(key), meta.and_then(|m| m.value.as_deref())) {
+            (Some(n), _) => *n,
+            (None, Some(v)) => match args::parse_i64(v) {
+                Some(n) => n,
+                None => {
+                    out.push(Err(NOT_INTEGER));
+                    continue;
+                }
+            },
+            (None, None) => 0,
+        };
+        let Some(next) = current.checked_add(by) else {
+            out.push(Err(OVERFLOW));
+            continue;
+        };
+        if now.insert(key, next).is_none() {
+            changed.push(key);
+        }
+        out.push(Ok(next));
+    }
+    let rows: Vec<(&[u8], String, Option<i64>)> = changed
+        .iter()
+        .map(|key| {
+            let value = itoa::Buffer::new().format(now[key]).to_string();
+            (*key, value, found.get(*key).and_then(|m| m.expires))
+        })
+        .collect();
+    for chunk in rows.chunks(STATEMENT_ROWS) {
+        let Some(last) = chunk.last() else { continue };
+        // SQLite's list is padded with its last row (the same key written twice, to the same
+        // value): a few sizes, each prepared once. PostgreSQL refuses an upsert that names one
+        // row twice, so its list is not.
+        let written = match ctx.dialect {
+            Dialect::Sqlite => chunk.len().next_power_of_two(),
+            Dialect::Postgres => chunk.len(),
+        };
+        let values = (0..written)
+            .map(|i| match ctx.dialect {
+                Dialect::Sqlite => "(?, 0, ?, ?)".to_string(),
+                Dialect::Postgres => format!("(${}, 0, ${}, ${})", 3 * i + 1, 3 * i + 2, 3 * i + 3),
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sql = format!(
+            "INSERT INTO hf_keys (key, kind, expires_at, value) VALUES {values} \
+             ON CONFLICT (key) DO UPDATE SET expires_at = excluded.expires_at, \
+             value = excluded.value"
+        );
+        let mut query = sqlx::query(&sql);
+        for (key, value, expires) in chunk.iter().chain(std::iter::repeat(last)).take(written) {
+            query = query.bind(*key).bind(*expires).bind(value.as_bytes());
+        }
+        ctx.exec(query).await?;
+    }
+    Ok(out)
 }
 
 pub async fn incr_by_arg(ctx: &mut Ctx<'_>, a: &[Bytes], negate: bool) -> Out {
