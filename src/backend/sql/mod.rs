@@ -257,18 +257,21 @@ impl SqlBackend {
             format!("PRAGMA busy_timeout = {busy}"),
             "PRAGMA journal_mode = WAL".to_string(),
             format!("PRAGMA synchronous = {sync}"),
-            // The statement journal of a multi-row write (what undoes a statement that fails
-            // half-way) in memory, not a temporary file: written through the kernel, it was
-            // a sixth of SQLite's time under pipelined SADDs. It holds the pages one
-            // statement changed, and the few temporary b-trees of a sort.
-            "PRAGMA temp_store = MEMORY".to_string(),
             // The WAL copied back into the database every 10,000 pages (about 40 MB) instead
             // of 1,000: a page changed by many groups in between is copied once. Pipelined
             // SADDs over many keys 1.21-1.35x, reads and unpipelined SETs unchanged.
             "PRAGMA wal_autocheckpoint = 10000".to_string(),
         ];
-        let pool = |size: usize| -> Result<AnyPool, BackendError> {
-            let pragmas = pragmas.clone();
+        let pool = |size: usize, writer: bool| -> Result<AnyPool, BackendError> {
+            let mut pragmas = pragmas.to_vec();
+            if writer {
+                // The writer's statement journals (what undoes a multi-row statement that
+                // fails half-way) in memory, not a temporary file: written through the kernel,
+                // they were a sixth of SQLite's time under pipelined SADDs. A journal holds the
+                // pages one statement changed (at most STATEMENT_ROWS rows). Not the readers':
+                // a large sort of theirs (KEYS, SCAN) keeps spilling to a file.
+                pragmas.push("PRAGMA temp_store = MEMORY".to_string());
+            }
             AnyPoolOptions::new()
                 .max_connections(size as u32)
                 .min_connections(0)
@@ -290,8 +293,8 @@ impl SqlBackend {
                     what: format!("backends.{name}.path: {e}"),
                 })
         };
-        let writer = pool(1)?;
-        let reader = pool(config.readers)?;
+        let writer = pool(1, true)?;
+        let reader = pool(config.readers, false)?;
         Ok(SqlBackend::start(
             1,
             name,
@@ -1089,7 +1092,9 @@ impl Inner {
     }
 }
 
-/// The keys a request of a transaction locks (PostgreSQL): its first key, every key of
+/// The keys a request of a transaction locks (PostgreSQL): its first key, every key of a
+/// `DEL` or `UNLINK` (a run of them, `keys::del_run`, removes them all without locking each
+/// on the way, so a concurrent group's `SADD` cannot add to a set being deleted), every key of
 /// `EXEC`'s watch check, so no writer of a watched key commits between the check and the
 /// commit, and every key `WATCH` registers, so a writer's group either commits before the
 /// key's row is there or finds it and raises its version.
@@ -1099,6 +1104,9 @@ fn lock_keys(args: &[Bytes]) -> Vec<&[u8]> {
         return args.iter().skip(1).step_by(2).map(|k| k.as_ref()).collect();
     }
     if name == watch::WATCH {
+        return args.iter().skip(1).map(|k| k.as_ref()).collect();
+    }
+    if name.eq_ignore_ascii_case(b"DEL") || name.eq_ignore_ascii_case(b"UNLINK") {
         return args.iter().skip(1).map(|k| k.as_ref()).collect();
     }
     if name.eq_ignore_ascii_case(b"BITOP") {
@@ -1423,7 +1431,8 @@ mod tests {
     fn lock_keys_name_every_key_a_request_must_hold() {
         let cases: &[(&[&str], &[&str])] = &[
             (&["SET", "k", "v"], &["k"]),
-            (&["DEL", "a", "b"], &["a"]),
+            (&["DEL", "a", "b"], &["a", "b"]),
+            (&["unlink", "a", "b", "c"], &["a", "b", "c"]),
             (&["HF.WATCHED", "a", "1", "b", "2"], &["a", "b"]),
             // Every key WATCH registers, not only the first.
             (&["HF.WATCH", "a", "b", "c"], &["a", "b", "c"]),

@@ -116,7 +116,7 @@ impl From<sqlx::Error> for Fail {
 /// A command's result.
 pub type Out = Result<Frame, Fail>;
 
-/// Most rows one multi-row statement names (two parameters each at most: 4,096, far below
+/// Most rows one multi-row statement names (three parameters each at most: 6,144, far below
 /// PostgreSQL's 65,535 and SQLite's 32,766).
 pub const STATEMENT_ROWS: usize = 2048;
 pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";

@@ -337,7 +337,7 @@ pub async fn incr_run(
         let sql = format!(
             "INSERT INTO hf_keys (key, kind, expires_at, value) VALUES {values} \
              ON CONFLICT (key) DO UPDATE SET expires_at = excluded.expires_at, \
-             value = excluded.value"
+             value = excluded.value WHERE hf_keys.kind = 0"
         );
         let mut query = sqlx::query(&sql);
         for (key, value, expires) in chunk.iter().chain(std::iter::repeat(last)).take(written) {
