@@ -5,8 +5,8 @@
 //! means nothing ran, so sending it again changes nothing the client could see.
 //!
 //! A digest names one text, so one cache serves every backend and every configuration
-//! generation of one holdfast. It holds at most [`MAX_BYTES`] of scripts, the oldest loaded forgotten first;
-//! `SCRIPT FLUSH` empties it.
+//! generation of one holdfast. It holds at most [`MAX_BYTES`] of scripts, the oldest loaded
+//! forgotten first; `SCRIPT FLUSH` empties it.
 
 use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};

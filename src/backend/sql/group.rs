@@ -451,8 +451,9 @@ impl Job {
 
 /// The group without savepoints; None when it had to be rolled back. A run of plain SETs is
 /// written by one statement, a run of SADDs, HSETs, DELs or increments by a few
-/// (`sets::sadd_run`, `hashes::hset_run`, `keys::del_run`, `strings::incr_run`). Only a group that committed leaves its connection
-/// to `held`: every failure on the way may have put it in doubt.
+/// (`sets::sadd_run`, `hashes::hset_run`, `keys::del_run`, `strings::incr_run`). Only a
+/// group that committed leaves its connection to `held`: every failure on the way may have
+/// put it in doubt.
 async fn optimistic(
     inner: &Inner,
     group: &[Job],
@@ -520,9 +521,10 @@ async fn optimistic(
                     })
                     .collect()
             };
+            // None from the collection runs: the key holds another kind.
             let wrong = |each: Vec<Option<i64>>| -> Vec<Result<i64, &'static str>> {
-                let wrong = super::store::WRONGTYPE;
-                each.into_iter().map(|n| n.ok_or(wrong)).collect()
+                let wrongtype = super::store::WRONGTYPE;
+                each.into_iter().map(|n| n.ok_or(wrongtype)).collect()
             };
             let applied = match shape {
                 Shape::Sadd => super::sets::sadd_run(&mut ctx, &keyed()).await.map(wrong),

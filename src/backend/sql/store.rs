@@ -461,11 +461,7 @@ impl<'c> Ctx<'c> {
         let Some(last) = latest.last().copied() else {
             return Ok(());
         };
-        // PostgreSQL refuses an upsert that names one row twice: its list is not padded.
-        let written = match self.dialect {
-            Dialect::Sqlite => padded,
-            Dialect::Postgres => latest.len(),
-        };
+        let written = upsert_rows(self.dialect, latest.len());
         // Strings and new keys first: a key of another kind is left as it is, and counted
         // out. Every row written (each repeat of the padding too) is one row affected, so a
         // full count means no key held another kind, and no check is needed: the usual case
@@ -501,18 +497,7 @@ impl<'c> Ctx<'c> {
         last: (&[u8], &[u8]),
         written: usize,
     ) -> Result<sqlx::any::AnyQueryResult, Fail> {
-        let rows = (0..written)
-            .map(|i| match self.dialect {
-                Dialect::Sqlite => "(?, 0, NULL, ?)".to_string(),
-                Dialect::Postgres => format!("(${}, 0, NULL, ${})", 2 * i + 1, 2 * i + 2),
-            })
-            .collect::<Vec<_>>()
-            .join(", ");
-        let sql = format!(
-            "INSERT INTO hf_keys (key, kind, expires_at, value) VALUES {rows} \
-             ON CONFLICT (key) DO UPDATE SET expires_at = excluded.expires_at, \
-             value = excluded.value WHERE hf_keys.kind = 0"
-        );
+        let sql = string_upsert(self.dialect, written, false);
         let mut write = sqlx::query(&sql);
         for (key, value) in pairs.iter().chain(std::iter::repeat(&last)).take(written) {
             write = write.bind(*key).bind(*value);
@@ -641,6 +626,38 @@ impl<'c> Ctx<'c> {
 
 /// `rows` parenthesised rows of `width` parameters each, numbered in order: a multi-row
 /// `VALUES` list.
+/// How many rows an upsert of `len` distinct keys lists: SQLite's list is padded to a power
+/// of two with its last row (written twice, to the same value: a few sizes, each prepared
+/// once); PostgreSQL refuses an upsert that names one row twice, so its list is not.
+pub fn upsert_rows(dialect: Dialect, len: usize) -> usize {
+    match dialect {
+        Dialect::Sqlite => len.next_power_of_two(),
+        Dialect::Postgres => len,
+    }
+}
+
+/// The statement writing `rows` strings (key, then `expires_at` when `expiry`, then value,
+/// bound in that order; no expiry otherwise), over no key of another kind.
+pub fn string_upsert(dialect: Dialect, rows: usize, expiry: bool) -> String {
+    let width = if expiry { 3 } else { 2 };
+    let values = (0..rows)
+        .map(|i| {
+            let p = |j: usize| match dialect {
+                Dialect::Sqlite => "?".to_string(),
+                Dialect::Postgres => format!("${}", i * width + j),
+            };
+            let expires = if expiry { p(2) } else { "NULL".to_string() };
+            format!("({}, 0, {expires}, {})", p(1), p(width))
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "INSERT INTO hf_keys (key, kind, expires_at, value) VALUES {values} \
+         ON CONFLICT (key) DO UPDATE SET expires_at = excluded.expires_at, \
+         value = excluded.value WHERE hf_keys.kind = 0"
+    )
+}
+
 pub fn value_rows(dialect: Dialect, rows: usize, width: usize) -> String {
     (0..rows)
         .map(|i| {

@@ -320,25 +320,8 @@ pub async fn incr_run(
         .collect();
     for chunk in rows.chunks(STATEMENT_ROWS) {
         let Some(last) = chunk.last() else { continue };
-        // SQLite's list is padded with its last row (the same key written twice, to the same
-        // value): a few sizes, each prepared once. PostgreSQL refuses an upsert that names one
-        // row twice, so its list is not.
-        let written = match ctx.dialect {
-            Dialect::Sqlite => chunk.len().next_power_of_two(),
-            Dialect::Postgres => chunk.len(),
-        };
-        let values = (0..written)
-            .map(|i| match ctx.dialect {
-                Dialect::Sqlite => "(?, 0, ?, ?)".to_string(),
-                Dialect::Postgres => format!("(${}, 0, ${}, ${})", 3 * i + 1, 3 * i + 2, 3 * i + 3),
-            })
-            .collect::<Vec<_>>()
-            .join(", ");
-        let sql = format!(
-            "INSERT INTO hf_keys (key, kind, expires_at, value) VALUES {values} \
-             ON CONFLICT (key) DO UPDATE SET expires_at = excluded.expires_at, \
-             value = excluded.value WHERE hf_keys.kind = 0"
-        );
+        let written = upsert_rows(ctx.dialect, chunk.len());
+        let sql = string_upsert(ctx.dialect, written, true);
         let mut query = sqlx::query(&sql);
         for (key, value, expires) in chunk.iter().chain(std::iter::repeat(last)).take(written) {
             query = query.bind(*key).bind(*expires).bind(value.as_bytes());
