@@ -95,6 +95,10 @@ pub struct Request<'a> {
     /// reply under the token atomically; a dispatch that finds the token answers the
     /// recorded reply and applies nothing.
     pub token: Option<&'a [u8]>,
+    /// An earlier dispatch of this request was sent (or may have been): only then can a
+    /// reply be recorded under its token already. A first dispatch's token is new, so a SQL
+    /// backend does not look for it (one read fewer per group).
+    pub again: bool,
     /// A write acknowledged only once this many replicas have it, waited for at most this
     /// long (Redis: `WAIT` on the same connection).
     pub replicas: Option<(u32, Duration)>,
@@ -120,6 +124,7 @@ impl<'a> Request<'a> {
             blocking: false,
             hold: Duration::ZERO,
             token: None,
+            again: false,
             replicas: None,
             route: None,
             raw: None,

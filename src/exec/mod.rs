@@ -568,6 +568,7 @@ impl Session {
             blocking: false,
             hold: Duration::ZERO,
             token,
+            again: false,
             // A read has nothing to replicate.
             replicas: if class == Idempotence::Read {
                 None
@@ -605,6 +606,10 @@ impl Session {
                 .as_mut()
         };
         let activity = &*self.activity;
+        // Every dispatch after the first is sent again: exact mode's token may have a reply
+        // by then. A first dispatch sent ahead (answered in `first`, or failed in `prior`)
+        // was one.
+        let mut sent = prior.is_some();
         let retried = retry::run(
             &namespace.policy,
             budget,
@@ -616,13 +621,18 @@ impl Session {
             made,
             || {
                 let first = first.take();
-                let (backend, request) = (&namespace.backend, &request);
+                let request = Request {
+                    again: std::mem::replace(&mut sent, true),
+                    ..request
+                };
+                let backend = &namespace.backend;
                 async move {
                     let result = match first {
                         Some(result) => result,
                         None => {
                             activity.in_flight.store(true, Ordering::Relaxed);
-                            let result = backend.dispatch(request, namespace.acquire_timeout).await;
+                            let result =
+                                backend.dispatch(&request, namespace.acquire_timeout).await;
                             activity.in_flight.store(false, Ordering::Relaxed);
                             result
                         }

@@ -12,7 +12,9 @@
 //!
 //! Exact mode's tokens are kept as Redis keeps them: applied and recorded atomically,
 //! forgotten after a TTL (set to what the configuration check allows: the longest a request
-//! can be retried).
+//! can be retried). A first dispatch (`Request::again` false) is not looked up, as a SQL
+//! backend does not look: an executor that called a retry a first dispatch would have it
+//! applied twice.
 
 use super::store::{err, Store};
 use bytes::Bytes;
@@ -292,7 +294,7 @@ impl World {
             inner
                 .tokens
                 .retain(|_, (_, at)| now.duration_since(*at) < ttl);
-            if let Some((reply, _)) = inner.tokens.get(&token) {
+            if let (true, Some((reply, _))) = (request.again, inner.tokens.get(&token)) {
                 return reply.clone();
             }
             let reply = self.run(inner, rid, own, request.args, now);

@@ -13,7 +13,10 @@
 //! backend's deadline (`deadline`): cut short before COMMIT was sent, its connection is closed
 //! and the database rolls it back, so its requests are answered not attempted; once COMMIT may
 //! have been sent, in doubt. A request that gave up waiting for a taken job's answer says in
-//! doubt too: the writer may still commit it.
+//! doubt too: the writer may still commit it. Once the group holds its key locks, the writer
+//! claims each request (`claim`); one whose submitter gave up before that is not applied,
+//! so a retry's transaction, which waits for the same locks, is the only one that can apply
+//! a request given up on. That is what lets a first dispatch skip exact mode's token read.
 
 use super::deadline::{self, Progress, GRACE};
 use super::queue::Queue;
@@ -33,9 +36,14 @@ const MAX_BATCH: usize = 256;
 /// Requests waiting for the writer; a full queue makes callers wait (within their timeout).
 const QUEUE: usize = 4096;
 
+/// An entry's life: queued, then withdrawn by its submitter or taken by a writer; once
+/// taken, claimed by the writer under the group's key locks, or given up by its submitter
+/// first (`claim`, `give_up`).
 const QUEUED: u8 = 0;
 const TAKEN: u8 = 1;
 const WITHDRAWN: u8 = 2;
+const CLAIMED: u8 = 3;
+const GAVE_UP: u8 = 4;
 
 type Outcome = Result<Vec<Frame>, BackendError>;
 
@@ -44,6 +52,8 @@ struct Job {
     proto: Proto,
     batch: bool,
     token: Option<Vec<u8>>,
+    /// An earlier dispatch of this request was sent: its token may have a reply.
+    again: bool,
 }
 
 /// One submission: a request, or a client's pipelined run of requests, taken (or withdrawn)
@@ -82,14 +92,15 @@ impl GroupWriter {
         commands: &[&[Bytes]],
         proto: Proto,
         batch: bool,
-        token: Option<&[u8]>,
+        token: Option<super::Token<'_>>,
         acquire_timeout: Duration,
     ) -> Outcome {
         let job = Job {
             commands: commands.iter().map(|c| c.to_vec()).collect(),
             proto,
             batch,
-            token: token.map(<[u8]>::to_vec),
+            token: token.map(|t| t.id.to_vec()),
+            again: token.is_some_and(|t| t.again),
         };
         let mut outcomes = self.enqueue(vec![job], acquire_timeout).await;
         outcomes.pop().unwrap_or_else(|| Err(lost()))
@@ -110,6 +121,7 @@ impl GroupWriter {
                 proto,
                 batch: false,
                 token: None,
+                again: false,
             })
             .collect();
         self.enqueue(jobs, acquire_timeout).await
@@ -132,6 +144,9 @@ impl GroupWriter {
         let timed_out = || BackendError::AcquireTimeout {
             waited: acquire_timeout,
         };
+        // However this wait ends (answered, timed out, or dropped: the client went, shutdown
+        // abandoned it), a job not yet claimed is never applied after it.
+        let _waiting = Waiting(&state);
         let deadline = tokio::time::Instant::now() + acquire_timeout;
         match tokio::time::timeout_at(deadline, self.queue.send(entry)).await {
             Ok(Ok(())) => {}
@@ -163,6 +178,40 @@ impl GroupWriter {
     }
 }
 
+/// The submitter stops waiting for its entry: one still queued is withdrawn, one taken but
+/// not yet claimed is given up (the writer will not apply it); a claimed one is left to its
+/// transaction.
+fn give_up(state: &AtomicU8) {
+    for (from, to) in [(QUEUED, WITHDRAWN), (TAKEN, GAVE_UP)] {
+        if state
+            .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            return;
+        }
+    }
+}
+
+/// The writer, holding the group's key locks, claims an entry's jobs: true unless its
+/// submitter gave up first. Once claimed, a submitter that stops waiting leaves the job to
+/// this transaction, and any retry of it waits for this transaction's locks, then finds its
+/// token's reply.
+fn claim(state: &AtomicU8) -> bool {
+    match state.compare_exchange(TAKEN, CLAIMED, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => true,
+        Err(now) => now == CLAIMED,
+    }
+}
+
+/// Gives the entry up when its submitter stops waiting, however that happens.
+struct Waiting<'a>(&'a AtomicU8);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        give_up(self.0);
+    }
+}
+
 /// The writer stopped while holding a request: it may have committed.
 fn lost() -> BackendError {
     BackendError::Sql {
@@ -188,9 +237,11 @@ async fn run(inner: Weak<Inner>, entries: Arc<Queue<Entry>>) {
             continue;
         }
         let mut group = Vec::with_capacity(taken.iter().map(jobs_of).sum());
+        let mut states = Vec::with_capacity(group.capacity());
         let mut answers = Vec::with_capacity(taken.len());
         for entry in taken {
             answers.push((entry.jobs.len(), entry.reply));
+            states.extend(entry.jobs.iter().map(|_| entry.state.clone()));
             group.extend(entry.jobs);
         }
         let Some(inner) = inner.upgrade() else { return };
@@ -198,7 +249,7 @@ async fn run(inner: Weak<Inner>, entries: Arc<Queue<Entry>>) {
         let progress = Progress::default();
         let limit = inner.response_timeout;
         let until = tokio::time::Instant::now() + limit;
-        let bounded = commit_group(&inner, &group, &mut held, &progress);
+        let bounded = commit_group(&inner, &group, &states, &mut held, &progress);
         let outcomes = match tokio::time::timeout_at(until, bounded).await {
             Ok(outcomes) => outcomes,
             Err(elapsed) => {
@@ -219,16 +270,17 @@ async fn run(inner: Weak<Inner>, entries: Arc<Queue<Entry>>) {
 /// Optimistically first: no savepoints, since a command answers its errors before it
 /// changes anything. Should one fail after changing something (or the database fail), the
 /// whole transaction is rolled back, uncommitted, and the group runs again with a savepoint
-/// per request.
+/// per request. `states` are the jobs' entries' (`claim`).
 async fn commit_group(
     inner: &Inner,
     group: &[Job],
+    states: &[Arc<AtomicU8>],
     held: &mut Held,
     progress: &Progress,
 ) -> Vec<Outcome> {
-    match optimistic(inner, group, held, progress).await {
+    match optimistic(inner, group, states, held, progress).await {
         Some(outcomes) => outcomes,
-        None => careful(inner, group, progress).await,
+        None => careful(inner, group, states, progress).await,
     }
 }
 
@@ -290,9 +342,15 @@ struct Tokens {
 }
 
 impl Tokens {
-    /// Reads the replies recorded under the group's tokens.
+    /// Reads the replies recorded under the group's tokens, those of requests sent before
+    /// (`Job::again`). A first dispatch's token is new, and its request claimed (`claim`):
+    /// no transaction but this one can have applied it, and none will after it.
     async fn read(inner: &Inner, conn: &mut TxConn, group: &[Job]) -> Result<Tokens, BackendError> {
-        let wanted: Vec<&[u8]> = group.iter().filter_map(|j| j.token.as_deref()).collect();
+        let wanted: Vec<&[u8]> = group
+            .iter()
+            .filter(|j| j.again)
+            .filter_map(|j| j.token.as_deref())
+            .collect();
         let mut tokens = Tokens::default();
         let Some(last) = wanted.last().copied() else {
             return Ok(tokens);
@@ -457,10 +515,16 @@ impl Job {
 async fn optimistic(
     inner: &Inner,
     group: &[Job],
+    states: &[Arc<AtomicU8>],
     held: &mut Held,
     progress: &Progress,
 ) -> Option<Vec<Outcome>> {
     let mut conn = open(inner, group, held).await.ok()?;
+    // A job given up on before its claim is left out; the careful pass does that.
+    if !states.iter().all(|state| claim(state)) {
+        super::rollback(&mut conn).await;
+        return None;
+    }
     let mut tokens = match Tokens::read(inner, &mut conn, group).await {
         Ok(tokens) => tokens,
         Err(_) => {
@@ -683,8 +747,14 @@ async fn commit_outcomes(
     outcomes
 }
 
-/// The group with a savepoint per request.
-async fn careful(inner: &Inner, group: &[Job], progress: &Progress) -> Vec<Outcome> {
+/// The group with a savepoint per request; each looks for its own token (`apply_exact`),
+/// and one whose submitter gave up before its claim is not applied.
+async fn careful(
+    inner: &Inner,
+    group: &[Job],
+    states: &[Arc<AtomicU8>],
+    progress: &Progress,
+) -> Vec<Outcome> {
     let mut conn = match open(inner, group, &mut Held::default()).await {
         Ok(conn) => conn,
         Err(e) => {
@@ -694,7 +764,12 @@ async fn careful(inner: &Inner, group: &[Job], progress: &Progress) -> Vec<Outco
     };
     let mut outcomes: Vec<Outcome> = Vec::with_capacity(group.len());
     let mut changed = Changed::default();
-    for job in group {
+    for (job, state) in group.iter().zip(states) {
+        if !claim(state) {
+            // Nobody waits for this answer.
+            outcomes.push(Err(lost()));
+            continue;
+        }
         if changed.conflicts(job) {
             outcomes.push(Err(BackendError::Watched));
             continue;
@@ -793,9 +868,157 @@ fn share(error: &Arc<BackendError>) -> BackendError {
 
 #[cfg(test)]
 mod tests {
-    use super::{run_of, Job, Shape, Tokens};
+    use super::{claim, give_up, run_of, Job, Shape, Tokens};
+    use super::{CLAIMED, GAVE_UP, QUEUED, TAKEN, WITHDRAWN};
     use crate::backend::Proto;
     use bytes::Bytes;
+    use std::sync::atomic::{AtomicU8, Ordering};
+    use std::sync::Arc;
+
+    #[test]
+    fn a_job_is_claimed_or_given_up_never_both() {
+        // (state before, give_up's state after, claim's answer and state after)
+        let cases = [
+            (QUEUED, WITHDRAWN, (false, QUEUED)),
+            (TAKEN, GAVE_UP, (true, CLAIMED)),
+            (CLAIMED, CLAIMED, (true, CLAIMED)),
+            (GAVE_UP, GAVE_UP, (false, GAVE_UP)),
+            (WITHDRAWN, WITHDRAWN, (false, WITHDRAWN)),
+        ];
+        for (before, given_up, (claimed, after)) in cases {
+            let state = AtomicU8::new(before);
+            give_up(&state);
+            assert_eq!(state.load(Ordering::Acquire), given_up, "give up {before}");
+            let state = AtomicU8::new(before);
+            assert_eq!(claim(&state), claimed, "claim {before}");
+            assert_eq!(state.load(Ordering::Acquire), after, "claim {before}");
+            // Whichever comes first, the other does not undo it.
+            let state = AtomicU8::new(before);
+            let won = claim(&state);
+            give_up(&state);
+            assert_eq!(won, claim(&state), "a claim stands {before}");
+            // A submitter that goes (its future dropped) gives up as one that timed out.
+            let state = AtomicU8::new(before);
+            drop(super::Waiting(&state));
+            assert_eq!(state.load(Ordering::Acquire), given_up, "dropped {before}");
+        }
+    }
+
+    /// On a real SQLite file: a first dispatch's token is not looked up, a dispatch sent
+    /// again finds its reply, and a job given up on before its claim is not applied.
+    #[tokio::test]
+    async fn a_group_applies_what_is_claimed_and_reads_only_tokens_sent_before() {
+        use crate::backend::{Backend, Request};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("g.db");
+        let config = crate::config::SqliteConfig::at(path.to_str().unwrap());
+        let Ok(Backend::Sql(backend)) = Backend::build(
+            "g",
+            &crate::config::BackendConfig::Sqlite(config),
+            &Arc::default(),
+        ) else {
+            panic!("a SQLite backend");
+        };
+        let args = |words: &[&str]| -> Vec<Bytes> {
+            words.iter().map(|w| Bytes::from(w.to_string())).collect()
+        };
+        let get = args(&["GET", "n"]);
+        let read = || async {
+            let request = Request::new(&get, Proto::Resp2, 1);
+            backend
+                .dispatch(&request, std::time::Duration::from_secs(5))
+                .await
+        };
+        // The schema is made in the background.
+        let started = std::time::Instant::now();
+        while read().await.is_err() {
+            assert!(started.elapsed() < std::time::Duration::from_secs(10));
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        let incr = |token: &str, again: bool| Job {
+            again,
+            ..job(&["INCR", "n"], Some(token), false)
+        };
+        let inner = &backend.inner;
+        let run = |jobs: Vec<(Job, u8)>| async move {
+            let (group, states): (Vec<Job>, Vec<Arc<AtomicU8>>) = jobs
+                .into_iter()
+                .map(|(job, s)| (job, Arc::new(AtomicU8::new(s))))
+                .unzip();
+            let progress = super::Progress::default();
+            let mut held = super::Held::default();
+            let outcomes = super::commit_group(inner, &group, &states, &mut held, &progress).await;
+            let replies: Vec<Option<i64>> = outcomes
+                .into_iter()
+                .map(|o| match o.ok()?.first()? {
+                    redis_protocol::resp3::types::BytesFrame::Number { data, .. } => Some(*data),
+                    _ => None,
+                })
+                .collect();
+            let value = match read().await.unwrap() {
+                redis_protocol::resp3::types::BytesFrame::BlobString { data, .. } => {
+                    String::from_utf8_lossy(&data).into_owned()
+                }
+                other => format!("{other:?}"),
+            };
+            (replies, value)
+        };
+        // (what, the group's jobs and their entries' states, each job's reply, n after)
+        type Case = (&'static str, Vec<(Job, u8)>, Vec<Option<i64>>, &'static str);
+        let cases: Vec<Case> = vec![
+            (
+                "first dispatch",
+                vec![(incr("a", false), TAKEN)],
+                vec![Some(1)],
+                "1",
+            ),
+            (
+                "sent again",
+                vec![(incr("a", true), TAKEN)],
+                vec![Some(1)],
+                "1",
+            ),
+            // What a first dispatch skips: the lookup. (The executor never sends a token's
+            // first dispatch twice; this shows the read is not made.)
+            (
+                "not looked up",
+                vec![(incr("a", false), TAKEN)],
+                vec![Some(2)],
+                "2",
+            ),
+            (
+                "given up",
+                vec![(incr("b", false), GAVE_UP)],
+                vec![None],
+                "2",
+            ),
+            (
+                "given up beside a claimed one",
+                vec![
+                    (incr("c", false), GAVE_UP),
+                    (incr("d", false), TAKEN),
+                    (incr("c", true), TAKEN),
+                ],
+                vec![None, Some(3), Some(4)],
+                "4",
+            ),
+            (
+                "claimed before",
+                vec![(incr("e", false), CLAIMED)],
+                vec![Some(5)],
+                "5",
+            ),
+            (
+                "and then sent again",
+                vec![(incr("e", true), TAKEN)],
+                vec![Some(5)],
+                "5",
+            ),
+        ];
+        for (what, jobs, replies, value) in cases {
+            assert_eq!(run(jobs).await, (replies, value.to_string()), "{what}");
+        }
+    }
 
     fn job(args: &[&str], token: Option<&str>, batch: bool) -> Job {
         Job {
@@ -803,6 +1026,7 @@ mod tests {
             proto: Proto::Resp2,
             batch,
             token: token.map(|t| t.as_bytes().to_vec()),
+            again: false,
         }
     }
 

@@ -165,6 +165,14 @@ struct Work<'a> {
     token: Option<&'a [u8]>,
 }
 
+/// Exact mode's token for a request, and whether an earlier dispatch of the request was
+/// sent (`Request::again`): only then may a reply be recorded under it already.
+#[derive(Clone, Copy)]
+struct Token<'a> {
+    id: &'a [u8],
+    again: bool,
+}
+
 /// A SQL database serving namespaces.
 pub struct SqlBackend {
     inner: Arc<Inner>,
@@ -463,7 +471,10 @@ impl SqlBackend {
                 request.proto,
                 acquire_timeout,
                 false,
-                request.token,
+                request.token.map(|id| Token {
+                    id,
+                    again: request.again,
+                }),
             )
             .await?;
         let frame = replies.pop().unwrap_or(Frame::Null);
@@ -876,7 +887,7 @@ impl Inner {
         proto: Proto,
         acquire_timeout: Duration,
         batch: bool,
-        token: Option<&[u8]>,
+        token: Option<Token<'_>>,
     ) -> Result<Vec<Frame>, BackendError> {
         let mut result = self
             .run_once(commands, proto, acquire_timeout, batch, token)
@@ -988,7 +999,7 @@ impl Inner {
         proto: Proto,
         acquire_timeout: Duration,
         batch: bool,
-        token: Option<&[u8]>,
+        token: Option<Token<'_>>,
     ) -> Result<Vec<Frame>, BackendError> {
         let mut write = false;
         for args in commands {
@@ -1066,12 +1077,13 @@ impl Inner {
         }
         let begin = self.begin_statement(write);
         let mut conn = self.acquire(write, Some(begin), acquire_timeout).await?;
+        // Outside the group writer every dispatch looks for its token (`apply_exact`).
         let work = Work {
             commands,
             proto,
             batch,
             write,
-            token,
+            token: token.map(|t| t.id),
         };
         let progress = deadline::Progress::default();
         let limit = self.response_timeout;
