@@ -2022,6 +2022,211 @@ fn a_run_of_dels_answers_as_redis_does() {
     });
 }
 
+/// Runs `cmds` on one holdfast one by one and `depth` at a time and lists each command whose
+/// replies differ byte for byte: a batched path must answer exactly as the command's own
+/// path does, even where Redis's order is its hash table's and so compared sorted.
+async fn batched_vs_alone(addr: &str, resp3: bool, depth: usize, cmds: &[Cmd]) -> Vec<String> {
+    let alone = run(addr, resp3, 1, cmds).await;
+    let batched = run(addr, resp3, depth, cmds).await;
+    let mut out = Vec::new();
+    for (i, cmd) in cmds.iter().enumerate() {
+        if alone[i] != batched[i] {
+            let shown: Vec<String> = cmd.iter().map(|a| show(a)).collect();
+            out.push(format!(
+                "{addr} resp{} step {i} `{}`: alone {} batched {}",
+                if resp3 { 3 } else { 2 },
+                shown.join(" "),
+                show(&alone[i]),
+                show(&batched[i])
+            ));
+        }
+    }
+    out
+}
+
+/// The writes that give a run of whole-collection reads every kind of answer: hashes with
+/// fields updated in place and binary fields, an emptied hash, sets that are intsets in
+/// Redis and sets that are not, keys of other kinds, expired and expiring keys, and (when
+/// `big`) collections past Redis's listpack and intset sizes. Padded to `to` commands so
+/// that the reads after them start a pipelined run of their own.
+fn whole_setup(big: bool, to: usize) -> Vec<Cmd> {
+    let lines: &[&[&str]] = &[
+        &["HSET", "h1", "f1", "v1", "f2", "v2", "f3", "v3"],
+        &["HSET", "h1", "f2", "new", "f0", ""],
+        &["HSET", "hempty", "f", "v"],
+        &["HDEL", "hempty", "f"],
+        &["SADD", "ints", "3", "1", "2", "10", "-5", "007"],
+        &["SADD", "mixed", "b", "a", "1"],
+        &["SADD", "sempty", "m"],
+        &["SREM", "sempty", "m"],
+        &["SET", "str", "v"],
+        &["RPUSH", "list", "x"],
+        &["HSET", "hexp", "f", "v"],
+        &["PEXPIREAT", "hexp", "1"],
+        &["SADD", "sexp", "m"],
+        &["PEXPIREAT", "sexp", "1"],
+        &["HSET", "hlater", "f", "v"],
+        &["EXPIRE", "hlater", "1000"],
+        &["SADD", "slater", "9", "8"],
+        &["EXPIRE", "slater", "1000"],
+        // Stored with its expiry long past (read before it is reaped): missing, not a
+        // string of the wrong kind.
+        &["SET", "stale", "v", "PXAT", "1"],
+    ];
+    let mut setup: Vec<Cmd> = lines.iter().map(|l| cmd(l)).collect();
+    setup.push(vec![
+        b"HSET".to_vec(),
+        b"hbin \x00\xff".to_vec(),
+        b"\x00\xff\r\n".to_vec(),
+        Vec::new(),
+    ]);
+    setup.push(vec![
+        b"SADD".to_vec(),
+        b"sbin".to_vec(),
+        b"\xff\r\n".to_vec(),
+    ]);
+    // Past 512 integers Redis's set is a hash table; past 128 fields, its hash.
+    let mut ints = vec![b"SADD".to_vec(), b"bigints".to_vec()];
+    ints.extend(
+        (0..600)
+            .rev()
+            .map(|i| format!("{}", i * 7 - 2000).into_bytes()),
+    );
+    setup.push(ints);
+    if big {
+        let mut hash = vec![b"HSET".to_vec(), b"bighash".to_vec()];
+        for i in (0..300).rev() {
+            hash.push(format!("field{i}").into_bytes());
+            hash.push(format!("value{i}").into_bytes());
+        }
+        setup.push(hash);
+        let mut words = vec![b"SADD".to_vec(), b"bigwords".to_vec()];
+        words.extend((0..300).map(|i| format!("w{}", (i * 37) % 300).into_bytes()));
+        setup.push(words);
+    }
+    assert!(setup.len() <= to, "the setup is longer than its run");
+    while setup.len() < to {
+        setup.push(cmd(&["SET", "pad", "v"]));
+    }
+    setup
+}
+
+/// The keys the runs of [`whole_setup`]'s reads name (each kind of answer, some twice).
+const WHOLE_KEYS: &[&[u8]] = &[
+    b"h1",
+    b"hempty",
+    b"ints",
+    b"mixed",
+    b"sempty",
+    b"str",
+    b"list",
+    b"hexp",
+    b"sexp",
+    b"hlater",
+    b"slater",
+    b"hbin \x00\xff",
+    b"sbin",
+    b"bigints",
+    b"missing",
+    b"h1",
+    b"stale",
+];
+
+/// `name key` for each key of [`WHOLE_KEYS`] (and `extra`), in runs of 16.
+fn whole_runs(names: &[&str], extra: &[&[u8]]) -> Vec<Cmd> {
+    let mut out = Vec::new();
+    for name in names {
+        let keys: Vec<&[u8]> = WHOLE_KEYS.iter().chain(extra).copied().collect();
+        for chunk in keys.chunks(16) {
+            let mut run: Vec<Cmd> = chunk
+                .iter()
+                .map(|k| vec![name.as_bytes().to_vec(), k.to_vec()])
+                .collect();
+            // A run is whole only when every request is the same read: pad with one.
+            while run.len() < 16 {
+                run.push(vec![name.as_bytes().to_vec(), b"h1".to_vec()]);
+            }
+            out.extend(run);
+            // And once in reverse, so a key's answer never depends on its place.
+            let mut back: Vec<Cmd> = chunk
+                .iter()
+                .rev()
+                .map(|k| vec![name.as_bytes().to_vec(), k.to_vec()])
+                .collect();
+            while back.len() < 16 {
+                back.push(vec![name.as_bytes().to_vec(), b"missing".to_vec()]);
+            }
+            out.extend(back);
+        }
+    }
+    out
+}
+
+/// Pipelined runs of HGETALL, HKEYS, HVALS and SMEMBERS, which SQL backends read by one
+/// statement per run: every kind of answer, as Redis gives it, in RESP2 and RESP3; and,
+/// byte for byte, as the command's own path gives it (field order, a set's intset order,
+/// large collections).
+#[test]
+fn runs_of_whole_collection_reads_answer_as_redis_does() {
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Targets::start().await;
+        let names = ["HGETALL", "HKEYS", "HVALS", "SMEMBERS"];
+        let mut script = whole_setup(false, 32);
+        script.extend(whole_runs(&names, &[]));
+        let mut all = pipelined_differences(&t, false, 16, &script).await;
+        all.extend(pipelined_differences(&t, true, 16, &script).await);
+        let mut big = whole_setup(true, 32);
+        big.extend(whole_runs(&names, &[b"bighash", b"bigwords"]));
+        for addr in [&t.sqlite.addr, &t.postgres.addr] {
+            for resp3 in [false, true] {
+                all.extend(batched_vs_alone(addr, resp3, 16, &big).await);
+            }
+        }
+        assert_none(&all);
+    });
+}
+
+/// A client's run of whole-collection reads longer than one statement takes (2,048 keys)
+/// is read by several statements in one transaction: every reply still its own key's, on
+/// SQLite and PostgreSQL, with `server.max_pipeline` raised so a run can be that long.
+#[test]
+fn a_run_of_whole_reads_longer_than_a_statement_is_answered_whole() {
+    let rt = runtime();
+    rt.block_on(async {
+        let pg = PgServer::start();
+        let dir = tempfile::tempdir().expect("temp dir");
+        let server = "[server]\nmax_pipeline = 65536\n";
+        let backends = [
+            format!(
+                "kind = \"sqlite\"\npath = \"{}\"",
+                dir.path().join("long.db").display()
+            ),
+            format!("kind = \"postgres\"\nurl = \"{}\"", pg.url()),
+        ];
+        let mut all = Vec::new();
+        for backend in backends {
+            let proxy = Proxy::start(&format!("{server}{}", sql_namespace(&backend))).await;
+            let setup = whole_setup(true, 64);
+            for name in ["HGETALL", "SMEMBERS"] {
+                // 5,000 reads in one write, the keys over and over.
+                let mut script = setup.clone();
+                script.extend(
+                    WHOLE_KEYS
+                        .iter()
+                        .chain([b"bighash" as &[u8], b"bigwords"].iter())
+                        .cycle()
+                        .take(5000)
+                        .map(|k| vec![name.as_bytes().to_vec(), k.to_vec()]),
+                );
+                all.extend(batched_vs_alone(&proxy.addr, false, 5064, &script).await);
+            }
+            proxy.stop().await;
+        }
+        assert_none(&all);
+    });
+}
+
 /// The commands of one family (0 strings, 1 hashes, 2 sets, 3 sorted sets, 4 lists,
 /// 5 streams, 6 key space, 7 set algebra, 8-17 the rest of the served commands, 18 stream
 /// consumer groups, 19 bitmaps, so that

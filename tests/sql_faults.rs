@@ -744,6 +744,22 @@ async fn timed(addr: &str, args: &[&str], limit: Duration) -> (Option<String>, D
     (reply, sent.elapsed())
 }
 
+/// Sends `runs` pipelined in one write on a fresh connection and returns every reply, or
+/// None when they did not all come within `limit`.
+async fn timed_run(addr: &str, runs: &[&[&str]], limit: Duration) -> Option<Vec<String>> {
+    let mut conn = RawConn::connect(addr).await;
+    let mut bytes = Vec::new();
+    for args in runs {
+        bytes.extend_from_slice(&encode_str(args));
+    }
+    conn.try_send(&bytes).await.ok()?;
+    let mut replies = Vec::new();
+    for _ in runs {
+        replies.push(text(&conn.try_read_reply(limit).await.ok()?));
+    }
+    Some(replies)
+}
+
 /// A frozen PostgreSQL (SIGSTOP to the postmaster and every backend: sockets open, nothing
 /// answered, not even a reset) must not hold a request past its budget: every statement,
 /// the group commit's transaction and the wait for a queued request are bounded by the SQL
@@ -815,6 +831,32 @@ backend = "db"
         let addr = proxy.addr.clone();
         async move { timed(&addr, &["SET", "k2", "v"], limit).await }
     });
+    // A client's pipelined runs of whole-collection reads, one statement each. A request
+    // behind a held one is held in its turn (the order of a connection's commands), so the
+    // run's last answer may come one budget per request after it was sent.
+    let wholes = ["HGETALL", "SMEMBERS"].map(|name| {
+        let addr = proxy.addr.clone();
+        tokio::spawn(async move {
+            let keys = ["a", "b", "a", "c"];
+            let run: Vec<[&str; 2]> = keys.iter().map(|k| [name, *k]).collect();
+            let run: Vec<&[&str]> = run.iter().map(|r| r.as_slice()).collect();
+            let each = u32::try_from(run.len()).unwrap_or(u32::MAX);
+            (name, timed_run(&addr, &run, limit * each).await)
+        })
+    });
+    for whole in wholes {
+        let (name, replies) = whole.await.unwrap();
+        let replies = replies.unwrap_or_else(|| {
+            panic!("a run of {name}: no answers within {limit:?} from a {what} PostgreSQL")
+        });
+        // Every request of the run hears the same: not applied, as any read.
+        for reply in &replies {
+            assert!(
+                reply.starts_with("-UNAVAILABLE"),
+                "a run of {name} answered {replies:?}"
+            );
+        }
+    }
     let (get, get_took) = get.await.unwrap();
     let (set, set_took) = set.await.unwrap();
     let get =

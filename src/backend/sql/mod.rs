@@ -37,6 +37,7 @@ mod store;
 mod streams;
 mod strings;
 mod watch;
+mod whole;
 mod xgroups;
 mod zsets;
 
@@ -511,17 +512,13 @@ impl SqlBackend {
                 .collect();
             if let (Some(gets), Some(batcher)) = (gets, &self.inner.reads) {
                 let answers = batcher.get_many(&gets, acquire_timeout).await;
-                return Some(
-                    answers
-                        .into_iter()
-                        .map(|answer| {
-                            if let Err(e) = &answer {
-                                self.inner.suspect(e);
-                            }
-                            BackendError::check_reply(answer?)
-                        })
-                        .collect(),
-                );
+                return Some(self.answered(answers));
+            }
+            // A run of one whole-collection read: one statement for all its keys.
+            let args: Vec<&[Bytes]> = requests.iter().map(|r| r.args).collect();
+            if let Some((whole, keys)) = whole::whole_run(&args) {
+                let answers = whole::read(&self.inner, whole, &keys, proto, acquire_timeout).await;
+                return Some(self.answered(answers));
             }
             let each = requests
                 .iter()
@@ -544,6 +541,23 @@ impl SqlBackend {
                 })
                 .collect(),
         )
+    }
+
+    /// A batched read's answers as the run's outcomes; a failure may mean the primary
+    /// moved, as it may for one command.
+    fn answered(
+        &self,
+        answers: Vec<Result<Frame, BackendError>>,
+    ) -> Vec<Result<Frame, BackendError>> {
+        answers
+            .into_iter()
+            .map(|answer| {
+                if let Err(e) = &answer {
+                    self.inner.suspect(e);
+                }
+                BackendError::check_reply(answer?)
+            })
+            .collect()
     }
 
     /// A subscribed client's registration with this backend's broker.

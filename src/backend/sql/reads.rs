@@ -34,11 +34,11 @@ fn max_batch(dialect: Dialect) -> usize {
 /// Most keys in one statement: a run longer than this (`server.max_pipeline` allows 65,536)
 /// could pass PostgreSQL's 65,535 parameters, padding included, and would make one large
 /// value of SQLite's records; a batch's statements are all in one transaction.
-const STATEMENT_KEYS: usize = 2048;
+pub(super) const STATEMENT_KEYS: usize = 2048;
 /// GETs waiting for a reader; a full queue makes callers wait (within their timeout).
 const QUEUE: usize = 4096;
 
-type Answer = Result<Frame, BackendError>;
+pub(super) type Answer = Result<Frame, BackendError>;
 
 /// One submission: a GET, or a client's pipelined run of them, answered together (one
 /// queue entry and one reply channel for the run, not one per key).
@@ -119,7 +119,7 @@ impl GetBatcher {
 }
 
 /// `error` for `count` requests: the same one each, and so the same class.
-fn shared(error: &Arc<BackendError>, count: usize) -> Vec<Answer> {
+pub(super) fn shared(error: &Arc<BackendError>, count: usize) -> Vec<Answer> {
     (0..count)
         .map(|_| Err(BackendError::Shared(error.clone())))
         .collect()
@@ -224,7 +224,7 @@ enum Value {
 
 /// One read statement, cut short at `limit` (a read applies nothing: either way, not
 /// attempted).
-async fn bounded<T>(
+pub(super) async fn bounded<T>(
     limit: Duration,
     statement: impl std::future::Future<Output = Result<T, sqlx::Error>>,
 ) -> Result<T, BackendError> {
@@ -235,7 +235,7 @@ async fn bounded<T>(
     .await
 }
 
-fn work_error(source: sqlx::Error) -> BackendError {
+pub(super) fn work_error(source: sqlx::Error) -> BackendError {
     BackendError::Sql {
         stage: SqlStage::Work,
         source,

@@ -163,8 +163,13 @@ fn in_set_order(mut members: Vec<Bytes>) -> Vec<Bytes> {
 
 /// A set reply: `~` in RESP3, an array in RESP2.
 fn set_reply(ctx: &Ctx<'_>, members: Vec<Bytes>) -> Frame {
+    set_frame(ctx.proto, members)
+}
+
+/// [`set_reply`] in `proto` (a batched read has no command context).
+pub(super) fn set_frame(proto: crate::backend::Proto, members: Vec<Bytes>) -> Frame {
     let items = in_set_order(members).into_iter().map(bulk);
-    match ctx.proto {
+    match proto {
         crate::backend::Proto::Resp3 => Frame::Set {
             data: items.collect(),
             attributes: None,

@@ -31,7 +31,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    fn from_code(code: i64) -> Option<Kind> {
+    pub fn from_code(code: i64) -> Option<Kind> {
         Some(match code {
             0 => Kind::String,
             1 => Kind::List,
