@@ -502,7 +502,7 @@ def sql_runs(args, binary, tmp, log, procs, redis_port, pg_port):
     if args.sql_reads:
         return sql_reads(args, targets)
     # The write shapes a run of one client's pipeline becomes one statement for (SADD, HSET,
-    # DEL beside SET), and INCR, which stays a read and an upsert per command; each key and
+    # DEL beside SET), the whole-collection reads likewise, and INCR, which stays a read and an upsert per command; each key and
     # member from the keyspace, so runs touch many keys. DEL deletes the SET workloads' keys.
     sadd = ["SADD", "set:__rand_int__", "m:__rand_int__"]
     hset = ["HSET", "hash:__rand_int__", "f:__rand_int__", "v"]
@@ -515,6 +515,9 @@ def sql_runs(args, binary, tmp, log, procs, redis_port, pg_port):
         ("GET P16", "get", 50, 16),
         ("SADD P16", sadd, 50, 16),
         ("HSET P16", hset, 50, 16),
+        # Whole-collection reads of what the two above wrote: a run is one statement.
+        ("SMEMBERS P16", ["SMEMBERS", "set:__rand_int__"], 50, 16),
+        ("HGETALL P16", ["HGETALL", "hash:__rand_int__"], 50, 16),
         ("DEL P16", delete, 50, 16),
         ("INCR P16", incr, 50, 16),
     ]

@@ -138,13 +138,27 @@ async fn statement(
     let size = keys.len().next_power_of_two();
     let list = placeholders(dialect, size);
     let code = whole.kind() as i64;
-    let (table, second) = match whole {
-        Whole::Hash { .. } => ("hf_hash", "c.field, c.value"),
-        Whole::Set => ("hf_set", "c.member, NULL"),
+    let (table, columns) = match whole {
+        Whole::Hash { .. } => ("hf_hash", "field, value"),
+        Whole::Set => ("hf_set", "member, NULL AS value"),
+    };
+    // PostgreSQL joins a young table (not analyzed yet) by scanning all of it: 8 ms for
+    // 60,000 members where a look-up per key takes 0.7. The lateral subquery (kept apart by
+    // its OFFSET) is looked up per key whatever the statistics say. SQLite has no LATERAL,
+    // and joins by a look-up per key anyway.
+    let joined = match dialect {
+        Dialect::Sqlite => format!("{table} c ON c.key = k.key AND k.kind = {code}"),
+        Dialect::Postgres => format!(
+            "LATERAL (SELECT id, {columns} FROM {table} \
+             WHERE key = k.key AND k.kind = {code} OFFSET 0) c ON true"
+        ),
+    };
+    let second = match whole {
+        Whole::Hash { .. } => "c.field, c.value",
+        Whole::Set => "c.member, NULL",
     };
     let sql = format!(
-        "SELECT k.key, k.kind, k.expires_at, {second} FROM hf_keys k \
-         LEFT JOIN {table} c ON c.key = k.key AND k.kind = {code} \
+        "SELECT k.key, k.kind, k.expires_at, {second} FROM hf_keys k LEFT JOIN {joined} \
          WHERE k.key IN ({list}) ORDER BY c.id"
     );
     let mut query = sqlx::query(&sql);
