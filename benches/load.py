@@ -111,6 +111,11 @@ def servers():
                 p.wait()
 
 
+def only(args, name):
+    """Whether `--only` (absent, or comma-separated parts of names) takes workload `name`."""
+    return not args.only or any(part in name for part in args.only.split(","))
+
+
 def bench(port, test, clients, pipeline, size, requests, keyspace):
     """One redis-benchmark run: `test` is a `-t` name, or a command (a list, keys from
     __rand_int__)."""
@@ -209,7 +214,8 @@ def main():
                         help="with --sql: SSCAN, SINTER of two 1,000-member sets, ZRANGEBYLEX")
     parser.add_argument("--modes", action="store_true",
                         help="the cost of settled and exact against fast, on Redis and SQLite")
-    parser.add_argument("--only", help="run only the workloads whose name contains this")
+    parser.add_argument("--only", help="run only the workloads whose name contains this "
+                        "(or one of these, comma-separated)")
     parser.add_argument("--instructions", action="store_true",
                         help="holdfast's instructions per request under callgrind (repeatable)")
     parser.add_argument("--ha", action="store_true",
@@ -293,7 +299,7 @@ def main():
             ("GET 1 conn", "get", 1, 100, 1),
         ]
         if args.only:
-            workloads = [w for w in workloads if args.only in w[0]]
+            workloads = [w for w in workloads if only(args, w[0])]
         results, cpu, split = {}, {}, {}
         for rnd in range(args.rounds):
             for name, test, pipeline, size, clients in workloads:
@@ -522,7 +528,7 @@ def sql_runs(args, binary, tmp, log, procs, redis_port, pg_port):
         ("INCR P16", incr, 50, 16),
     ]
     if args.only:
-        workloads = [w for w in workloads if args.only in w[0]]
+        workloads = [w for w in workloads if only(args, w[0])]
     results = {}
     groups = {}
     for rnd in range(args.rounds):
@@ -610,7 +616,7 @@ def ha_main(args):
         workloads = [("SET", "set", 1), ("GET", "get", 1), ("SET P16", "set", 16),
                      ("GET P16", "get", 16)]
         if args.only:
-            workloads = [w for w in workloads if args.only in w[0]]
+            workloads = [w for w in workloads if only(args, w[0])]
         results = {}
         for rnd in range(args.rounds):
             for name, test, pipeline in workloads:
@@ -746,7 +752,7 @@ def instructions_main(args):
             ("GET 100B P16", "get", 16, 400_000),
             ("SET 100B P16", "set", 16, 400_000),
         ]:
-            if args.only and args.only not in name:
+            if not only(args, name):
                 continue
             builds = [("holdfast", binary)]
             if args.against:

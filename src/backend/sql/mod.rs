@@ -485,7 +485,8 @@ impl SqlBackend {
     /// A client's pipelined run, first dispatches together (`exec::ahead`): writes as one
     /// entry of the group-commit queue, so they commit in one transaction in their order
     /// (each with its own outcome: one that fails is rolled back to its savepoint, the rest
-    /// stand); reads side by side (their GETs join the batched reads). None when the run
+    /// stand); reads side by side (their GETs join the batched reads; a run of one
+    /// whole-collection read is one statement, `whole`). None when the run
     /// cannot go together; its requests are then sent one by one.
     pub async fn dispatch_batch(
         &self,
