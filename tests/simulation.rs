@@ -77,6 +77,8 @@ struct Record {
     reply: Frame,
     outcome: Outcome,
     took: Duration,
+    /// The burst it was sent in (its client's, in order).
+    burst: usize,
     /// What the command answers against the keyspace as the reply came back.
     dry: Frame,
 }
@@ -200,6 +202,7 @@ async fn client(
     let mut session = Session::new(c, give_up);
     let mut records = Vec::new();
     let mut index = 0usize;
+    let mut bursts = 0usize;
     for step in steps {
         let burst = match step {
             Step::Pause(d) => {
@@ -208,6 +211,9 @@ async fn client(
             }
             Step::Burst(burst) => burst,
         };
+        // A burst is what the connection reads at once: sent before any reply of it.
+        session.new_requests();
+        bursts += 1;
         let mut commands: Vec<Command> = burst
             .into_iter()
             .filter_map(|args| Command::parse(args).ok())
@@ -255,6 +261,7 @@ async fn client(
                     reply: reply.into_frame(),
                     outcome,
                     took,
+                    burst: bursts,
                 });
                 index += 1;
             }
@@ -457,6 +464,48 @@ fn run_seed(seed: u64, trace: bool) -> Result<Tally, String> {
                 "answered after {:?}, beyond the longest hold {bound:?}",
                 r.took
             )));
+        }
+    }
+    // Behind a request that gave up after its whole schedule, the requests of its burst
+    // (queued with it, so waiting as long) get one attempt more each, not a schedule each:
+    // a burst is answered within one hold, and an attempt's wait (a settled request's reads
+    // an attempt each) per request behind.
+    let mut waited_out: Option<(u64, usize)> = None;
+    for r in &records {
+        let attempt = setup.acquire_timeout + setup.response_timeout;
+        let reads = if r.plan == "settled" { 2 } else { 0 };
+        if waited_out == Some((r.client, r.burst)) && r.took > attempt * (1 + reads) {
+            problems.push(format!(
+                "client {} request {} `{}` ({}): behind a request that waited out its schedule, answered after {:?}, beyond one attempt's wait {:?}",
+                r.client,
+                r.index,
+                args_text(&r.args),
+                r.plan,
+                r.took,
+                attempt * (1 + reads)
+            ));
+        }
+        let text = error_text(&r.reply);
+        let not_held = text
+            .as_deref()
+            .is_some_and(|t| t.contains("not held again"));
+        if not_held && waited_out != Some((r.client, r.burst)) {
+            problems.push(format!(
+                "client {} request {} `{}`: not held, though no request ahead of it in its burst waited out its schedule since the backend last answered",
+                r.client,
+                r.index,
+                args_text(&r.args)
+            ));
+        }
+        let gave_up = text
+            .as_deref()
+            .is_some_and(|t| t.starts_with("UNAVAILABLE") || t.starts_with("INDOUBT"));
+        if text.is_some_and(|t| t.contains("retry budget exhausted")) {
+            waited_out = Some((r.client, r.burst));
+        } else if !gave_up {
+            // The backend answered: the outage is over, and the requests after get their
+            // schedule again.
+            waited_out = None;
         }
     }
     // Each client's writes take effect in the order sent: the last application of each

@@ -831,30 +831,58 @@ backend = "db"
         let addr = proxy.addr.clone();
         async move { timed(&addr, &["SET", "k2", "v"], limit).await }
     });
-    // A client's pipelined runs of whole-collection reads, one statement each. A request
-    // behind a held one is held in its turn (the order of a connection's commands), so the
-    // run's last answer may come one budget per request after it was sent.
-    let wholes = ["HGETALL", "SMEMBERS"].map(|name| {
+    // A client's pipelined runs of whole-collection reads (one statement each), and a run
+    // of SETs: the first request waits the outage out; the ones queued behind it waited as
+    // long, so each gets one attempt more, not a budget of its own. The whole run is
+    // answered within one budget and an attempt per request behind.
+    let behind = u32::try_from(7).unwrap_or(u32::MAX);
+    let run_limit = limit + (acquire + response) * behind;
+    let runs = ["HGETALL", "SMEMBERS", "SET"].map(|name| {
         let addr = proxy.addr.clone();
         tokio::spawn(async move {
-            let keys = ["a", "b", "a", "c"];
-            let run: Vec<[&str; 2]> = keys.iter().map(|k| [name, *k]).collect();
+            let keys = ["a", "b", "a", "c", "d", "e", "f", "g"];
+            let run: Vec<Vec<&str>> = keys
+                .iter()
+                .map(|k| match name {
+                    "SET" => vec![name, *k, "v"],
+                    _ => vec![name, *k],
+                })
+                .collect();
             let run: Vec<&[&str]> = run.iter().map(|r| r.as_slice()).collect();
-            let each = u32::try_from(run.len()).unwrap_or(u32::MAX);
-            (name, timed_run(&addr, &run, limit * each).await)
+            let sent = Instant::now();
+            // Replies are written when the run is done: each waits as long as the run.
+            (
+                name,
+                timed_run(&addr, &run, run_limit).await,
+                sent.elapsed(),
+            )
         })
     });
-    for whole in wholes {
-        let (name, replies) = whole.await.unwrap();
+    for run in runs {
+        let (name, replies, took) = run.await.unwrap();
         let replies = replies.unwrap_or_else(|| {
-            panic!("a run of {name}: no answers within {limit:?} from a {what} PostgreSQL")
+            panic!("a run of {name}: no answers within {run_limit:?} from a {what} PostgreSQL")
         });
-        // Every request of the run hears the same: not applied, as any read.
-        for reply in &replies {
+        eprintln!("{what}: a run of {name} answered after {took:?}: {replies:?}");
+        assert!(
+            took <= run_limit,
+            "a run of {name} answered after {took:?}, beyond {run_limit:?}: {replies:?}"
+        );
+        let (first, rest) = replies.split_first().unwrap();
+        // A read is never in doubt; a SET may be, where a COMMIT may have been sent.
+        let failed = |r: &str| r.starts_with("-UNAVAILABLE") || r.starts_with("-INDOUBT");
+        assert!(
+            failed(first) && first.contains("retry budget exhausted after 3 attempts"),
+            "a run of {name}: the first answered {first:?}"
+        );
+        for reply in rest {
             assert!(
-                reply.starts_with("-UNAVAILABLE"),
-                "a run of {name} answered {replies:?}"
+                failed(reply) && reply.contains("not held again"),
+                "a run of {name}: one behind the first answered {reply:?}"
             );
+            if name != "SET" {
+                assert!(reply.starts_with("-UNAVAILABLE"), "{reply:?}");
+            }
         }
     }
     let (get, get_took) = get.await.unwrap();

@@ -288,6 +288,9 @@ pub async fn serve<S>(
         if *shutdown.borrow() {
             break;
         }
+        // What is read now was sent after the replies written so far: a whole retry
+        // schedule again for each (see `Session::new_requests`).
+        conn.exec.new_requests();
         input.reserve(if input.is_empty() && read_size == READ_CHUNK {
             IDLE_CHUNK
         } else {

@@ -7,6 +7,9 @@
 //!   budget, and the abandon of a dispatch still in flight when shutdown's grace is over;
 //! - pipelined first dispatches sent ahead together and the order rule for their failures
 //!   (`ahead.rs`);
+//! - a client's requests queued behind one that gave up after its whole schedule: they
+//!   waited as long, so they get one attempt more each (`Policy::behind`), not a schedule
+//!   each, until the backend answers or the client sends anew;
 //! - the text of `UNAVAILABLE` and `INDOUBT` (`reply.rs`) and the per-request metrics hooks
 //!   (`hooks.rs`).
 //!
@@ -223,6 +226,13 @@ pub struct Session {
     abandon: Option<Abandon>,
     /// What the request being executed is doing.
     activity: Arc<Activity>,
+    /// Namespaces where a request of this client gave up after its whole retry schedule:
+    /// the requests that were queued behind it meanwhile had their wait too, and get one
+    /// attempt more each (`Policy::behind`), not a schedule each, until one succeeds or the
+    /// client sends anew ([`Session::new_requests`]).
+    waited_out: Vec<String>,
+    /// Whether the request being executed is one of those.
+    behind: bool,
 }
 
 /// What one request's retry loop needs to know about it.
@@ -255,6 +265,53 @@ impl Session {
             give_up,
             abandon: None,
             activity: Arc::default(),
+            waited_out: Vec::new(),
+            behind: false,
+        }
+    }
+
+    /// The connection reads the client's socket for new requests: those were sent after
+    /// the replies written so far, and get a whole retry schedule again. (What the client
+    /// sent before that and is still buffered, in holdfast or in the kernel, waited with the
+    /// request that gave up.)
+    pub fn new_requests(&mut self) {
+        if !self.waited_out.is_empty() {
+            self.waited_out.clear();
+        }
+    }
+
+    /// Notes how a request on `namespace` ended: a give-up after the whole schedule puts
+    /// the requests behind it behind (`waited_out`); a reply from the backend, a success or
+    /// an answer, ends that (the outage is over). One that was behind and gave up says why.
+    fn ended<B: Dispatch>(
+        &mut self,
+        namespace: &Namespace<B>,
+        result: &mut Result<Done<Reply>, Stopped>,
+    ) {
+        let behind = std::mem::take(&mut self.behind);
+        let failure = match result {
+            Ok(_) => {
+                if behind {
+                    self.waited_out.retain(|name| *name != namespace.name);
+                }
+                return;
+            }
+            Err(Stopped::Failed(failure)) => failure,
+            Err(Stopped::Abandoned(..)) => return,
+        };
+        match failure {
+            Failure::Unavailable(g) | Failure::InDoubt(g) if g.why == Why::Exhausted => {
+                if behind {
+                    g.why = Why::WaitedOut;
+                } else if !self.waited_out.contains(&namespace.name) {
+                    self.waited_out.push(namespace.name.clone());
+                }
+            }
+            // Answered: the backend is back.
+            Failure::Answer(..) if behind => {
+                self.waited_out.retain(|name| *name != namespace.name);
+            }
+            _ => {}
         }
     }
 
@@ -291,7 +348,8 @@ impl Session {
             Some(Ahead::Again(prior)) if self.giving_up() => Some(Ahead::First(Err(prior))),
             sent => sent,
         };
-        let result = match self.plan(namespace, command) {
+        self.behind = self.waited_out.contains(&namespace.name);
+        let mut result = match self.plan(namespace, command) {
             Plan::Fast => {
                 let attempted = Attempted {
                     args: &command.args,
@@ -355,6 +413,7 @@ impl Session {
                     })
             }
         };
+        self.ended(namespace, &mut result);
         match result {
             Ok(done) => (
                 done.value,
@@ -610,8 +669,15 @@ impl Session {
         // by then. A first dispatch sent ahead (answered in `first`, or failed in `prior`)
         // was one.
         let mut sent = prior.is_some();
+        let behind;
+        let policy = if self.behind {
+            behind = namespace.policy.behind(made, prior.is_some());
+            &behind
+        } else {
+            &namespace.policy
+        };
         let retried = retry::run(
-            &namespace.policy,
+            policy,
             budget,
             class,
             |e: &BackendError| classify(e),

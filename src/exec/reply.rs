@@ -96,6 +96,9 @@ fn gave_up_text<B: Dispatch>(
         Why::ShuttingDown => "holdfast is shutting down",
         Why::Overtaken => "not retried, a later pipelined command having taken effect,",
         Why::Unsettled => "the read that would settle its reply failed",
+        Why::WaitedOut => {
+            "not held again, a command ahead of it on this connection having waited out the retry budget,"
+        }
     };
     format!(
         "{code} {what}: {why} after {} attempt{} in {:.1}s (namespace '{}', backend '{}', last failure {class}: {})",

@@ -74,6 +74,9 @@ pub enum Why {
     /// The reply may be a later dispatch's, and the read that would have rebuilt the first
     /// one's failed (settled mode; set by the caller).
     Unsettled,
+    /// It waited behind a request of its client's that gave up after the whole schedule, so
+    /// its one more attempt was its last (`Policy::behind`; set by the caller).
+    WaitedOut,
 }
 
 /// Observes the loop, for metrics and logs. Every method has a no-op default.

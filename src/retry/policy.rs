@@ -53,6 +53,19 @@ impl Policy {
         }
     }
 
+    /// The policy of a request that waited behind one of its client's that gave up after its
+    /// whole schedule: the outage was waited out once for both, so it gets one attempt more
+    /// than it has made (`made` in earlier loops, and `prior`, a first dispatch sent ahead
+    /// that failed), never more than the schedule's own cap. Without this, a pipeline
+    /// queued behind an outage longer than the schedule was answered one whole schedule
+    /// per request.
+    pub fn behind(&self, made: u32, prior: bool) -> Policy {
+        let once_more = made.saturating_add(1 + u32::from(prior));
+        let mut backoff = self.backoff.clone();
+        backoff.max_attempts = backoff.max_attempts.min(once_more);
+        Policy { backoff }
+    }
+
     /// The decision after attempt number `attempts` (1-based) failed with `class`.
     pub fn decide(
         &self,
@@ -130,6 +143,50 @@ mod tests {
                 "{class:?} {idem:?}"
             );
         }
+    }
+
+    #[test]
+    fn behind_a_request_that_waited_out_the_schedule_one_attempt_more() {
+        let p = policy();
+        let mut rng = StdRng::seed_from_u64(1);
+        // (attempts made before, a failed first dispatch sent ahead, the cap)
+        let table = [
+            (0, false, 1),
+            (0, true, 2),
+            (1, false, 2),
+            (2, true, 4),
+            // Never past the schedule's own cap.
+            (14, false, 15),
+            (14, true, 15),
+            (40, true, 15),
+            (u32::MAX, true, 15),
+        ];
+        for (made, prior, cap) in table {
+            let behind = p.behind(made, prior);
+            assert_eq!(behind.backoff.max_attempts, cap, "{made} {prior}");
+            let stop = Decision::Stop(Stop::Exhausted);
+            assert_eq!(
+                behind.decide(ErrorClass::NotAttempted, Read, cap, &mut rng),
+                stop
+            );
+            if cap > 1 {
+                // Before the cap the delays are the schedule's own.
+                assert_eq!(
+                    behind.decide(ErrorClass::NotAttempted, Read, cap - 1, &mut rng),
+                    p.decide(ErrorClass::NotAttempted, Read, cap - 1, &mut rng),
+                );
+            }
+        }
+        // The classes decide as before: an answer is passed on, a lost INCR not repeated.
+        let behind = p.behind(0, true);
+        assert_eq!(
+            behind.decide(ErrorClass::Other, Read, 1, &mut rng),
+            Decision::Stop(Stop::Answer)
+        );
+        assert_eq!(
+            behind.decide(ErrorClass::Transient, NonIdempotent, 1, &mut rng),
+            Decision::Stop(Stop::MustNotRepeat)
+        );
     }
 
     #[test]
