@@ -286,8 +286,11 @@ pub async fn lmove(ctx: &mut Ctx<'_>, a: &[Bytes], sides: bool) -> Out {
     let Some((pos, value)) = rows(ctx, src, !from_head, 0, 1).await?.pop() else {
         return Ok(null());
     };
-    remove_at(ctx, src, &[pos]).await?;
+    // Pushed before it is removed: moved onto the list it came from (a rotation), a lone
+    // element never leaves the list empty, so the key is not dropped and keeps its expiry,
+    // as in Redis.
     push_values(ctx, dst, to_head, std::slice::from_ref(&value)).await?;
+    remove_at(ctx, src, &[pos]).await?;
     Ok(bulk(value))
 }
 
