@@ -2236,6 +2236,110 @@ fn a_run_of_whole_reads_longer_than_a_statement_is_answered_whole() {
     });
 }
 
+/// Pipelined runs of XRANGE and of XREVRANGE, which SQL backends read by one statement per
+/// run (64 requests): every kind of answer (ranges inclusive and exclusive, by ms alone,
+/// empty, reversed, COUNT and COUNT 0, binary fields, an emptied stream, another kind,
+/// an expired key, a missing one), as Redis gives them and, byte for byte, as each command
+/// sent alone; and runs longer than one statement.
+#[test]
+fn runs_of_stream_ranges_answer_as_redis_does() {
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Targets::start().await;
+        let lines: &[&[&str]] = &[
+            &["XADD", "s1", "1-1", "f", "v1"],
+            &["XADD", "s1", "1-2", "f", "v2", "g", "w"],
+            &["XADD", "s1", "2-0", "f", "v3"],
+            &["XADD", "s1", "5-7", "f", "v4"],
+            &["XADD", "s2", "3-3", "a", ""],
+            &["XADD", "gone", "1-1", "f", "v"],
+            &["XDEL", "gone", "1-1"],
+            &["SET", "str", "v"],
+            &["SET", "stale", "v", "PXAT", "1"],
+            &["HSET", "h", "f", "v"],
+        ];
+        let mut setup: Vec<Cmd> = lines.iter().map(|l| cmd(l)).collect();
+        setup.push(vec![
+            b"XADD".to_vec(),
+            b"bin".to_vec(),
+            b"9-9".to_vec(),
+            b"\x00\r\n".to_vec(),
+            b"\xff".to_vec(),
+        ]);
+        for i in 0..200 {
+            setup.push(vec![
+                b"XADD".to_vec(),
+                b"long".to_vec(),
+                format!("{}-{}", 100 + i / 3, i % 3).into_bytes(),
+                b"n".to_vec(),
+                format!("{i}").into_bytes(),
+            ]);
+        }
+        let keys = [
+            "s1", "s2", "gone", "str", "stale", "h", "missing", "long", "bin",
+        ];
+        let ranges: &[&[&str]] = &[
+            &["-", "+"],
+            &["-", "+", "COUNT", "2"],
+            &["-", "+", "COUNT", "0"],
+            &["(1-1", "+"],
+            &["1", "1"],
+            &["1-2", "(5-7"],
+            &["5", "1"],
+            &["2", "+", "COUNT", "1", "COUNT", "3"],
+            &["101", "150"],
+        ];
+        let mut script = setup.clone();
+        while script.len() % 16 != 0 {
+            script.push(cmd(&["SET", "pad", "v"]));
+        }
+        for name in ["XRANGE", "XREVRANGE"] {
+            let mut run: Vec<Cmd> = Vec::new();
+            for range in ranges {
+                for key in keys {
+                    let mut c = vec![name.as_bytes().to_vec(), key.as_bytes().to_vec()];
+                    // XREVRANGE names its ends the other way round.
+                    let (a, b) = if name == "XREVRANGE" {
+                        (range[1], range[0])
+                    } else {
+                        (range[0], range[1])
+                    };
+                    c.push(a.as_bytes().to_vec());
+                    c.push(b.as_bytes().to_vec());
+                    c.extend(range[2..].iter().map(|x| x.as_bytes().to_vec()));
+                    run.push(c);
+                }
+            }
+            while run.len() % 16 != 0 {
+                run.push(vec![
+                    name.as_bytes().to_vec(),
+                    b"s1".to_vec(),
+                    b"-".to_vec(),
+                    b"+".to_vec(),
+                ]);
+            }
+            script.extend(run);
+        }
+        let mut all = pipelined_differences(&t, false, 16, &script).await;
+        all.extend(pipelined_differences(&t, true, 16, &script).await);
+        // 81 requests a run: past one statement's 64.
+        for addr in [&t.sqlite.addr, &t.postgres.addr] {
+            for resp3 in [false, true] {
+                all.extend(batched_vs_alone(addr, resp3, 16, &script).await);
+            }
+            let mut long = script.clone();
+            long.truncate(setup.len());
+            while long.len() % 128 != 0 {
+                long.push(cmd(&["SET", "pad", "v"]));
+            }
+            let tail: Vec<Cmd> = script[script.len() - 96..].to_vec();
+            long.extend(tail.iter().cycle().take(128).cloned());
+            all.extend(batched_vs_alone(addr, false, 128, &long).await);
+        }
+        assert_none(&all);
+    });
+}
+
 /// The commands of one family (0 strings, 1 hashes, 2 sets, 3 sorted sets, 4 lists,
 /// 5 streams, 6 key space, 7 set algebra, 8-17 the rest of the served commands, 18 stream
 /// consumer groups, 19 bitmaps, so that

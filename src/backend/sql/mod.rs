@@ -29,6 +29,7 @@ mod hashes;
 mod keys;
 mod lists;
 mod queue;
+mod ranges;
 mod reads;
 mod schema;
 mod sets;
@@ -486,7 +487,8 @@ impl SqlBackend {
     /// entry of the group-commit queue, so they commit in one transaction in their order
     /// (each with its own outcome: one that fails is rolled back to its savepoint, the rest
     /// stand); reads side by side (their GETs join the batched reads; a run of one
-    /// whole-collection read is one statement, `whole`). None when the run
+    /// whole-collection read is one statement, `whole`, and so is a run of stream ranges,
+    /// `ranges`). None when the run
     /// cannot go together; its requests are then sent one by one.
     pub async fn dispatch_batch(
         &self,
@@ -519,6 +521,11 @@ impl SqlBackend {
             let args: Vec<&[Bytes]> = requests.iter().map(|r| r.args).collect();
             if let Some((whole, keys)) = whole::whole_run(&args) {
                 let answers = whole::read(&self.inner, whole, &keys, proto, acquire_timeout).await;
+                return Some(self.answered(answers));
+            }
+            // A run of XRANGEs (or XREVRANGEs): one statement for their ranges.
+            if let Some((rev, ranges)) = ranges::range_run(&args) {
+                let answers = ranges::read(&self.inner, rev, &ranges, acquire_timeout).await;
                 return Some(self.answered(answers));
             }
             let each = requests

@@ -570,8 +570,26 @@ pub(super) fn range_end(text: &[u8], start: bool) -> Result<Option<Id>, Fail> {
     }
 }
 
-/// XRANGE and XREVRANGE.
-pub async fn xrange(ctx: &mut Ctx<'_>, a: &[Bytes], rev: bool) -> Out {
+/// What an `XRANGE` or `XREVRANGE` asks for, its arguments checked (a syntax or id error
+/// is answered before the key is looked at, as in Redis).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Range<'a> {
+    pub key: &'a [u8],
+    /// The lowest and highest id taken, both included (`XREVRANGE` names them the other way
+    /// round).
+    pub lo: Option<Id>,
+    pub hi: Option<Id>,
+    pub count: Option<i64>,
+}
+
+impl Range<'_> {
+    /// Whether no entry can be in it (so nothing need be read).
+    pub fn empty(&self) -> bool {
+        !matches!((self.lo, self.hi), (Some(lo), Some(hi)) if lo <= hi)
+    }
+}
+
+pub(super) fn range_args(a: &[Bytes], rev: bool) -> Result<Range<'_>, Fail> {
     let key = arg(a, 1);
     let (lo_text, hi_text) = if rev {
         (arg(a, 3), arg(a, 2))
@@ -590,6 +608,13 @@ pub async fn xrange(ctx: &mut Ctx<'_>, a: &[Bytes], rev: bool) -> Out {
             return fail(SYNTAX);
         }
     }
+    Ok(Range { key, lo, hi, count })
+}
+
+/// XRANGE and XREVRANGE.
+pub async fn xrange(ctx: &mut Ctx<'_>, a: &[Bytes], rev: bool) -> Out {
+    let range = range_args(a, rev)?;
+    let (key, count) = (range.key, range.count);
     if ctx.typed(key, Kind::Stream).await?.is_none() {
         return Ok(array(Vec::new()));
     }
@@ -597,10 +622,10 @@ pub async fn xrange(ctx: &mut Ctx<'_>, a: &[Bytes], rev: bool) -> Out {
     if count == Some(0) {
         return Ok(null());
     }
-    let (Some(lo), Some(hi)) = (lo, hi) else {
+    let (Some(lo), Some(hi)) = (range.lo, range.hi) else {
         return Ok(array(Vec::new()));
     };
-    if lo > hi {
+    if range.empty() {
         return Ok(array(Vec::new()));
     }
     let order = if rev { "ms DESC, seq DESC" } else { "ms, seq" };
@@ -624,7 +649,7 @@ pub async fn xrange(ctx: &mut Ctx<'_>, a: &[Bytes], rev: bool) -> Out {
             seq: uncol(row.try_get(1)?),
         };
         let fields: Vec<u8> = row.try_get(2)?;
-        out.push(array(vec![bulk(id.text()), array(decode_fields(&fields))]));
+        out.push(entry(id, &fields));
     }
     Ok(array(out))
 }
