@@ -1619,6 +1619,22 @@ fn batched_gets_answer_as_redis_does() {
     });
 }
 
+/// A PostgreSQL and a SQLite file for runs longer than one statement: the servers (kept
+/// while the test runs), `server.max_pipeline` raised so a run can be that long, and each
+/// backend's TOML.
+fn long_run_backends() -> (PgServer, TempDir, &'static str, [String; 2]) {
+    let pg = PgServer::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let backends = [
+        format!(
+            "kind = \"sqlite\"\npath = \"{}\"",
+            dir.path().join("long.db").display()
+        ),
+        format!("kind = \"postgres\"\nurl = \"{}\"", pg.url()),
+    ];
+    (pg, dir, "[server]\nmax_pipeline = 65536\n", backends)
+}
+
 /// A client's run of GETs longer than one statement takes (2,048 keys) is read by several
 /// statements in one transaction: every reply still its own key's, on SQLite and
 /// PostgreSQL, with `server.max_pipeline` raised so a run can be that long.
@@ -1626,16 +1642,7 @@ fn batched_gets_answer_as_redis_does() {
 fn a_run_of_gets_longer_than_a_statement_is_answered_whole() {
     let rt = runtime();
     rt.block_on(async {
-        let pg = PgServer::start();
-        let dir = tempfile::tempdir().expect("temp dir");
-        let server = "[server]\nmax_pipeline = 65536\n";
-        let backends = [
-            format!(
-                "kind = \"sqlite\"\npath = \"{}\"",
-                dir.path().join("long.db").display()
-            ),
-            format!("kind = \"postgres\"\nurl = \"{}\"", pg.url()),
-        ];
+        let (_pg, _dir, server, backends) = long_run_backends();
         for backend in backends {
             let proxy = Proxy::start(&format!("{server}{}", sql_namespace(&backend))).await;
             let mut c = RawConn::connect(&proxy.addr).await;
@@ -2203,16 +2210,7 @@ fn runs_of_whole_collection_reads_answer_as_redis_does() {
 fn a_run_of_whole_reads_longer_than_a_statement_is_answered_whole() {
     let rt = runtime();
     rt.block_on(async {
-        let pg = PgServer::start();
-        let dir = tempfile::tempdir().expect("temp dir");
-        let server = "[server]\nmax_pipeline = 65536\n";
-        let backends = [
-            format!(
-                "kind = \"sqlite\"\npath = \"{}\"",
-                dir.path().join("long.db").display()
-            ),
-            format!("kind = \"postgres\"\nurl = \"{}\"", pg.url()),
-        ];
+        let (_pg, _dir, server, backends) = long_run_backends();
         let mut all = Vec::new();
         for backend in backends {
             let proxy = Proxy::start(&format!("{server}{}", sql_namespace(&backend))).await;

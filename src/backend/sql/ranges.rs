@@ -10,16 +10,15 @@
 //! Should the backend fail or never answer, every request of the run hears the same error,
 //! and a read applied nothing: its class says it can be tried again.
 
-use super::reads::{bounded, shared, work_error, Answer};
+use super::reads::{bounded, in_parts, work_error, Answer};
 use super::store::{array, null, placeholders, Dialect, Kind, WRONGTYPE};
 use super::streams::{col, entry, range_args, uncol, Id, Range};
 use super::Inner;
 use crate::backend::BackendError;
 use bytes::Bytes;
 use redis_protocol::resp3::types::BytesFrame as Frame;
-use sqlx::{Executor as _, Row};
+use sqlx::Row;
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// Requests in one statement: each is a subquery of nine parameters, and the statement's
@@ -56,33 +55,17 @@ pub async fn read(
     ranges: &[Range<'_>],
     acquire_timeout: Duration,
 ) -> Vec<Answer> {
-    let split = ranges.len() > RANGES;
-    let begin = split.then(|| inner.begin_statement(false));
-    let mut conn = match inner.acquire(false, begin, acquire_timeout).await {
-        Ok(conn) => conn,
-        Err(e) => return shared(&Arc::new(e), ranges.len()),
-    };
-    let limit = inner.response_timeout;
     let dialect = inner.dialect;
-    let now_ms = super::now_ms();
-    let read = async {
-        let mut answers = Vec::with_capacity(ranges.len());
-        for part in ranges.chunks(RANGES) {
-            answers.extend(statement(part, rev, dialect, now_ms, &mut conn, limit).await?);
-        }
-        if split {
-            bounded(limit, conn.execute("COMMIT")).await?;
-        }
-        Ok::<_, BackendError>(answers)
-    };
-    match read.await {
-        Ok(answers) => {
-            conn.finish();
-            answers
-        }
-        // Unfinished or failed, the connection is closed as it is dropped.
-        Err(e) => shared(&Arc::new(e), ranges.len()),
-    }
+    in_parts(
+        inner,
+        ranges,
+        RANGES,
+        acquire_timeout,
+        move |part, conn, now_ms, limit| {
+            Box::pin(statement(part, rev, dialect, now_ms, conn, limit))
+        },
+    )
+    .await
 }
 
 /// The statement for `n` requests: the keys' rows (`i` -1), then each request's entries

@@ -118,6 +118,48 @@ impl GetBatcher {
     }
 }
 
+/// One statement of a run's reads (`in_parts`), borrowing its part and connection.
+pub(super) type Part<'c> = futures_util::future::BoxFuture<'c, Result<Vec<Answer>, BackendError>>;
+
+/// A client's run of reads (`whole`, `ranges`), `per` items a statement: one statement, or
+/// several inside one read-only transaction (one snapshot still), each bounded by the
+/// backend's deadline; one answer per item, in order. Should any fail, every item hears
+/// the same error, and the connection is closed rather than pooled mid-transaction.
+pub(super) async fn in_parts<T: Sync>(
+    inner: &Inner,
+    items: &[T],
+    per: usize,
+    acquire_timeout: Duration,
+    mut statement: impl for<'c> FnMut(&'c [T], &'c mut super::TxConn, i64, Duration) -> Part<'c>,
+) -> Vec<Answer> {
+    let split = items.len() > per;
+    let begin = split.then(|| inner.begin_statement(false));
+    let mut conn = match inner.acquire(false, begin, acquire_timeout).await {
+        Ok(conn) => conn,
+        Err(e) => return shared(&Arc::new(e), items.len()),
+    };
+    let limit = inner.response_timeout;
+    let now_ms = super::now_ms();
+    let read = async {
+        let mut answers = Vec::with_capacity(items.len());
+        for part in items.chunks(per.max(1)) {
+            answers.extend(statement(part, &mut conn, now_ms, limit).await?);
+        }
+        if split {
+            bounded(limit, conn.execute("COMMIT")).await?;
+        }
+        Ok::<_, BackendError>(answers)
+    };
+    match read.await {
+        Ok(answers) => {
+            conn.finish();
+            answers
+        }
+        // Unfinished or failed, the connection is closed as it is dropped.
+        Err(e) => shared(&Arc::new(e), items.len()),
+    }
+}
+
 /// `error` for `count` requests: the same one each, and so the same class.
 pub(super) fn shared(error: &Arc<BackendError>, count: usize) -> Vec<Answer> {
     (0..count)

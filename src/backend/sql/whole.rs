@@ -9,15 +9,14 @@
 //! Should the backend fail or never answer, every request of the run hears the same error,
 //! and a read applied nothing: its class says it can be tried again.
 
-use super::reads::{bounded, shared, work_error, Answer, STATEMENT_KEYS};
+use super::reads::{bounded, in_parts, work_error, Answer, STATEMENT_KEYS};
 use super::store::{bulk, placeholders, Dialect, Kind, WRONGTYPE};
 use super::Inner;
 use crate::backend::{BackendError, Proto};
 use bytes::Bytes;
 use redis_protocol::resp3::types::{BytesFrame as Frame, FrameMap};
-use sqlx::{Executor as _, Row};
+use sqlx::Row;
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// What a run reads of each of its keys.
@@ -31,22 +30,27 @@ pub enum Whole {
 
 impl Whole {
     fn of(name: &[u8]) -> Option<Whole> {
-        let upper = name.to_ascii_uppercase();
-        Some(match upper.as_slice() {
-            b"HGETALL" => Whole::Hash {
+        // Compared in place: every pipelined run of reads is looked at here.
+        let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
+        Some(if is(b"HGETALL") {
+            Whole::Hash {
                 fields: true,
                 values: true,
-            },
-            b"HKEYS" => Whole::Hash {
+            }
+        } else if is(b"HKEYS") {
+            Whole::Hash {
                 fields: true,
                 values: false,
-            },
-            b"HVALS" => Whole::Hash {
+            }
+        } else if is(b"HVALS") {
+            Whole::Hash {
                 fields: false,
                 values: true,
-            },
-            b"SMEMBERS" => Whole::Set,
-            _ => return None,
+            }
+        } else if is(b"SMEMBERS") {
+            Whole::Set
+        } else {
+            return None;
         })
     }
 
@@ -84,33 +88,17 @@ pub async fn read(
     proto: Proto,
     acquire_timeout: Duration,
 ) -> Vec<Answer> {
-    let split = keys.len() > STATEMENT_KEYS;
-    let begin = split.then(|| inner.begin_statement(false));
-    let mut conn = match inner.acquire(false, begin, acquire_timeout).await {
-        Ok(conn) => conn,
-        Err(e) => return shared(&Arc::new(e), keys.len()),
-    };
-    let limit = inner.response_timeout;
     let dialect = inner.dialect;
-    let now_ms = super::now_ms();
-    let read = async {
-        let mut answers = Vec::with_capacity(keys.len());
-        for part in keys.chunks(STATEMENT_KEYS) {
-            answers.extend(statement(part, whole, proto, dialect, now_ms, &mut conn, limit).await?);
-        }
-        if split {
-            bounded(limit, conn.execute("COMMIT")).await?;
-        }
-        Ok::<_, BackendError>(answers)
-    };
-    match read.await {
-        Ok(answers) => {
-            conn.finish();
-            answers
-        }
-        // Unfinished or failed, the connection is closed as it is dropped.
-        Err(e) => shared(&Arc::new(e), keys.len()),
-    }
+    in_parts(
+        inner,
+        keys,
+        STATEMENT_KEYS,
+        acquire_timeout,
+        move |part, conn, now_ms, limit| {
+            Box::pin(statement(part, whole, proto, dialect, now_ms, conn, limit))
+        },
+    )
+    .await
 }
 
 /// What one key holds, as a whole read finds it.
