@@ -1763,6 +1763,72 @@ fn a_run_of_sets_over_other_kinds_answers_as_redis_does() {
 /// an expired key is a new set — and a member list longer than one statement is inserted
 /// whole. The run goes in one write; then again one command at a time.
 #[test]
+fn a_run_of_xadds_answers_as_redis_does() {
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Targets::start().await;
+        let lines: &[&[&str]] = &[
+            &["XADD", "x0", "5-1", "a", "1"],
+            &["SET", "str", "v"],
+            &["SET", "es", "v", "PXAT", "1"],
+            &["XADD", "kept", "1-1", "f", "v"],
+            &["EXPIREAT", "kept", "4000000000"],
+            // The run.
+            &["XADD", "x0", "5-2", "b", "2"],
+            &["XADD", "x0", "5-2", "dup", "x"],
+            &["XADD", "x0", "4-9", "small", "x"],
+            &["XADD", "x0", "5-*", "c", "3"],
+            &["XADD", "x0", "7-*", "d", "4", "e", "5"],
+            &["XADD", "x1", "NOMKSTREAM", "1-1", "no", "x"],
+            &["XADD", "x1", "2-*", "yes", "x"],
+            &["XADD", "x1", "NOMKSTREAM", "3-3", "now", "x"],
+            &["XADD", "str", "1-1", "f", "v"],
+            &["XADD", "es", "1-1", "f", "v"],
+            &["XADD", "kept", "2-0", "g", "w"],
+            &["XADD", "x0", "MAXLEN", "2", "9-1", "trim", "x"],
+            &["XADD", "x0", "9-*", "after", "trim"],
+            &[
+                "XADD",
+                "x2",
+                "18446744073709551615-18446744073709551615",
+                "f",
+                "v",
+            ],
+            &["XADD", "x2", "18446744073709551615-*", "f", "v"],
+            &["XADD", "x2", "1-1", "odd"],
+            &["XADD", "x3", "0-*", "f", "v"],
+            &["XADD", "x3", "0-0", "f", "v"],
+        ];
+        let mut script: Vec<Cmd> = lines.iter().map(|l| cmd(l)).collect();
+        // More entries than one statement takes (2,048).
+        script.extend(
+            (1..=2100).map(|i| cmd(&["XADD", "big", &format!("{i}-0"), "i", &i.to_string()])),
+        );
+        let after: &[&[&str]] = &[
+            &["XRANGE", "x0", "-", "+"],
+            &["XRANGE", "x1", "-", "+"],
+            &["XRANGE", "x2", "-", "+"],
+            &["XRANGE", "x3", "-", "+"],
+            &["XRANGE", "kept", "-", "+"],
+            &["EXPIRETIME", "kept"],
+            &["XRANGE", "es", "-", "+"],
+            &["TYPE", "es"],
+            &["GET", "str"],
+            &["XLEN", "big"],
+            &["XRANGE", "big", "2047", "2050"],
+            &["XREVRANGE", "big", "+", "-", "COUNT", "2"],
+            &["XADD", "x0", "9-*", "later", "x"],
+            &["XADD", "big", "2100-0", "late", "x"],
+        ];
+        script.extend(after.iter().map(|l| cmd(l)));
+        let mut all = pipelined_differences(&t, false, 64, &script).await;
+        all.extend(pipelined_differences(&t, true, 64, &script).await);
+        all.extend(differences(&t, false, &script).await);
+        assert_none(&all);
+    });
+}
+
+#[test]
 fn a_run_of_sadds_answers_as_redis_does() {
     let rt = runtime();
     rt.block_on(async {

@@ -484,6 +484,8 @@ impl Job {
             Shape::Del
         } else if self.increment().is_some() {
             Shape::Incr
+        } else if name.eq_ignore_ascii_case(b"XADD") && super::streams::plain_add(args).is_some() {
+            Shape::Xadd
         } else {
             return None;
         };
@@ -509,7 +511,8 @@ impl Job {
 
 /// The group without savepoints; None when it had to be rolled back. A run of plain SETs is
 /// written by one statement, a run of SADDs, HSETs, DELs or increments by a few
-/// (`sets::sadd_run`, `hashes::hset_run`, `keys::del_run`, `strings::incr_run`). Only a
+/// (`sets::sadd_run`, `hashes::hset_run`, `keys::del_run`, `strings::incr_run`,
+/// `streams::xadd_run`). Only a
 /// group that committed leaves its connection to `held`: every failure on the way may have
 /// put it in doubt.
 async fn optimistic(
@@ -561,7 +564,7 @@ async fn optimistic(
             rest = &rest[sets.len()..];
             continue;
         }
-        // Runs of SADDs, HSETs, DELs and increments: a few multi-row statements each.
+        // Runs of SADDs, HSETs, DELs, increments and XADDs: a few multi-row statements each.
         let shape = job.shape().map(|(shape, _)| shape);
         let run: Vec<&[Bytes]> = run_of(rest, &tokens, |j| {
             j.shape()
@@ -590,16 +593,34 @@ async fn optimistic(
                 let wrongtype = super::store::WRONGTYPE;
                 each.into_iter().map(|n| n.ok_or(wrongtype)).collect()
             };
+            let ints = |each: Vec<Result<i64, &'static str>>| -> Vec<Result<Frame, &'static str>> {
+                each.into_iter().map(|n| n.map(super::store::int)).collect()
+            };
             let applied = match shape {
-                Shape::Sadd => super::sets::sadd_run(&mut ctx, &keyed()).await.map(wrong),
-                Shape::Hset => super::hashes::hset_run(&mut ctx, &keyed()).await.map(wrong),
-                Shape::Del => super::keys::del_run(&mut ctx, &run).await.map(wrong),
+                Shape::Sadd => super::sets::sadd_run(&mut ctx, &keyed())
+                    .await
+                    .map(|each| ints(wrong(each))),
+                Shape::Hset => super::hashes::hset_run(&mut ctx, &keyed())
+                    .await
+                    .map(|each| ints(wrong(each))),
+                Shape::Del => super::keys::del_run(&mut ctx, &run)
+                    .await
+                    .map(|each| ints(wrong(each))),
                 Shape::Incr => {
                     let increments: Vec<(&[u8], i64)> = rest[..run.len()]
                         .iter()
                         .filter_map(Job::increment)
                         .collect();
-                    super::strings::incr_run(&mut ctx, &increments).await
+                    super::strings::incr_run(&mut ctx, &increments)
+                        .await
+                        .map(ints)
+                }
+                Shape::Xadd => {
+                    let adds: Vec<_> = run
+                        .iter()
+                        .filter_map(|args| super::streams::plain_add(args))
+                        .collect();
+                    super::streams::xadd_run(&mut ctx, &adds).await
                 }
             };
             let added = match applied {
@@ -616,7 +637,7 @@ async fn optimistic(
             let each = added
                 .into_iter()
                 .map(|added| match added {
-                    Ok(n) => Ok(vec![super::store::int(n)]),
+                    Ok(frame) => Ok(vec![frame]),
                     Err(error) => Err(BackendError::reply(Bytes::from_static(error.as_bytes()))),
                 })
                 .collect();
@@ -703,6 +724,8 @@ enum Shape {
     Del,
     /// `INCR`, `DECR`, `INCRBY`, `DECRBY`.
     Incr,
+    /// `XADD` without trimming (`streams::plain_add`).
+    Xadd,
 }
 
 /// Takes every key lock the group's requests will take (PostgreSQL), all at once and in a

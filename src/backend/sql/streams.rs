@@ -245,6 +245,7 @@ pub(super) fn parse_id(text: &[u8], missing_seq: u64, specials: bool) -> Option<
 }
 
 /// An XADD id: explicit, `ms-*`, or `*` (None, None).
+#[derive(Clone, Copy)]
 enum AddId {
     Auto,
     AutoSeq(u64),
@@ -407,6 +408,38 @@ async fn apply_trim(ctx: &mut Ctx<'_>, key: &[u8], trim: Trim) -> Result<i64, Fa
     Ok(done.rows_affected() as i64)
 }
 
+const EXHAUSTED: &str =
+    "ERR The stream has exhausted the last possible ID, unable to add more items";
+const TOO_SMALL: &str =
+    "ERR The ID specified in XADD is equal or smaller than the target stream top item";
+
+/// The id an XADD of `add` gives the next entry of a stream whose last id is `last`, at
+/// `now` (milliseconds); the error it answers otherwise. Pure: `xadd` and `xadd_run` both
+/// decide by it.
+fn next_id(last: Id, add: AddId, now: i64) -> Result<Id, &'static str> {
+    if last == Id::MAX {
+        return Err(EXHAUSTED);
+    }
+    match add {
+        AddId::Auto => {
+            let now = u64::try_from(now).unwrap_or(0);
+            if now > last.ms {
+                Ok(Id { ms: now, seq: 0 })
+            } else {
+                last.next().ok_or(TOO_SMALL)
+            }
+        }
+        AddId::AutoSeq(ms) if ms > last.ms => Ok(Id { ms, seq: 0 }),
+        AddId::AutoSeq(ms) if ms == last.ms && last.seq < u64::MAX => Ok(Id {
+            ms,
+            seq: last.seq + 1,
+        }),
+        AddId::AutoSeq(_) => Err(TOO_SMALL),
+        AddId::Explicit(id) if id > last => Ok(id),
+        AddId::Explicit(_) => Err(TOO_SMALL),
+    }
+}
+
 pub async fn xadd(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     let key = arg(a, 1);
     let (trim, _approx, nomkstream, idpos) = trim_options(a, 2, true)?;
@@ -430,38 +463,9 @@ pub async fn xadd(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
         return Ok(null());
     }
     let mut head = Head::from_stored(meta.as_ref().and_then(|m| m.value.as_deref()));
-    let last = head.last;
-    if last == Id::MAX {
-        return fail("ERR The stream has exhausted the last possible ID, unable to add more items");
-    }
-    let too_small =
-        || fail("ERR The ID specified in XADD is equal or smaller than the target stream top item");
-    let id = match add {
-        AddId::Auto => {
-            let now = u64::try_from(ctx.now).unwrap_or(0);
-            if now > last.ms {
-                Id { ms: now, seq: 0 }
-            } else {
-                match last.next() {
-                    Some(id) => id,
-                    None => return too_small(),
-                }
-            }
-        }
-        AddId::AutoSeq(ms) => {
-            if ms > last.ms {
-                Id { ms, seq: 0 }
-            } else if ms == last.ms && last.seq < u64::MAX {
-                Id {
-                    ms,
-                    seq: last.seq + 1,
-                }
-            } else {
-                return too_small();
-            }
-        }
-        AddId::Explicit(id) if id > last => id,
-        AddId::Explicit(_) => return too_small(),
+    let id = match next_id(head.last, add, ctx.now) {
+        Ok(id) => id,
+        Err(error) => return fail(error),
     };
     ctx.create(key, Kind::Stream, None).await?;
     ctx.exec(
@@ -483,6 +487,150 @@ pub async fn xadd(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
         apply_trim(ctx, key, trim).await?;
     }
     Ok(bulk(id.text()))
+}
+
+/// An `XADD` a run applies with others (`xadd_run`): its arguments after the name parse,
+/// and it trims nothing. None for any other, which runs on its own (and answers its own
+/// syntax error, in Redis's order).
+pub(super) struct Add<'a> {
+    key: &'a [u8],
+    id: AddId,
+    nomkstream: bool,
+    fields: &'a [Bytes],
+}
+
+pub(super) fn plain_add(args: &[Bytes]) -> Option<Add<'_>> {
+    let key = args.first()?;
+    let (trim, _approx, nomkstream, idpos) = trim_options(args, 1, true).ok()?;
+    if trim.is_some() {
+        return None;
+    }
+    let id = parse_add_id(args.get(idpos)?)?;
+    let fields = args.get(idpos + 1..)?;
+    if fields.len() < 2 || fields.len() % 2 != 0 || matches!(id, AddId::Explicit(Id::MIN)) {
+        return None;
+    }
+    Some(Add {
+        key,
+        id,
+        nomkstream,
+        fields,
+    })
+}
+
+/// A run of `XADD`s (one client's pipeline, or several clients' that queued together), in
+/// order, by a few statements: one reads every key's kind and head, one per
+/// [`STATEMENT_ROWS`] entries inserts the entries, one per as many streams writes their
+/// heads (creating the new streams; an expiry is kept). Each answers what it would have
+/// alone: an id after the one an earlier `XADD` of the run gave, `WRONGTYPE` on another
+/// kind, nil for `NOMKSTREAM` on a stream no earlier one created, and the id errors, which
+/// change nothing.
+pub async fn xadd_run(
+    ctx: &mut Ctx<'_>,
+    run: &[Add<'_>],
+) -> Result<Vec<Result<Frame, &'static str>>, Fail> {
+    let mut keys: Vec<&[u8]> = run.iter().map(|add| add.key).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let found = ctx.metas(&keys).await?;
+    // Each stream's head as the run has made it so far, and the streams it changed.
+    let mut heads: std::collections::HashMap<&[u8], Head> = std::collections::HashMap::new();
+    for &key in &keys {
+        if let Some(meta) = found.get(key).filter(|m| m.kind == Kind::Stream) {
+            let mut head = Head::from_stored(meta.value.as_deref());
+            if head.added.is_none() {
+                // A row from before the count: its entries so far.
+                head.added = Some(head.added(ctx.count(key, Kind::Stream).await?));
+            }
+            heads.insert(key, head);
+        }
+    }
+    let mut changed: Vec<&[u8]> = Vec::new();
+    let mut entries: Vec<(&[u8], Id, Vec<u8>)> = Vec::with_capacity(run.len());
+    let mut out = Vec::with_capacity(run.len());
+    for add in run {
+        if found.get(add.key).is_some_and(|m| m.kind != Kind::Stream) {
+            out.push(Err(WRONGTYPE));
+            continue;
+        }
+        let head = match heads.get(add.key) {
+            Some(head) => *head,
+            None if add.nomkstream => {
+                out.push(Ok(null()));
+                continue;
+            }
+            None => Head {
+                added: Some(0),
+                ..Head::from_stored(None)
+            },
+        };
+        let id = match next_id(head.last, add.id, ctx.now) {
+            Ok(id) => id,
+            Err(error) => {
+                out.push(Err(error));
+                continue;
+            }
+        };
+        let next = Head {
+            last: id,
+            added: head.added.map(|n| n.saturating_add(1)),
+            ..head
+        };
+        heads.insert(add.key, next);
+        changed.push(add.key);
+        entries.push((add.key, id, encode_fields(add.fields)));
+        out.push(Ok(bulk(id.text())));
+    }
+    for chunk in entries.chunks(STATEMENT_ROWS) {
+        let Some(last) = chunk.last() else { continue };
+        // SQLite's list is padded with the last entry (skipped as a repeat): a few sizes,
+        // each prepared once. Every other row is new (each id is past its stream's last),
+        // and one that is not undoes the group, which runs again command by command.
+        let written = upsert_rows(ctx.dialect, chunk.len());
+        let rows = value_rows(ctx.dialect, written, 4);
+        let sql = format!(
+            "INSERT INTO hf_stream (key, ms, seq, fields) VALUES {rows} \
+             ON CONFLICT (key, ms, seq) DO NOTHING"
+        );
+        let mut query = sqlx::query(&sql);
+        for (key, id, fields) in chunk.iter().chain(std::iter::repeat(last)).take(written) {
+            query = query
+                .bind(*key)
+                .bind(col(id.ms))
+                .bind(col(id.seq))
+                .bind(fields.as_slice());
+        }
+        if ctx.exec(query).await?.rows_affected() != chunk.len() as u64 {
+            return fail("ERR holdfast: a stream entry of the run exists already");
+        }
+    }
+    changed.sort_unstable();
+    changed.dedup();
+    let code = Kind::Stream as i64;
+    for chunk in changed.chunks(STATEMENT_ROWS) {
+        let Some(&last) = chunk.last() else { continue };
+        let written = upsert_rows(ctx.dialect, chunk.len());
+        let rows = (0..written)
+            .map(|i| match ctx.dialect {
+                Dialect::Sqlite => format!("(?, {code}, NULL, ?)"),
+                Dialect::Postgres => format!("(${}, {code}, NULL, ${})", 2 * i + 1, 2 * i + 2),
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        // A stream's expiry is kept; a key of another kind was answered WRONGTYPE above.
+        let sql = format!(
+            "INSERT INTO hf_keys (key, kind, expires_at, value) VALUES {rows} \
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value WHERE hf_keys.kind = {code}"
+        );
+        let mut query = sqlx::query(&sql);
+        for key in chunk.iter().chain(std::iter::repeat(&last)).take(written) {
+            query = query.bind(*key).bind(heads[key].stored(0).to_vec());
+        }
+        if ctx.exec(query).await?.rows_affected() != written as u64 {
+            return fail("ERR holdfast: a stream of the run changed kind");
+        }
+    }
+    Ok(out)
 }
 
 pub async fn xtrim(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
