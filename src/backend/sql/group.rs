@@ -512,9 +512,8 @@ impl Job {
 /// The group without savepoints; None when it had to be rolled back. A run of plain SETs is
 /// written by one statement, a run of SADDs, HSETs, DELs or increments by a few
 /// (`sets::sadd_run`, `hashes::hset_run`, `keys::del_run`, `strings::incr_run`,
-/// `streams::xadd_run`). Only a
-/// group that committed leaves its connection to `held`: every failure on the way may have
-/// put it in doubt.
+/// `streams::xadd_run`). Only a group that committed leaves its connection to `held`: every
+/// failure on the way may have put it in doubt.
 async fn optimistic(
     inner: &Inner,
     group: &[Job],
@@ -589,31 +588,27 @@ async fn optimistic(
                     .collect()
             };
             // None from the collection runs: the key holds another kind.
-            let wrong = |each: Vec<Option<i64>>| -> Vec<Result<i64, &'static str>> {
+            let wrong = |each: Vec<Option<i64>>| -> Vec<Result<Frame, &'static str>> {
                 let wrongtype = super::store::WRONGTYPE;
-                each.into_iter().map(|n| n.ok_or(wrongtype)).collect()
-            };
-            let ints = |each: Vec<Result<i64, &'static str>>| -> Vec<Result<Frame, &'static str>> {
-                each.into_iter().map(|n| n.map(super::store::int)).collect()
+                let int = super::store::int;
+                each.into_iter()
+                    .map(|n| n.map(int).ok_or(wrongtype))
+                    .collect()
             };
             let applied = match shape {
-                Shape::Sadd => super::sets::sadd_run(&mut ctx, &keyed())
-                    .await
-                    .map(|each| ints(wrong(each))),
-                Shape::Hset => super::hashes::hset_run(&mut ctx, &keyed())
-                    .await
-                    .map(|each| ints(wrong(each))),
-                Shape::Del => super::keys::del_run(&mut ctx, &run)
-                    .await
-                    .map(|each| ints(wrong(each))),
+                Shape::Sadd => super::sets::sadd_run(&mut ctx, &keyed()).await.map(wrong),
+                Shape::Hset => super::hashes::hset_run(&mut ctx, &keyed()).await.map(wrong),
+                Shape::Del => super::keys::del_run(&mut ctx, &run).await.map(wrong),
                 Shape::Incr => {
                     let increments: Vec<(&[u8], i64)> = rest[..run.len()]
                         .iter()
                         .filter_map(Job::increment)
                         .collect();
-                    super::strings::incr_run(&mut ctx, &increments)
-                        .await
-                        .map(ints)
+                    let each = super::strings::incr_run(&mut ctx, &increments).await;
+                    each.map(|each| {
+                        let int = super::store::int;
+                        each.into_iter().map(|n| n.map(int)).collect()
+                    })
                 }
                 Shape::Xadd => {
                     let adds: Vec<_> = run

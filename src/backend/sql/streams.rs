@@ -606,25 +606,23 @@ pub async fn xadd_run(
     }
     changed.sort_unstable();
     changed.dedup();
+    let written_heads: Vec<(&[u8], [u8; 40])> = changed
+        .iter()
+        .filter_map(|key| heads.get(key).map(|head| (*key, head.stored(0))))
+        .collect();
     let code = Kind::Stream as i64;
-    for chunk in changed.chunks(STATEMENT_ROWS) {
-        let Some(&last) = chunk.last() else { continue };
+    for chunk in written_heads.chunks(STATEMENT_ROWS) {
+        let Some(last) = chunk.last() else { continue };
         let written = upsert_rows(ctx.dialect, chunk.len());
-        let rows = (0..written)
-            .map(|i| match ctx.dialect {
-                Dialect::Sqlite => format!("(?, {code}, NULL, ?)"),
-                Dialect::Postgres => format!("(${}, {code}, NULL, ${})", 2 * i + 1, 2 * i + 2),
-            })
-            .collect::<Vec<_>>()
-            .join(", ");
         // A stream's expiry is kept; a key of another kind was answered WRONGTYPE above.
+        let rows = value_rows(ctx.dialect, written, 3);
         let sql = format!(
-            "INSERT INTO hf_keys (key, kind, expires_at, value) VALUES {rows} \
+            "INSERT INTO hf_keys (key, kind, value) VALUES {rows} \
              ON CONFLICT (key) DO UPDATE SET value = excluded.value WHERE hf_keys.kind = {code}"
         );
         let mut query = sqlx::query(&sql);
-        for key in chunk.iter().chain(std::iter::repeat(&last)).take(written) {
-            query = query.bind(*key).bind(heads[key].stored(0).to_vec());
+        for (key, head) in chunk.iter().chain(std::iter::repeat(last)).take(written) {
+            query = query.bind(*key).bind(code).bind(&head[..]);
         }
         if ctx.exec(query).await?.rows_affected() != written as u64 {
             return fail("ERR holdfast: a stream of the run changed kind");
