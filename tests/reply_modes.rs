@@ -874,7 +874,7 @@ async fn a_pipelined_run_through_a_lost_commit_applies_nothing_twice() {
 }
 
 /// The same lost COMMIT in exact mode, where SQL backends write runs of requests from
-/// several clients (SETs, SADDs, DELs, HSETs, increments, each with its own token) by multi-row
+/// several clients (SETs, SADDs, DELs, HSETs, increments, XADDs, each with its own token) by multi-row
 /// statements: each request, retried with its token, finds the reply its first attempt
 /// recorded and answers it — never `INDOUBT`, never applied twice (a SADD or DEL applied
 /// again would answer 0, an HSET 0, an INCR 2). The clients' requests are gathered into one group by
@@ -907,6 +907,8 @@ async fn runs_from_many_clients_in_exact_mode_answer_their_first_application_thr
         (&["INCR", "n1"], ":1\r\n"),
         (&["INCRBY", "n2", "5"], ":5\r\n"),
         (&["DECR", "n3"], ":-1\r\n"),
+        (&["XADD", "x", "5-*", "f", "v"], "$3\r\n5-0\r\n"),
+        (&["XADD", "x", "5-*", "g", "w"], "$3\r\n5-1\r\n"),
     ];
     let mut conns = Vec::new();
     for _ in script {
@@ -937,6 +939,8 @@ async fn runs_from_many_clients_in_exact_mode_answer_their_first_application_thr
     assert_eq!(setup.command(&["SCARD", "s"]).await, b":4\r\n");
     assert_eq!(setup.command(&["EXISTS", "d1", "d2"]).await, b":0\r\n");
     assert_eq!(setup.command(&["HLEN", "h"]).await, b":3\r\n");
+    // An XADD applied again would have answered 5-2 and left three entries.
+    assert_eq!(setup.command(&["XLEN", "x"]).await, b":2\r\n");
     assert_eq!(
         text(&setup.command(&["MGET", "n1", "n2", "n3"]).await),
         "*3\r\n$1\r\n1\r\n$1\r\n5\r\n$2\r\n-1\r\n"
