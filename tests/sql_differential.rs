@@ -1593,9 +1593,32 @@ fn batched_gets_answer_as_redis_does() {
         let pad_set = || cmd(&["SET", "pad", "v"]);
         let pad_get = || get(b"plain");
         let mut script = padded(setup.clone(), 16, &pad_set);
-        // Every key in order, in reverse, each twice in a row, and the large ones alone.
-        for round in 0..5 {
+        let exists = |k: &[u8]| vec![b"EXISTS".to_vec(), k.to_vec()];
+        // Every key in order, in reverse, each twice in a row, and the large ones alone;
+        // then EXISTS (which the batched reads answer too) beside GET, and of many keys.
+        for round in 0..8 {
             let run: Vec<Cmd> = match round {
+                5 => keys
+                    .iter()
+                    .take(8)
+                    .flat_map(|k| [exists(k), get(k)])
+                    .collect(),
+                6 => keys
+                    .iter()
+                    .skip(8)
+                    .flat_map(|k| [get(k), exists(k)])
+                    .collect(),
+                7 => {
+                    let many = |name: &[u8], skip: usize| {
+                        let mut c = vec![name.to_vec()];
+                        c.extend(keys.iter().skip(skip).map(|k| k.to_vec()));
+                        c.extend(keys.iter().take(3).map(|k| k.to_vec()));
+                        c
+                    };
+                    (0..8)
+                        .flat_map(|i| [many(b"EXISTS", i), many(b"TOUCH", i + 1)])
+                        .collect()
+                }
                 0 => keys.iter().take(16).map(|k| get(k)).collect(),
                 1 => keys.iter().rev().take(16).map(|k| get(k)).collect(),
                 2 => keys.iter().flat_map(|k| [get(k), get(k)]).collect(),
@@ -1611,6 +1634,8 @@ fn batched_gets_answer_as_redis_does() {
         }
         let mut all = pipelined_differences(&t, false, 16, &script).await;
         all.extend(pipelined_differences(&t, true, 16, &script).await);
+        // One at a time too: a lone GET or EXISTS is a batch's submission of its own.
+        all.extend(differences(&t, true, &script).await);
         // A run of 128 GETs, one submission whatever its length.
         let mut long = padded(setup, 128, &pad_set);
         long.extend(keys.iter().cycle().take(128).map(|k| get(k)));

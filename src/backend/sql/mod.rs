@@ -504,17 +504,11 @@ impl SqlBackend {
             .map(|r| commands::writes(r.args.first().map(|n| n.as_ref()).unwrap_or_default()))
             .collect();
         if writes.iter().all(|w| *w == Some(false)) {
-            // Plain GETs straight into the batched reads; other reads each on their own,
-            // boxed (a SQL command's future is large, and joining moves it).
-            let gets: Option<Vec<&Bytes>> = requests
-                .iter()
-                .map(|r| match r.args {
-                    [name, key] if name.eq_ignore_ascii_case(b"GET") => Some(key),
-                    _ => None,
-                })
-                .collect();
-            if let (Some(gets), Some(batcher)) = (gets, &self.inner.reads) {
-                let answers = batcher.get_many(&gets, acquire_timeout).await;
+            // Plain GETs and EXISTSes straight into the batched reads; other reads each on
+            // their own, boxed (a SQL command's future is large, and joining moves it).
+            let asks: Option<Vec<_>> = requests.iter().map(|r| reads::ask(r.args)).collect();
+            if let (Some(asks), Some(batcher)) = (asks, &self.inner.reads) {
+                let answers = batcher.read_many(&asks, acquire_timeout).await;
                 return Some(self.answered(answers));
             }
             // A run of one whole-collection read: one statement for all its keys.
@@ -1043,12 +1037,12 @@ impl Inner {
                     .await;
             }
         }
-        if let (false, false, None, Some(reads), [[name, key]]) =
+        if let (false, false, None, Some(reads), [args]) =
             (write, batch, token, &self.reads, commands)
         {
-            if name.eq_ignore_ascii_case(b"GET") {
-                let mut answers = reads.get_many(&[key], acquire_timeout).await;
-                // One answer per key; should none come, the read was not attempted.
+            if let Some(ask) = reads::ask(args) {
+                let mut answers = reads.read_many(&[ask], acquire_timeout).await;
+                // One answer per request; should none come, the read was not attempted.
                 let answer = answers.pop().unwrap_or(Err(BackendError::AcquireTimeout {
                     waited: acquire_timeout,
                 }));
