@@ -832,12 +832,12 @@ backend = "db"
         async move { timed(&addr, &["SET", "k2", "v"], limit).await }
     });
     // A client's pipelined runs of whole-collection reads and of stream ranges (one
-    // statement each), and a run of SETs: the first request waits the outage out; the ones queued behind it waited as
+    // statement each), of EXISTS (the batched reads), and a run of SETs: the first request waits the outage out; the ones queued behind it waited as
     // long, so each gets one attempt more, not a budget of its own. The whole run is
     // answered within one budget and an attempt per request behind.
     let behind = u32::try_from(7).unwrap_or(u32::MAX);
     let run_limit = limit + (acquire + response) * behind;
-    let runs = ["HGETALL", "SMEMBERS", "XRANGE", "SET"].map(|name| {
+    let runs = ["HGETALL", "SMEMBERS", "XRANGE", "EXISTS", "SET"].map(|name| {
         let addr = proxy.addr.clone();
         tokio::spawn(async move {
             let keys = ["a", "b", "a", "c", "d", "e", "f", "g"];
