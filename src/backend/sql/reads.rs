@@ -5,9 +5,9 @@
 //! batch at a time, its statement bounded by the backend's deadline (`deadline`). A client's
 //! pipelined run of GETs is one submission: one queue entry and one reply for the run.
 //! `EXISTS` (and `TOUCH`, which only marks keys used) read the same records and count the
-//! keys found: settled mode's read before a `DEL` or `SETNX` is such an `EXISTS`, and one
-//! statement per request (a pooled connection's acquire and release each) was 1/7 of what
-//! a batch costs a request on SQLite.
+//! keys found: settled mode's read before a `DEL` or `SETNX` is such an `EXISTS`, and as a
+//! statement of its own (a pooled connection's acquire and release each) it cost a request
+//! about seven times what a batch does on SQLite.
 
 use super::deadline::{self, GRACE};
 use super::queue::Queue;
@@ -55,7 +55,7 @@ pub enum Ask {
 }
 
 /// What the batched reads answer of `args`: `GET key`, and `EXISTS` or `TOUCH` of one key
-/// or more (a key named twice counts twice); None for anything else.
+/// or more; None for anything else.
 pub(super) fn ask(args: &[Bytes]) -> Option<(Ask, &[Bytes])> {
     let (name, keys) = args.split_first()?;
     if name.eq_ignore_ascii_case(b"GET") && keys.len() == 1 {
@@ -69,7 +69,7 @@ pub(super) fn ask(args: &[Bytes]) -> Option<(Ask, &[Bytes])> {
     }
 }
 
-/// One submission: a GET, or a client's pipelined run of them, answered together (one
+/// One submission: a GET or EXISTS, or a client's pipelined run of them, answered together (one
 /// queue entry and one reply channel for the run, not one per key).
 struct Get {
     keys: Vec<Bytes>,
@@ -77,7 +77,7 @@ struct Get {
     asks: Vec<(Ask, usize)>,
     /// Past this, the requests are answered not attempted instead of being read.
     deadline: Instant,
-    /// One answer per key, in order.
+    /// One answer per request (per entry of `asks`), in order.
     reply: oneshot::Sender<Vec<Answer>>,
 }
 
