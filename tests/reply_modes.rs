@@ -877,7 +877,8 @@ async fn a_pipelined_run_through_a_lost_commit_applies_nothing_twice() {
 /// several clients (SETs, SADDs, DELs, HSETs, increments, XADDs, each with its own token) by multi-row
 /// statements: each request, retried with its token, finds the reply its first attempt
 /// recorded and answers it — never `INDOUBT`, never applied twice (a SADD or DEL applied
-/// again would answer 0, an HSET 0, an INCR 2). The clients' requests are gathered into one group by
+/// again would answer 0, an HSET 0, an INCR 2). Those whose first attempt changed nothing
+/// recorded no reply (`src/backend/sql/unchanged.rs`), and their retries answer 0 again. The clients' requests are gathered into one group by
 /// holding the writer on a blackholed connection while they queue. No two clients' requests
 /// depend on each other's order: retried apart, they may apply in any.
 #[tokio::test(flavor = "multi_thread")]
@@ -893,8 +894,15 @@ async fn runs_from_many_clients_in_exact_mode_answer_their_first_application_thr
     let mut setup = proxy.connect().await;
     assert_eq!(setup.command(&["SET", "d1", "1"]).await, b"+OK\r\n");
     assert_eq!(setup.command(&["SET", "d2", "1"]).await, b"+OK\r\n");
+    assert_eq!(setup.command(&["SET", "held", "theirs"]).await, b"+OK\r\n");
+    assert_eq!(setup.command(&["SADD", "known", "m"]).await, b":1\r\n");
     settle_connection(&mut setup).await;
     let script: &[(&[&str], &str)] = &[
+        // Writes that change nothing record no token: each retry applies afresh, and
+        // changes nothing again.
+        (&["DEL", "absent"], ":0\r\n"),
+        (&["SETNX", "held", "mine"], ":0\r\n"),
+        (&["SADD", "known", "m"], ":0\r\n"),
         (&["SADD", "s", "x"], ":1\r\n"),
         (&["SADD", "s", "y"], ":1\r\n"),
         (&["SADD", "s", "z", "w"], ":2\r\n"),
@@ -937,6 +945,7 @@ async fn runs_from_many_clients_in_exact_mode_answer_their_first_application_thr
         assert_eq!(got, want, "{args:?} ({replies:?})");
     }
     assert_eq!(setup.command(&["SCARD", "s"]).await, b":4\r\n");
+    assert_eq!(setup.command(&["GET", "held"]).await, b"$6\r\ntheirs\r\n");
     assert_eq!(setup.command(&["EXISTS", "d1", "d2"]).await, b":0\r\n");
     assert_eq!(setup.command(&["HLEN", "h"]).await, b":3\r\n");
     // An XADD applied again would have answered 5-2 and left three entries.

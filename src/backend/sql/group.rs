@@ -397,14 +397,21 @@ impl Tokens {
         }
         let outcome = job.apply_with(inner, conn, None, dirty).await;
         if let Ok(frames) = &outcome {
-            self.record(token, frames);
+            self.record(job, token, frames);
         }
         outcome
     }
 
-    /// Records the reply of a request this group applied under its token.
-    fn record(&mut self, token: &[u8], frames: &[Frame]) {
+    /// Records the reply of a request this group applied under its token, unless the reply
+    /// proves the request changed nothing (`unchanged`): then a retry applies it afresh.
+    fn record(&mut self, job: &Job, token: &[u8], frames: &[Frame]) {
         if let Some(frame) = frames.first() {
+            if job
+                .single()
+                .is_some_and(|args| super::unchanged::changed_nothing(args, frame))
+            {
+                return;
+            }
             self.recorded
                 .insert(token.to_vec(), super::record_reply(frame));
             self.new.push(token.to_vec());
@@ -704,7 +711,7 @@ fn finish_run(
 ) {
     for (job, outcome) in ran.iter().zip(each) {
         if let (Some(token), Ok(frames)) = (job.token.as_deref(), &outcome) {
-            tokens.record(token, frames);
+            tokens.record(job, token, frames);
         }
         changed.note(job, &outcome);
         outcomes.push(outcome);
@@ -924,10 +931,9 @@ mod tests {
 
     /// On a real SQLite file: a first dispatch's token is not looked up, a dispatch sent
     /// again finds its reply, and a job given up on before its claim is not applied.
-    #[tokio::test]
-    async fn a_group_applies_what_is_claimed_and_reads_only_tokens_sent_before() {
+    /// A SQLite backend on a file in `dir`, its schema made.
+    async fn sqlite(dir: &tempfile::TempDir) -> super::super::SqlBackend {
         use crate::backend::{Backend, Request};
-        let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("g.db");
         let config = crate::config::SqliteConfig::at(path.to_str().unwrap());
         let Ok(Backend::Sql(backend)) = Backend::build(
@@ -937,22 +943,46 @@ mod tests {
         ) else {
             panic!("a SQLite backend");
         };
-        let args = |words: &[&str]| -> Vec<Bytes> {
-            words.iter().map(|w| Bytes::from(w.to_string())).collect()
-        };
-        let get = args(&["GET", "n"]);
+        // The schema is made in the background.
+        let ping = [Bytes::from_static(b"GET"), Bytes::from_static(b"n")];
+        let started = std::time::Instant::now();
+        while backend
+            .dispatch(
+                &Request::new(&ping, Proto::Resp2, 1),
+                std::time::Duration::from_secs(5),
+            )
+            .await
+            .is_err()
+        {
+            assert!(started.elapsed() < std::time::Duration::from_secs(10));
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        backend
+    }
+
+    /// Each outcome's integer reply; None for an error or another kind of reply.
+    fn integers(outcomes: Vec<super::Outcome>) -> Vec<Option<i64>> {
+        outcomes
+            .into_iter()
+            .map(|o| match o.ok()?.first()? {
+                redis_protocol::resp3::types::BytesFrame::Number { data, .. } => Some(*data),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_group_applies_what_is_claimed_and_reads_only_tokens_sent_before() {
+        use crate::backend::Request;
+        let dir = tempfile::tempdir().unwrap();
+        let backend = sqlite(&dir).await;
+        let get = [Bytes::from_static(b"GET"), Bytes::from_static(b"n")];
         let read = || async {
             let request = Request::new(&get, Proto::Resp2, 1);
             backend
                 .dispatch(&request, std::time::Duration::from_secs(5))
                 .await
         };
-        // The schema is made in the background.
-        let started = std::time::Instant::now();
-        while read().await.is_err() {
-            assert!(started.elapsed() < std::time::Duration::from_secs(10));
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
         let incr = |token: &str, again: bool| Job {
             again,
             ..job(&["INCR", "n"], Some(token), false)
@@ -966,13 +996,7 @@ mod tests {
             let progress = super::Progress::default();
             let mut held = super::Held::default();
             let outcomes = super::commit_group(inner, &group, &states, &mut held, &progress).await;
-            let replies: Vec<Option<i64>> = outcomes
-                .into_iter()
-                .map(|o| match o.ok()?.first()? {
-                    redis_protocol::resp3::types::BytesFrame::Number { data, .. } => Some(*data),
-                    _ => None,
-                })
-                .collect();
+            let replies = integers(outcomes);
             let value = match read().await.unwrap() {
                 redis_protocol::resp3::types::BytesFrame::BlobString { data, .. } => {
                     String::from_utf8_lossy(&data).into_owned()
@@ -1035,6 +1059,92 @@ mod tests {
         ];
         for (what, jobs, replies, value) in cases {
             assert_eq!(run(jobs).await, (replies, value.to_string()), "{what}");
+        }
+    }
+
+    /// On a real SQLite file, through both passes of a group (one run of multi-row
+    /// statements, and a savepoint per request): a reply that proves nothing changed
+    /// records no token, so its retry applies afresh; any other reply is recorded, and its
+    /// retry answers it whatever the keys hold by then.
+    #[tokio::test]
+    async fn exact_mode_records_no_token_for_a_write_that_changed_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = sqlite(&dir).await;
+        let inner = &backend.inner;
+        for careful in [false, true] {
+            let pass = if careful { "careful" } else { "optimistic" };
+            let run = |jobs: Vec<Job>| async move {
+                let states: Vec<Arc<AtomicU8>> = jobs
+                    .iter()
+                    .map(|_| Arc::new(AtomicU8::new(TAKEN)))
+                    .collect();
+                let progress = super::Progress::default();
+                let outcomes = if careful {
+                    super::careful(inner, &jobs, &states, &progress).await
+                } else {
+                    let mut held = super::Held::default();
+                    super::commit_group(inner, &jobs, &states, &mut held, &progress).await
+                };
+                integers(outcomes)
+            };
+            let first = |args: &[&str], token: &str| job(args, Some(token), false);
+            let again = |args: &[&str], token: &str| Job {
+                again: true,
+                ..job(args, Some(token), false)
+            };
+            let t = |name: &str| format!("{pass}-{name}");
+            // Keys of each pass's own.
+            let (k, j, s) = (
+                format!("{pass}:k"),
+                format!("{pass}:j"),
+                format!("{pass}:s"),
+            );
+            let (k, j, s) = (k.as_str(), j.as_str(), s.as_str());
+            let plain = |args: &[&str]| job(args, None, false);
+            // (what, the group, each job's reply)
+            type Case<'a> = (&'a str, Vec<Job>, Vec<Option<i64>>);
+            let cases: Vec<Case> = vec![
+                (
+                    "DELs of absent keys, and a SADD of a member already there",
+                    vec![
+                        plain(&["SADD", s, "m"]),
+                        first(&["DEL", k], &t("a")),
+                        first(&["DEL", j], &t("b")),
+                        first(&["SADD", s, "m"], &t("c")),
+                    ],
+                    vec![Some(1), Some(0), Some(0), Some(0)],
+                ),
+                (
+                    "the keys written by another client",
+                    vec![
+                        plain(&["SET", k, "1"]),
+                        plain(&["SET", j, "1"]),
+                        plain(&["SREM", s, "m"]),
+                    ],
+                    vec![None, None, Some(1)],
+                ),
+                (
+                    "retried: no token, so applied afresh",
+                    vec![
+                        again(&["DEL", k], &t("a")),
+                        again(&["DEL", j], &t("b")),
+                        again(&["SADD", s, "m"], &t("c")),
+                    ],
+                    vec![Some(1), Some(1), Some(1)],
+                ),
+                (
+                    "retried again: those replies changed something, and were recorded",
+                    vec![
+                        again(&["DEL", k], &t("a")),
+                        again(&["DEL", j], &t("b")),
+                        again(&["SADD", s, "m"], &t("c")),
+                    ],
+                    vec![Some(1), Some(1), Some(1)],
+                ),
+            ];
+            for (what, jobs, want) in cases {
+                assert_eq!(run(jobs).await, want, "{pass}: {what}");
+            }
         }
     }
 

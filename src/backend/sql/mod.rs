@@ -37,6 +37,7 @@ mod sort;
 mod store;
 mod streams;
 mod strings;
+mod unchanged;
 mod watch;
 mod whole;
 mod xgroups;
@@ -875,6 +876,10 @@ impl Inner {
                 return Err(failure(conn, f, wrote, dirty));
             }
         };
+        // A reply that proves nothing changed needs no token (`unchanged`).
+        if unchanged::changed_nothing(args, &frame) {
+            return Ok(vec![frame]);
+        }
         let encoded = record_reply(&frame);
         let expires = now.saturating_add(crate::backend::TOKEN_TTL.as_millis() as i64);
         let stored = ctx
