@@ -524,6 +524,11 @@ def sql_runs(args, binary, tmp, log, procs, redis_port, pg_port):
         # Whole-collection reads of what the two above wrote: a run is one statement.
         ("SMEMBERS P16", ["SMEMBERS", "set:__rand_int__"], 50, 16),
         ("HGETALL P16", ["HGETALL", "hash:__rand_int__"], 50, 16),
+        # Point reads of the same keys, which are not GETs: a statement or two each, alone
+        # and pipelined.
+        ("HGET", ["HGET", "hash:__rand_int__", "f:__rand_int__"], 50, 1),
+        ("HGET P16", ["HGET", "hash:__rand_int__", "f:__rand_int__"], 50, 16),
+        ("SISMEMBER", ["SISMEMBER", "set:__rand_int__", "m:__rand_int__"], 50, 1),
         # Streams of a few entries each, and a run of range reads over them.
         ("XADD P16", ["XADD", "stream:__rand_int__", "*", "f", "v"], 50, 16),
         ("XRANGE P16", ["XRANGE", "stream:__rand_int__", "-", "+", "COUNT", "10"], 50, 16),

@@ -1632,9 +1632,39 @@ fn batched_gets_answer_as_redis_does() {
             };
             script.extend(padded(run, 16, &pad_get));
         }
+        // The other point reads, which the batched reads run as their own statements in the
+        // batch's snapshot: sixteen of every key, of every kind (a wrong kind answers
+        // `WRONGTYPE` alone), beside GETs of it.
+        let point = |k: &[u8]| -> Vec<Cmd> {
+            let with = |name: &str, rest: &[&str]| {
+                let mut c = vec![name.as_bytes().to_vec(), k.to_vec()];
+                c.extend(rest.iter().map(|a| a.as_bytes().to_vec()));
+                c
+            };
+            vec![
+                with("HGET", &["f"]),
+                get(k),
+                with("SISMEMBER", &["m"]),
+                with("TTL", &[]),
+                with("HMGET", &["f", "g", "f"]),
+                with("TYPE", &[]),
+                with("SMISMEMBER", &["m", "n"]),
+                with("STRLEN", &[]),
+                with("ZSCORE", &["m"]),
+                with("LLEN", &[]),
+                with("MGET", &["plain", "missing"]),
+                with("HEXISTS", &["f"]),
+                with("SCARD", &[]),
+                with("XLEN", &[]),
+                with("HSTRLEN", &["f"]),
+                exists(k),
+            ]
+        };
+        script.extend(keys.iter().flat_map(|k| point(k)));
         let mut all = pipelined_differences(&t, false, 16, &script).await;
         all.extend(pipelined_differences(&t, true, 16, &script).await);
-        // One at a time too: a lone GET or EXISTS is a batch's submission of its own.
+        // One at a time too: a lone GET, EXISTS or point read is a batch's submission of its
+        // own.
         all.extend(differences(&t, true, &script).await);
         // A run of 128 GETs, one submission whatever its length.
         let mut long = padded(setup, 128, &pad_set);

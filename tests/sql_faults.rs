@@ -831,13 +831,19 @@ backend = "db"
         let addr = proxy.addr.clone();
         async move { timed(&addr, &["SET", "k2", "v"], limit).await }
     });
+    // A lone point read, which the batched reads run as its own statements.
+    let hget = tokio::spawn({
+        let addr = proxy.addr.clone();
+        async move { timed(&addr, &["HGET", "h", "f"], limit).await }
+    });
     // A client's pipelined runs of whole-collection reads and of stream ranges (one
-    // statement each), of EXISTS (the batched reads), and a run of SETs: the first request waits the outage out; the ones queued behind it waited as
+    // statement each), of EXISTS and HGET (the batched reads), and a run of SETs: the
+    // first request waits the outage out; the ones queued behind it waited as
     // long, so each gets one attempt more, not a budget of its own. The whole run is
     // answered within one budget and an attempt per request behind.
     let behind = u32::try_from(7).unwrap_or(u32::MAX);
     let run_limit = limit + (acquire + response) * behind;
-    let runs = ["HGETALL", "SMEMBERS", "XRANGE", "EXISTS", "SET"].map(|name| {
+    let runs = ["HGETALL", "SMEMBERS", "XRANGE", "EXISTS", "HGET", "SET"].map(|name| {
         let addr = proxy.addr.clone();
         tokio::spawn(async move {
             let keys = ["a", "b", "a", "c", "d", "e", "f", "g"];
@@ -846,6 +852,7 @@ backend = "db"
                 .map(|k| match name {
                     "SET" => vec![name, *k, "v"],
                     "XRANGE" => vec![name, *k, "-", "+"],
+                    "HGET" => vec![name, *k, "f"],
                     _ => vec![name, *k],
                 })
                 .collect();
@@ -897,6 +904,13 @@ backend = "db"
     assert!(
         get.starts_with("-UNAVAILABLE"),
         "GET k answered {get:?} after {get_took:?}"
+    );
+    let (hget, hget_took) = hget.await.unwrap();
+    let hget = hget
+        .unwrap_or_else(|| panic!("HGET h f: no answer within {limit:?} from a {what} PostgreSQL"));
+    assert!(
+        hget.starts_with("-UNAVAILABLE") && hget.contains("retry budget exhausted"),
+        "HGET h f answered {hget:?} after {hget_took:?}"
     );
     assert!(
         set.starts_with("-UNAVAILABLE") || set.starts_with("-INDOUBT"),

@@ -505,11 +505,11 @@ impl SqlBackend {
             .map(|r| commands::writes(r.args.first().map(|n| n.as_ref()).unwrap_or_default()))
             .collect();
         if writes.iter().all(|w| *w == Some(false)) {
-            // Plain GETs and EXISTSes straight into the batched reads; other reads each on
+            // Plain GETs, EXISTSes and point reads straight into the batched reads; other reads each on
             // their own, boxed (a SQL command's future is large, and joining moves it).
             let asks: Option<Vec<_>> = requests.iter().map(|r| reads::ask(r.args)).collect();
             if let (Some(asks), Some(batcher)) = (asks, &self.inner.reads) {
-                let answers = batcher.read_many(&asks, acquire_timeout).await;
+                let answers = batcher.read_many(&asks, proto, acquire_timeout).await;
                 return Some(self.answered(answers));
             }
             // A run of one whole-collection read: one statement for all its keys.
@@ -1046,7 +1046,7 @@ impl Inner {
             (write, batch, token, &self.reads, commands)
         {
             if let Some(ask) = reads::ask(args) {
-                let mut answers = reads.read_many(&[ask], acquire_timeout).await;
+                let mut answers = reads.read_many(&[ask], proto, acquire_timeout).await;
                 // One answer per request; should none come, the read was not attempted.
                 let answer = answers.pop().unwrap_or(Err(BackendError::AcquireTimeout {
                     waited: acquire_timeout,

@@ -7,13 +7,16 @@
 //! `EXISTS` (and `TOUCH`, which only marks keys used) read the same records and count the
 //! keys found: settled mode's read before a `DEL` or `SETNX` is such an `EXISTS`, and as a
 //! statement of its own (a pooled connection's acquire and release each) it cost a request
-//! about seven times what a batch does on SQLite.
+//! about seven times what a batch does on SQLite. The other point reads (`HGET`,
+//! `SISMEMBER`, `TTL`…, `point_read`) join the batch too, each run as its own statements
+//! after the keys' one, on the reader's held connection and in one read transaction: alone,
+//! each took a pooled connection, a `BEGIN`, a `COMMIT` and sqlx's ping on release.
 
 use super::deadline::{self, GRACE};
 use super::queue::Queue;
-use super::store::{placeholders, Dialect, Kind, WRONGTYPE};
+use super::store::{placeholders, Ctx, Dialect, Fail, Kind, WRONGTYPE};
 use super::{Held, Inner, SqlStage};
-use crate::backend::BackendError;
+use crate::backend::{BackendError, Proto};
 use bytes::Bytes;
 use redis_protocol::resp3::types::BytesFrame as Frame;
 use sqlx::{Executor as _, Row};
@@ -52,10 +55,14 @@ pub enum Ask {
     /// `EXISTS key…` / `TOUCH key…`: how many of its keys are live, of any kind (a key
     /// named twice counts twice, as in Redis).
     Exists,
+    /// Any other point read (`point_read`): run as the command's own statements, on the
+    /// batch's connection and inside its read transaction.
+    Read,
 }
 
-/// What the batched reads answer of `args`: `GET key`, and `EXISTS` or `TOUCH` of one key
-/// or more; None for anything else.
+/// What the batched reads answer of `args`: `GET key`, `EXISTS` or `TOUCH` of one key or
+/// more (with their keys), and the point reads (with the whole command); None for anything
+/// else.
 pub(super) fn ask(args: &[Bytes]) -> Option<(Ask, &[Bytes])> {
     let (name, keys) = args.split_first()?;
     if name.eq_ignore_ascii_case(b"GET") && keys.len() == 1 {
@@ -64,17 +71,54 @@ pub(super) fn ask(args: &[Bytes]) -> Option<(Ask, &[Bytes])> {
         && !keys.is_empty()
     {
         Some((Ask::Exists, keys))
+    } else if point_read(name) && !keys.is_empty() {
+        Some((Ask::Read, args))
     } else {
         None
     }
 }
 
+/// The reads whose cost is bounded by what they name (a field, a member, a key's length or
+/// type, a few keys), so running one on a reader's connection never holds the batch behind
+/// it for long. Reads of a whole collection or a range (`HGETALL`, `LRANGE`, `ZRANGE`,
+/// `SCAN`, `KEYS`) stay on connections of their own: one over a large key would hold every
+/// `GET` queued behind it.
+fn point_read(name: &[u8]) -> bool {
+    const POINT: &[&[u8]] = &[
+        b"HGET",
+        b"HMGET",
+        b"HEXISTS",
+        b"HLEN",
+        b"HSTRLEN",
+        b"SISMEMBER",
+        b"SMISMEMBER",
+        b"SCARD",
+        b"STRLEN",
+        b"TYPE",
+        b"TTL",
+        b"PTTL",
+        b"EXPIRETIME",
+        b"PEXPIRETIME",
+        b"MGET",
+        b"LLEN",
+        b"LINDEX",
+        b"ZSCORE",
+        b"ZMSCORE",
+        b"ZCARD",
+        b"XLEN",
+    ];
+    POINT.iter().any(|n| name.eq_ignore_ascii_case(n))
+}
+
 /// One submission: a GET or EXISTS, or a client's pipelined run of them, answered together (one
 /// queue entry and one reply channel for the run, not one per key).
 struct Get {
+    /// The keys of each `GET` and `EXISTS`, and the whole command of each point read.
     keys: Vec<Bytes>,
     /// Each request's ask and how many of `keys` (in order) are its.
     asks: Vec<(Ask, usize)>,
+    /// The client's protocol (a point read's reply may depend on it).
+    proto: Proto,
     /// Past this, the requests are answered not attempted instead of being read.
     deadline: Instant,
     /// One answer per request (per entry of `asks`), in order.
@@ -115,6 +159,7 @@ impl GetBatcher {
     pub async fn read_many(
         &self,
         requests: &[(Ask, &[Bytes])],
+        proto: Proto,
         acquire_timeout: Duration,
     ) -> Vec<Answer> {
         let deadline = Instant::now() + acquire_timeout;
@@ -129,6 +174,7 @@ impl GetBatcher {
                 .iter()
                 .map(|(ask, keys)| (*ask, keys.len()))
                 .collect(),
+            proto,
             deadline,
             reply,
         };
@@ -236,10 +282,21 @@ async fn read_batch(inner: &Inner, batch: Vec<Get>, held: &mut Held) {
     let Some(latest) = live.iter().map(|g| g.deadline).max() else {
         return;
     };
-    let keys: Vec<&[u8]> = live
-        .iter()
-        .flat_map(|g| g.keys.iter().map(|k| k.as_ref()))
-        .collect();
+    // Every GET's and EXISTS's keys, read by one statement; each point read's command, run
+    // after it on the same connection.
+    let mut keys: Vec<&[u8]> = Vec::new();
+    let mut point: Vec<(&[Bytes], Proto)> = Vec::new();
+    for get in &live {
+        let mut of = get.keys.as_slice();
+        for &(ask, n) in &get.asks {
+            let (mine, rest) = of.split_at(n.min(of.len()));
+            of = rest;
+            match ask {
+                Ask::Read => point.push((mine, get.proto)),
+                Ask::Get | Ask::Exists => keys.extend(mine.iter().map(|k| k.as_ref())),
+            }
+        }
+    }
     let fail = |live: Vec<Get>, e: BackendError| {
         let e = Arc::new(e);
         for get in live {
@@ -247,10 +304,11 @@ async fn read_batch(inner: &Inner, batch: Vec<Get>, held: &mut Held) {
         }
     };
     // A batch larger than one statement takes (a client's run may be up to
-    // `server.max_pipeline` GETs) is read by several inside one read-only transaction:
-    // one snapshot for the batch still.
+    // `server.max_pipeline` GETs), or one with point reads (a command may be several
+    // statements), is read inside one read-only transaction: one snapshot for the batch.
     let split = keys.len() > STATEMENT_KEYS;
-    let begin = split.then(|| inner.begin_statement(false));
+    let begun = split || !point.is_empty();
+    let begin = begun.then(|| inner.begin_statement(false));
     let mut conn = match inner.acquire_held(held, false, begin, latest - now).await {
         Ok(conn) => conn,
         Err(e) => return fail(live, e),
@@ -264,16 +322,33 @@ async fn read_batch(inner: &Inner, batch: Vec<Get>, held: &mut Held) {
                 Dialect::Postgres => row_per_key(part, &mut conn, limit).await?,
             });
         }
-        if split {
-            conn.execute("COMMIT").await.map_err(work_error)?;
+        let now_ms = super::now_ms();
+        let mut points = Vec::with_capacity(point.len());
+        for &(args, proto) in &point {
+            let mut ctx = Ctx::new(&mut conn, now_ms, proto, inner.dialect, false);
+            let until = Instant::now() + limit;
+            let run = super::commands::run(&mut ctx, args, inner.allow_flush);
+            let ran =
+                deadline::within(until, limit, SqlStage::Work, async { Ok(run.await) }).await?;
+            points.push(match ran {
+                Ok(frame) => Ok(frame),
+                // The command's own error (`WRONGTYPE`, a bad argument): its answer alone.
+                Err(Fail::Reply(text)) => Err(BackendError::reply(Bytes::from(text))),
+                // The connection's, or the database's: the batch's.
+                Err(Fail::Sql(e)) => return Err(work_error(e)),
+                Err(Fail::Watched) => Err(BackendError::Watched),
+            });
         }
-        Ok::<_, BackendError>(values)
+        if begun {
+            bounded(limit, conn.execute("COMMIT")).await?;
+        }
+        Ok::<_, BackendError>((values, points))
     };
-    let values = match read.await {
-        Ok(values) => {
+    let (values, points) = match read.await {
+        Ok(read) => {
             conn.finish();
             held.keep(conn);
-            values
+            read
         }
         Err(e) => {
             // Unfinished or failed, the connection is closed as it is dropped.
@@ -282,11 +357,15 @@ async fn read_batch(inner: &Inner, batch: Vec<Get>, held: &mut Held) {
         }
     };
     let mut values = values.into_iter();
+    let mut points = points.into_iter();
     for get in live {
         let answers = get
             .asks
             .iter()
-            .map(|&(ask, keys)| answer(ask, values.by_ref().take(keys)))
+            .map(|&(ask, keys)| match ask {
+                Ask::Read => points.next().unwrap_or_else(|| Err(unanswered())),
+                Ask::Get | Ask::Exists => answer(ask, values.by_ref().take(keys)),
+            })
             .collect();
         let _ = get.reply.send(answers);
     }
@@ -306,7 +385,16 @@ fn answer(ask: Ask, mut values: impl Iterator<Item = Value>) -> Answer {
             let live = values.filter(|v| !matches!(v, Value::Nil)).count();
             Ok(super::store::int(live as i64))
         }
+        // Answered by its own statements (`read_batch`), never from the keys' records.
+        Ask::Read => Err(unanswered()),
     }
+}
+
+/// A point read that got no answer of its own (never expected): an error, not a guess.
+fn unanswered() -> BackendError {
+    BackendError::reply(Bytes::from_static(
+        b"ERR holdfast: a batched read went unanswered",
+    ))
 }
 
 /// What `GET` finds under one key.
