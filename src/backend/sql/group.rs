@@ -1101,6 +1101,14 @@ mod tests {
             );
             let (k, j, s) = (k.as_str(), j.as_str(), s.as_str());
             let plain = |args: &[&str]| job(args, None, false);
+            // The first case's three requests, sent again with their tokens.
+            let retries = || {
+                vec![
+                    again(&["DEL", k], &t("a")),
+                    again(&["DEL", j], &t("b")),
+                    again(&["SADD", s, "m"], &t("c")),
+                ]
+            };
             // (what, the group, each job's reply)
             type Case<'a> = (&'a str, Vec<Job>, Vec<Option<i64>>);
             let cases: Vec<Case> = vec![
@@ -1125,20 +1133,12 @@ mod tests {
                 ),
                 (
                     "retried: no token, so applied afresh",
-                    vec![
-                        again(&["DEL", k], &t("a")),
-                        again(&["DEL", j], &t("b")),
-                        again(&["SADD", s, "m"], &t("c")),
-                    ],
+                    retries(),
                     vec![Some(1), Some(1), Some(1)],
                 ),
                 (
                     "retried again: those replies changed something, and were recorded",
-                    vec![
-                        again(&["DEL", k], &t("a")),
-                        again(&["DEL", j], &t("b")),
-                        again(&["SADD", s, "m"], &t("c")),
-                    ],
+                    retries(),
                     vec![Some(1), Some(1), Some(1)],
                 ),
             ];

@@ -1184,7 +1184,6 @@ fn failure(conn: &mut PoolConnection<Any>, f: Fail, wrote: bool, dirty: &mut boo
     }
 }
 
-/// A failure inside the transaction: roll back, and never reuse a connection in doubt.
 /// A request's reply as exact mode records it with its token (RESP3, doubles shortest).
 fn record_reply(frame: &Frame) -> Vec<u8> {
     let mut encoded = bytes::BytesMut::new();
@@ -1212,6 +1211,7 @@ fn recorded_reply(raw: Vec<u8>) -> Result<Vec<Frame>, BackendError> {
     }
 }
 
+/// A failure inside the transaction: roll back, and never reuse a connection in doubt.
 fn abandon(conn: &mut PoolConnection<Any>, e: sqlx::Error) -> BackendError {
     conn.close_on_drop();
     BackendError::Sql {
