@@ -267,6 +267,7 @@ fn sql_error(stage: SqlStage, error: &sqlx::Error) -> ErrorClass {
 /// SQLite result codes (primary, the low byte of an extended code).
 const SQLITE_BUSY: i64 = 5;
 const SQLITE_LOCKED: i64 = 6;
+const SQLITE_IOERR: i64 = 10;
 
 fn database_code(db: &dyn sqlx::error::DatabaseError) -> ErrorClass {
     if let Some(pg) = db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
@@ -274,20 +275,35 @@ fn database_code(db: &dyn sqlx::error::DatabaseError) -> ErrorClass {
     }
     if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
         // sqlx reports SQLite's extended result code, as its decimal number.
-        let code = db.code().and_then(|c| c.parse::<i64>().ok());
-        return match code.map(|c| c & 0xff) {
-            Some(SQLITE_BUSY | SQLITE_LOCKED) => ErrorClass::NotAttempted,
-            _ => ErrorClass::Other,
-        };
+        return db
+            .code()
+            .and_then(|c| c.parse::<i64>().ok())
+            .map_or(ErrorClass::Other, sqlite_code);
     }
     ErrorClass::Other
+}
+
+/// A SQLite result code, extended codes masked to their primary code.
+fn sqlite_code(code: i64) -> ErrorClass {
+    match code & 0xff {
+        SQLITE_BUSY | SQLITE_LOCKED => ErrorClass::NotAttempted,
+        // The disk failed under a write (`IOERR_WRITE`, `IOERR_FSYNC`...): at COMMIT the
+        // WAL may already hold the transaction's commit frame, which the next reader
+        // replays, so it may have been applied (before COMMIT, `sql_error` makes it
+        // NotAttempted: the transaction was never committed).
+        SQLITE_IOERR => ErrorClass::Transient,
+        _ => ErrorClass::Other,
+    }
 }
 
 /// A PostgreSQL SQLSTATE: five characters, the first two its class.
 pub fn sqlstate(code: &str) -> ErrorClass {
     match code {
-        // Shutting down, or the connection was lost: the statement may have run.
-        "57P01" | "57P02" => ErrorClass::Transient,
+        // Shutting down, or the connection was lost: the statement may have run. 57P05 and
+        // 25P03 are the server ending a session idle past `idle_session_timeout` or
+        // `idle_in_transaction_session_timeout`: met on the next statement sent, as a
+        // connection lost then (NotAttempted before COMMIT, in doubt at it).
+        "57P01" | "57P02" | "57P05" | "25P03" => ErrorClass::Transient,
         // Starting up; a standby refusing a write; too many connections: turned away.
         "57P03" | "25006" | "53300" => ErrorClass::NotAttempted,
         // Serialization failure, deadlock, statement cancelled (statement_timeout, a cancel
@@ -603,6 +619,10 @@ mod tests {
             ("08001", ErrorClass::Transient),
             ("57P01", ErrorClass::Transient),
             ("57P02", ErrorClass::Transient),
+            ("57P05", ErrorClass::Transient),
+            ("25P03", ErrorClass::Transient),
+            ("57P04", ErrorClass::Other),
+            ("25P02", ErrorClass::Other),
             ("57P03", ErrorClass::NotAttempted),
             ("40001", ErrorClass::NotAttempted),
             ("40P01", ErrorClass::NotAttempted),
@@ -614,6 +634,26 @@ mod tests {
             ("080000", ErrorClass::Other),
         ] {
             assert_eq!(sqlstate(code), class, "{code}");
+        }
+    }
+
+    #[test]
+    fn sqlite_codes_masked_to_their_primary_code() {
+        for (code, class) in [
+            (5, ErrorClass::NotAttempted),   // BUSY
+            (517, ErrorClass::NotAttempted), // BUSY_SNAPSHOT
+            (6, ErrorClass::NotAttempted),   // LOCKED
+            (262, ErrorClass::NotAttempted), // LOCKED_SHAREDCACHE
+            (10, ErrorClass::Transient),     // IOERR
+            (778, ErrorClass::Transient),    // IOERR_WRITE
+            (1034, ErrorClass::Transient),   // IOERR_FSYNC
+            (13, ErrorClass::Other),         // FULL
+            (19, ErrorClass::Other),         // CONSTRAINT
+            (2067, ErrorClass::Other),       // CONSTRAINT_UNIQUE
+            (1, ErrorClass::Other),          // ERROR
+            (11, ErrorClass::Other),         // CORRUPT
+        ] {
+            assert_eq!(sqlite_code(code), class, "{code}");
         }
     }
 

@@ -695,8 +695,10 @@ impl Inner {
 
     /// A connection of the right pool, its first statement (BEGIN, or the read itself)
     /// already answered. A pooled connection that died with its server (a restart) fails
-    /// that first statement; nothing of the request has run then, so it is closed and
-    /// another one taken, within the acquire timeout.
+    /// that first statement; nothing of the request has run then, so it is closed. A broken
+    /// socket has another one taken, within the acquire timeout; a database error (the
+    /// server's last word before it closed the session, `57P01` or `57P05`, or SQLite's
+    /// `BUSY`) ends the attempt, NotAttempted, and the retry takes another.
     async fn acquire(
         &self,
         write: bool,
