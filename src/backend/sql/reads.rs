@@ -71,44 +71,54 @@ pub(super) fn ask(args: &[Bytes]) -> Option<(Ask, &[Bytes])> {
         && !keys.is_empty()
     {
         Some((Ask::Exists, keys))
-    } else if point_read(name) && !keys.is_empty() {
+    } else if !keys.is_empty() && point_read(args) {
         Some((Ask::Read, args))
     } else {
         None
     }
 }
 
-/// The reads whose cost is bounded by what they name (a field, a member, a key's length or
-/// type, a few keys), so running one on a reader's connection never holds the batch behind
-/// it for long. Reads of a whole collection or a range (`HGETALL`, `LRANGE`, `ZRANGE`,
-/// `SCAN`, `KEYS`) stay on connections of their own: one over a large key would hold every
-/// `GET` queued behind it.
-fn point_read(name: &[u8]) -> bool {
-    const POINT: &[&[u8]] = &[
+/// The reads whose cost is bounded by what they name (a field, a member, a key's type or
+/// expiry, a few fields or keys), so running one on a reader's connection never holds the
+/// batch behind it for long, nor fails it: a point read that the database cannot finish
+/// within the deadline fails every request of its batch. Reads whose cost grows with the
+/// collection stay on connections of their own, as the reads of a whole collection or a
+/// range (`HGETALL`, `LRANGE`, `SCAN`) do: the counts (`HLEN`, `SCARD`, `ZCARD`, `LLEN`,
+/// `XLEN` count the elements), `LINDEX` (walks the list to its index), and `HMGET`,
+/// `SMISMEMBER`, `ZMSCORE` or `MGET` naming more than [`POINT_NAMES`] fields, members or
+/// keys (each is a statement).
+fn point_read(args: &[Bytes]) -> bool {
+    const ONE: &[&[u8]] = &[
         b"HGET",
-        b"HMGET",
         b"HEXISTS",
-        b"HLEN",
         b"HSTRLEN",
         b"SISMEMBER",
-        b"SMISMEMBER",
-        b"SCARD",
         b"STRLEN",
         b"TYPE",
         b"TTL",
         b"PTTL",
         b"EXPIRETIME",
         b"PEXPIRETIME",
-        b"MGET",
-        b"LLEN",
-        b"LINDEX",
         b"ZSCORE",
-        b"ZMSCORE",
-        b"ZCARD",
-        b"XLEN",
     ];
-    POINT.iter().any(|n| name.eq_ignore_ascii_case(n))
+    // The command name and key come before the names, but for MGET, whose names are keys.
+    const MANY: &[(&[u8], usize)] = &[
+        (b"HMGET", 2),
+        (b"SMISMEMBER", 2),
+        (b"ZMSCORE", 2),
+        (b"MGET", 1),
+    ];
+    let Some(name) = args.first() else {
+        return false;
+    };
+    ONE.iter().any(|n| name.eq_ignore_ascii_case(n))
+        || MANY.iter().any(|(n, before)| {
+            name.eq_ignore_ascii_case(n) && args.len().saturating_sub(*before) <= POINT_NAMES
+        })
 }
+
+/// Most fields, members or keys a multi-name point read may name and still join a batch.
+const POINT_NAMES: usize = 16;
 
 /// One submission: a GET or EXISTS, or a client's pipelined run of them, answered together (one
 /// queue entry and one reply channel for the run, not one per key).
@@ -314,7 +324,10 @@ async fn read_batch(inner: &Inner, batch: Vec<Get>, held: &mut Held) {
         Err(e) => return fail(live, e),
     };
     let limit = inner.response_timeout;
-    let read = async {
+    // One deadline for the batch, its point reads included: what a batch may take is one
+    // `response_timeout`, however many point reads it holds.
+    let until = Instant::now() + limit;
+    let read = deadline::within(until, limit, SqlStage::Work, async {
         let mut values = Vec::with_capacity(keys.len());
         for part in keys.chunks(STATEMENT_KEYS) {
             values.extend(match inner.dialect {
@@ -326,24 +339,22 @@ async fn read_batch(inner: &Inner, batch: Vec<Get>, held: &mut Held) {
         let mut points = Vec::with_capacity(point.len());
         for &(args, proto) in &point {
             let mut ctx = Ctx::new(&mut conn, now_ms, proto, inner.dialect, false);
-            let until = Instant::now() + limit;
-            let run = super::commands::run(&mut ctx, args, inner.allow_flush);
-            let ran =
-                deadline::within(until, limit, SqlStage::Work, async { Ok(run.await) }).await?;
-            points.push(match ran {
-                Ok(frame) => Ok(frame),
-                // The command's own error (`WRONGTYPE`, a bad argument): its answer alone.
-                Err(Fail::Reply(text)) => Err(BackendError::reply(Bytes::from(text))),
-                // The connection's, or the database's: the batch's.
-                Err(Fail::Sql(e)) => return Err(work_error(e)),
-                Err(Fail::Watched) => Err(BackendError::Watched),
-            });
+            points.push(
+                match super::commands::run(&mut ctx, args, inner.allow_flush).await {
+                    Ok(frame) => Ok(frame),
+                    // The command's own error (`WRONGTYPE`, a bad argument): its answer alone.
+                    Err(Fail::Reply(text)) => Err(BackendError::reply(Bytes::from(text))),
+                    // The connection's, or the database's: the batch's.
+                    Err(Fail::Sql(e)) => return Err(work_error(e)),
+                    Err(Fail::Watched) => Err(BackendError::Watched),
+                },
+            );
         }
         if begun {
             bounded(limit, conn.execute("COMMIT")).await?;
         }
         Ok::<_, BackendError>((values, points))
-    };
+    });
     let (values, points) = match read.await {
         Ok(read) => {
             conn.finish();
@@ -665,7 +676,60 @@ async fn row_per_key(
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_records, Record};
+    use super::{ask, parse_records, Ask, Record};
+    use bytes::Bytes;
+
+    #[test]
+    fn which_reads_join_a_batch() {
+        let names = |n: usize| {
+            (0..n)
+                .map(|i| format!("f{i}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let cases: &[(String, Option<Ask>)] = &[
+            ("GET k".into(), Some(Ask::Get)),
+            ("get k".into(), Some(Ask::Get)),
+            ("GET k x".into(), None),
+            ("GET".into(), None),
+            ("EXISTS a b a".into(), Some(Ask::Exists)),
+            ("TOUCH a".into(), Some(Ask::Exists)),
+            ("EXISTS".into(), None),
+            ("HGET h f".into(), Some(Ask::Read)),
+            ("hget h f".into(), Some(Ask::Read)),
+            ("SISMEMBER s m".into(), Some(Ask::Read)),
+            ("ZSCORE z m".into(), Some(Ask::Read)),
+            ("TTL k".into(), Some(Ask::Read)),
+            ("TYPE k".into(), Some(Ask::Read)),
+            ("HGET".into(), None),
+            // A few names: one statement each, bounded.
+            (format!("HMGET h {}", names(16)), Some(Ask::Read)),
+            (format!("SMISMEMBER s {}", names(16)), Some(Ask::Read)),
+            (format!("ZMSCORE z {}", names(16)), Some(Ask::Read)),
+            (format!("MGET {}", names(16)), Some(Ask::Read)),
+            // More: on a connection of their own, so they never hold or fail a batch.
+            (format!("HMGET h {}", names(17)), None),
+            (format!("SMISMEMBER s {}", names(17)), None),
+            (format!("ZMSCORE z {}", names(17)), None),
+            (format!("MGET {}", names(17)), None),
+            // Their cost grows with the collection.
+            ("HLEN h".into(), None),
+            ("SCARD s".into(), None),
+            ("ZCARD z".into(), None),
+            ("LLEN l".into(), None),
+            ("XLEN x".into(), None),
+            ("LINDEX l 100000".into(), None),
+            ("HGETALL h".into(), None),
+            ("SET k v".into(), None),
+        ];
+        for (command, want) in cases {
+            let args: Vec<Bytes> = command
+                .split(' ')
+                .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+                .collect();
+            assert_eq!(ask(&args).map(|(a, _)| a), *want, "{command}");
+        }
+    }
 
     fn parse(bytes: &[u8]) -> Result<Vec<(&[u8], Record<'_>)>, ()> {
         let mut out = Vec::new();
