@@ -2324,6 +2324,79 @@ fn runs_of_whole_collection_reads_answer_as_redis_does() {
     });
 }
 
+/// A key of a kind this build does not know (a newer holdfast sharing the database wrote
+/// it) answers an error to its own request in a pipelined run of whole-collection or range
+/// reads, as it does alone; the run's other requests answer their keys.
+#[test]
+fn an_unknown_stored_kind_answers_its_own_request_in_a_run() {
+    use sqlx::Connection as _;
+    let rt = runtime();
+    rt.block_on(async {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("kinds.db");
+        let backend = format!("kind = \"sqlite\"\npath = \"{}\"", path.display());
+        let proxy = Proxy::start(&sql_namespace(&backend)).await;
+        let mut c = RawConn::connect(&proxy.addr).await;
+        for command in [
+            &["HSET", "h1", "f", "v"][..],
+            &["HSET", "h2", "f", "v"],
+            &["XADD", "x1", "1-1", "f", "v"],
+            &["XADD", "x2", "1-1", "f", "v"],
+        ] {
+            let reply = c.command(command).await;
+            assert!(!reply.starts_with(b"-"), "{command:?}: {reply:?}");
+        }
+        let url = format!("sqlite://{}", path.display());
+        let mut db = sqlx::SqliteConnection::connect(&url).await.expect("open");
+        sqlx::query("UPDATE hf_keys SET kind = 99 WHERE key IN (X'6832', X'7832')")
+            .execute(&mut db)
+            .await
+            .expect("update");
+        db.close().await.expect("close");
+        let unknown = b"-ERR holdfast: unknown stored kind 99\r\n".to_vec();
+        for (name, tail, known, other) in [
+            (
+                "HGETALL",
+                &[][..],
+                b"*2\r\n$1\r\nf\r\n$1\r\nv\r\n".to_vec(),
+                "h",
+            ),
+            (
+                "XRANGE",
+                &["-", "+"][..],
+                b"*1\r\n*2\r\n$3\r\n1-1\r\n*2\r\n$1\r\nf\r\n$1\r\nv\r\n".to_vec(),
+                "x",
+            ),
+        ] {
+            let keys = [
+                format!("{other}1"),
+                format!("{other}2"),
+                format!("{other}1"),
+            ];
+            let mut run = Vec::new();
+            for key in &keys {
+                let mut args = vec![name, key.as_str()];
+                args.extend_from_slice(tail);
+                run.extend_from_slice(&encode_str(&args));
+            }
+            c.send(&run).await;
+            let replies = c.read_replies(3).await;
+            assert_eq!(
+                replies,
+                vec![known.clone(), unknown.clone(), known.clone()],
+                "{name} run"
+            );
+            // Alone, the same answers.
+            for (key, want) in keys.iter().zip([&known, &unknown]) {
+                let mut args = vec![name, key.as_str()];
+                args.extend_from_slice(tail);
+                assert_eq!(&c.command(&args).await, want, "{name} {key} alone");
+            }
+        }
+        proxy.stop().await;
+    });
+}
+
 /// A client's run of whole-collection reads longer than one statement takes (2,048 keys)
 /// is read by several statements in one transaction: every reply still its own key's, on
 /// SQLite and PostgreSQL, with `server.max_pipeline` raised so a run can be that long.

@@ -105,6 +105,9 @@ pub async fn read(
 enum Found {
     Collection(Vec<(Bytes, Option<Bytes>)>),
     WrongType,
+    /// A kind this build does not know (written by a newer one sharing the database): that
+    /// key's requests answer an error, the run's others their collections.
+    Unknown(i64),
 }
 
 /// One statement for `keys`: each key's row joined to its fields or members, in the order
@@ -164,9 +167,8 @@ async fn statement(
             continue;
         }
         let Some(kind) = Kind::from_code(stored) else {
-            return Err(BackendError::reply(Bytes::from(format!(
-                "ERR holdfast: unknown stored kind {stored}"
-            ))));
+            found.insert(key, Found::Unknown(stored));
+            continue;
         };
         if kind != whole.kind() {
             found.insert(key, Found::WrongType);
@@ -177,7 +179,7 @@ async fn statement(
             .or_insert_with(|| Found::Collection(Vec::new()))
         {
             Found::Collection(items) => items,
-            Found::WrongType => continue,
+            Found::WrongType | Found::Unknown(_) => continue,
         };
         // A collection with nothing in it joins to one row of NULLs.
         let item: Option<&[u8]> = row.try_get(3).map_err(work_error)?;
@@ -196,6 +198,9 @@ async fn statement(
                 WRONGTYPE.as_bytes(),
             ))),
             Some(Found::Collection(items)) => Ok(reply(whole, proto, items)),
+            Some(Found::Unknown(stored)) => Err(BackendError::reply(Bytes::from(format!(
+                "ERR holdfast: unknown stored kind {stored}"
+            )))),
             None => Ok(reply(whole, proto, &[])),
         })
         .collect())
