@@ -112,8 +112,10 @@ def servers():
 
 
 def only(args, name):
-    """Whether `--only` (absent, or comma-separated parts of names) takes workload `name`."""
-    return not args.only or any(part in name for part in args.only.split(","))
+    """Whether `--only` (absent, or comma-separated parts of names) takes workload `name`; a
+    part starting with `=` takes the workload of exactly that name (`=SET,=GET P16`)."""
+    return not args.only or any(name == part[1:] if part.startswith("=") else part in name
+                                for part in args.only.split(","))
 
 
 def bench(port, test, clients, pipeline, size, requests, keyspace):
@@ -486,6 +488,9 @@ def sql_runs(args, binary, tmp, log, procs, redis_port, pg_port):
     """The SQL comparison's workloads, on servers `sql_main` started."""
     targets = [("direct", redis_port)]
     for name, backend in [
+        # holdfast on the same Redis: the proxy's own ceiling on this machine, in the same
+        # rounds, beside which the SQL backends' ratios are read too.
+        ("hf-redis", redis_backend(redis_port)),
         ("sqlite-full", f'kind = "sqlite"\npath = "{tmp}/full.db"\nsynchronous = "full"'),
         ("sqlite-normal", f'kind = "sqlite"\npath = "{tmp}/normal.db"\nsynchronous = "normal"'),
         # Two connections (one group-commit writer): on 2 cores shared with PostgreSQL and
@@ -561,6 +566,24 @@ def sql_runs(args, binary, tmp, log, procs, redis_port, pg_port):
         rps = [statistics.median(results[(name, n)]) for n in names]
         ratios = "  ".join(f"{n}={r / rps[0]:.2f}" for n, r in zip(names[1:], rps[1:]))
         print(f"{name:9}" + "".join(f"{r:>15.0f}" for r in rps) + "   " + ratios)
+    # Each round's ratio to direct Redis, and to holdfast on Redis in the same round: the
+    # spread, and how much of a gap is the SQL backend's rather than the proxy's.
+    print()
+    print("per-round ratios to direct Redis (median, min-max) / to holdfast on Redis:")
+    for name, *_ in workloads:
+        direct = results[(name, "direct")]
+        proxy = results[(name, "hf-redis")]
+        parts = []
+        for n in names[1:]:
+            if n == "hf-redis":
+                continue
+            to_direct = [r / d for r, d in zip(results[(name, n)], direct)]
+            to_proxy = [r / p for r, p in zip(results[(name, n)], proxy)]
+            parts.append(f"{n}={statistics.median(to_direct):.2f} ({min(to_direct):.2f}-"
+                         f"{max(to_direct):.2f}) / {statistics.median(to_proxy):.2f}")
+        ceiling = [p / d for p, d in zip(proxy, direct)]
+        print(f"  {name:9} hf-redis={statistics.median(ceiling):.2f} ({min(ceiling):.2f}-"
+              f"{max(ceiling):.2f})  " + "  ".join(parts))
     # Requests per group-commit transaction (holdfast_group_commit_requests), median of the
     # rounds: how much each workload batched.
     print()
