@@ -185,6 +185,11 @@ pub enum SqlStage {
 /// (it sends `EVAL`), and holding it would stall every scripted call after a Redis restart.
 /// holdfast's own exact-mode script meets it inside the backend, which sends `EVAL` itself.
 const TURNED_AWAY: &[&str] = &[
+    // A Cluster node that does not own the slot runs nothing: a redirection the backend did
+    // not follow (past `max_redirections`, or in a pipelined run, whose requests are
+    // retried one by one, following it) is turned away like the rest.
+    "MOVED",
+    "ASK",
     "LOADING",
     "MASTERDOWN",
     "READONLY",
@@ -470,6 +475,13 @@ mod tests {
                 reply("CLUSTERDOWN The cluster is down"),
                 ErrorClass::NotAttempted,
             ),
+            (
+                reply("MOVED 3999 127.0.0.1:6381"),
+                ErrorClass::NotAttempted,
+            ),
+            (reply("ASK 3999 127.0.0.1:6381"), ErrorClass::NotAttempted),
+            (reply("ASKING"), ErrorClass::Other),
+            (reply("MOVEDX 3999 127.0.0.1:6381"), ErrorClass::Other),
             (
                 reply("BUSY Redis is busy running a script."),
                 ErrorClass::NotAttempted,

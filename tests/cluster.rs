@@ -419,3 +419,94 @@ fn cluster_slot(key: &str) -> u16 {
     }
     crc % 16384
 }
+
+/// A client's pipelined run on a Cluster goes by each request's first key, and a redirection
+/// met by a run is followed, not handed to the client; a FLUSHALL that flushed some primaries
+/// before one refused it is in doubt, not an error that reads as "not applied".
+#[tokio::test(flavor = "multi_thread")]
+async fn pipelined_runs_follow_their_keys_and_redirections() {
+    let cluster = Cluster::start();
+    let nodes: Vec<String> = cluster.addrs().iter().map(|a| format!("\"{a}\"")).collect();
+    let proxy = Proxy::start(&format!(
+        "[backends.big]\nkind = \"cluster\"\nnodes = [{}]\npool_size = 1\n\
+         [[namespaces]]\nname = \"main\"\nbackend = \"big\"\nreply_mode = \"fast\"\n\
+         acquire_timeout = \"1s\"\n[namespaces.retry]\nmax_attempts = 5\nmin_delay = \"100ms\"\nmax_delay = \"1s\"\n",
+        nodes.join(", ")
+    ))
+    .await;
+    let mut conn = proxy.connect().await;
+    let is_primary = |i: usize| {
+        cluster.nodes[i]
+            .cmd(&["INFO", "replication"])
+            .contains("role:master")
+    };
+
+    // `OBJECT ENCODING k` routed by its key, not by the word ENCODING: no redirection met.
+    let word = cluster.primary_of("ENCODING");
+    let key = (0..100)
+        .map(|i| format!("enc{i}"))
+        .find(|k| cluster.primary_of(k) != word)
+        .expect("a key on another primary");
+    assert_eq!(conn.command(&["SET", &key, "v"]).await, b"+OK\r\n");
+    let not_attempted = r#"holdfast_dispatches_total{class="not_attempted"}"#;
+    let before = proxy.metric(not_attempted).await;
+    let object = support::resp::encode_str(&["OBJECT", "ENCODING", &key]);
+    conn.send(&[object.clone(), object].concat()).await;
+    for reply in conn.read_replies(2).await {
+        assert_eq!(text(&reply), "$6\r\nembstr\r\n");
+    }
+    assert_eq!(
+        proxy.metric(not_attempted).await,
+        before,
+        "a redirection met"
+    );
+
+    // A slot moved to another primary while holdfast's map still names the old one: a
+    // pipelined run of writes meets MOVED, and is retried one by one, following it.
+    let moving = "moving-run";
+    let from = cluster.primary_of(moving);
+    let to = (0..6)
+        .find(|&i| i != from && is_primary(i))
+        .expect("another primary");
+    let slot = cluster_slot(moving).to_string();
+    let target_id = cluster.nodes[to].cmd(&["CLUSTER", "MYID"]);
+    let target_id = target_id.lines().nth(1).expect("an id").to_string();
+    for i in std::iter::once(to).chain((0..6).filter(|&i| i != to && is_primary(i))) {
+        let reply = cluster.nodes[i].cmd(&["CLUSTER", "SETSLOT", &slot, "NODE", &target_id]);
+        assert_eq!(reply, "+OK\r\n", "node {i}");
+    }
+    let mut run = Vec::new();
+    for value in ["a", "b", "c"] {
+        run.extend_from_slice(&support::resp::encode_str(&["SET", moving, value]));
+    }
+    conn.send(&run).await;
+    for reply in conn.read_replies(3).await {
+        assert_eq!(text(&reply), "+OK\r\n");
+    }
+    assert_eq!(cluster.nodes[to].cmd(&["GET", moving]), "$1\r\nc\r\n");
+
+    // FLUSHALL refused by the last primary in slot order, after the others flushed: in doubt.
+    let last = (0..10_000)
+        .map(|i| format!("high{i}"))
+        .find(|k| cluster_slot(k) == 16383 || cluster_slot(k) > 16000)
+        .map(|k| cluster.primary_of(&k))
+        .expect("a key in the last slots");
+    for i in 0..100 {
+        assert_eq!(
+            conn.command(&["SET", &format!("f{i}"), "v"]).await,
+            b"+OK\r\n"
+        );
+    }
+    assert_eq!(
+        cluster.nodes[last].cmd(&["ACL", "SETUSER", "default", "-flushall"]),
+        "+OK\r\n"
+    );
+    let flushed = text(&conn.command(&["FLUSHALL"]).await);
+    assert!(flushed.starts_with("-INDOUBT"), "{flushed}");
+    assert!(flushed.contains("NOPERM"), "{flushed}");
+    for i in (0..6).filter(|&i| is_primary(i)) {
+        let size = cluster.nodes[i].cmd(&["DBSIZE"]);
+        assert_eq!(size == ":0\r\n", i != last, "node {i}: {size}");
+    }
+    proxy.stop().await;
+}

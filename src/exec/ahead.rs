@@ -140,6 +140,9 @@ impl Session {
             .map(|command| Request {
                 raw: command.raw.as_ref(),
                 placement: placement(command.spec, command.class, &self.pin),
+                // On a Cluster a run goes to the node of each request's first key, not of
+                // its first argument (`OBJECT ENCODING k`, `XINFO STREAM k`).
+                route: command.keys().next().map(|key| key.as_ref()),
                 ..Request::new(&command.args, self.proto, self.pin.load(Ordering::Relaxed))
             })
             .collect();
