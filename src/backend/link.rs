@@ -339,20 +339,24 @@ impl Link {
         raw: Option<&Bytes>,
         timeout: Duration,
         ack: (u32, Duration),
-    ) -> Acked {
+    ) -> Result<(Reply, Result<Option<i64>, Error>), SendError> {
         let (slot, reply) = oneshot::channel();
         if !self.queue(args, raw, Waiter::Acked(slot), Some(timeout), Some(ack)) {
-            return Err(Error::new(
+            // Nothing queued, so nothing written: as for `send`, not sent.
+            return Err(SendError::NotSent(Error::new(
                 ErrorKind::IO,
                 "the connection closed before the request was sent",
-            ));
+            )));
         }
-        reply.await.unwrap_or_else(|_| {
-            Err(Error::new(
-                ErrorKind::IO,
-                "the connection closed with the request in flight",
-            ))
-        })
+        reply
+            .await
+            .unwrap_or_else(|_| {
+                Err(Error::new(
+                    ErrorKind::IO,
+                    "the connection closed with the request in flight",
+                ))
+            })
+            .map_err(SendError::Sent)
     }
 
     /// Queues one command and who waits for its reply, wanting the `WAIT` `ack` after it if

@@ -1022,12 +1022,31 @@ impl RedisBackend {
                             .every_primary()
                             .await
                             .map_err(|source| BackendError::Connect { source })?;
-                        for link in links {
-                            link_reply(
+                        let primaries = links.len();
+                        for (flushed, link) in links.into_iter().enumerate() {
+                            let reply = link_reply(
                                 request.proto,
                                 link.send(request.args, None, Some(self.response_timeout))
                                     .await,
-                            )?;
+                            );
+                            match reply {
+                                Ok(_) => {}
+                                Err(e) if flushed == 0 => return Err(e),
+                                // Some primaries flushed already: whatever this one says,
+                                // the command was applied in part, so it is in doubt, never
+                                // "not applied" (it is idempotent: a retry flushes them all).
+                                Err(e) => {
+                                    return Err(BackendError::Sent {
+                                        source: fred::error::Error::new(
+                                            fred::error::ErrorKind::IO,
+                                            format!(
+                                                "flushed {flushed} of {primaries} primaries, \
+                                                 then: {e}"
+                                            ),
+                                        ),
+                                    })
+                                }
+                            }
                         }
                     }
                     Conn::Link(_) => {
@@ -1364,9 +1383,15 @@ async fn on_link(
 /// A write's answer on a link with the count of the `WAIT` after it: acknowledged once
 /// `wanted` replicas have it; short of them, or when the count failed, applied but not safe
 /// (see `wait_replicas`, the same rules on fred).
-fn acked_reply(proto: Proto, wanted: u32, acked: link::Acked) -> Result<Reply, BackendError> {
+fn acked_reply(
+    proto: Proto,
+    wanted: u32,
+    acked: Result<(Reply, Result<Option<i64>, fred::error::Error>), link::SendError>,
+) -> Result<Reply, BackendError> {
     match acked {
-        Err(source) => Err(BackendError::Sent { source }),
+        // The link was closed before the write was queued: nothing was written.
+        Err(link::SendError::NotSent(source)) => Err(BackendError::Connect { source }),
+        Err(link::SendError::Sent(source)) => Err(BackendError::Sent { source }),
         // An error reply applied nothing: nothing to count.
         Ok((reply, Ok(None))) => link_reply(proto, Ok(reply)),
         Ok((reply, Ok(Some(got)))) if got >= i64::from(wanted) => link_reply(proto, Ok(reply)),
@@ -1553,6 +1578,24 @@ fn servers(
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicU64;
+
+    /// A write for `min_replicas_ack` that a closed link never queued was not sent: retried
+    /// for every command. One queued and then lost may have been applied.
+    #[test]
+    fn an_acked_write_not_queued_is_not_attempted() {
+        use crate::error::{classify, ErrorClass};
+        let io = || fred::error::Error::new(fred::error::ErrorKind::IO, "closed");
+        let not_sent = acked_reply(Proto::Resp2, 1, Err(link::SendError::NotSent(io())));
+        let sent = acked_reply(Proto::Resp2, 1, Err(link::SendError::Sent(io())));
+        assert_eq!(
+            not_sent.map_err(|e| classify(&e)).err(),
+            Some(ErrorClass::NotAttempted)
+        );
+        assert_eq!(
+            sent.map_err(|e| classify(&e)).err(),
+            Some(ErrorClass::Transient)
+        );
+    }
 
     fn pool(len: usize) -> Pool {
         let target = link::Target::of(
