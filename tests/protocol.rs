@@ -960,3 +960,44 @@ async fn not_ready_at_max_clients() {
     }
     proxy.stop().await;
 }
+
+/// Inside MULTI, the commands holdfast answers itself or sends to every backend are refused
+/// and the transaction discarded, as Redis discards one with a command it would not queue:
+/// `SELECT 1` sent with the transaction would have run its writes in a database nothing else
+/// reads, and `FLUSHALL` would have passed the checks that guard it outside MULTI.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_transaction_holds_only_what_one_backend_connection_may_run() {
+    let redis = RedisServer::start();
+    let proxy = Proxy::start(&one_backend(&redis.url(), "main", "")).await;
+    let mut conn = proxy.connect().await;
+    for refused in [
+        &["SELECT", "1"][..],
+        &["FLUSHALL"],
+        &["CLIENT", "SETNAME", "x"],
+    ] {
+        assert_eq!(conn.command(&["MULTI"]).await, b"+OK\r\n");
+        assert_eq!(conn.command(&["SET", "k", "v"]).await, b"+QUEUED\r\n");
+        let reply = text(&conn.command(refused).await);
+        assert!(
+            reply.starts_with("-ERR holdfast:") && reply.contains("inside MULTI is not served"),
+            "{refused:?}: {reply}"
+        );
+        let exec = text(&conn.command(&["EXEC"]).await);
+        assert!(exec.starts_with("-EXECABORT"), "{refused:?}: {exec}");
+        assert_eq!(redis.cmd(&["EXISTS", "k"]), ":0\r\n", "{refused:?}");
+        let keyspace = redis.cmd(&["INFO", "keyspace"]);
+        assert!(!keyspace.contains("db1:"), "{refused:?}: {keyspace}");
+    }
+    // What means the same to the backend is queued as before.
+    assert_eq!(conn.command(&["SET", "kept", "1"]).await, b"+OK\r\n");
+    assert_eq!(conn.command(&["MULTI"]).await, b"+OK\r\n");
+    assert_eq!(conn.command(&["PING"]).await, b"+QUEUED\r\n");
+    assert_eq!(conn.command(&["SET", "k", "v"]).await, b"+QUEUED\r\n");
+    assert_eq!(
+        text(&conn.command(&["EXEC"]).await),
+        "*2\r\n+PONG\r\n+OK\r\n"
+    );
+    assert_eq!(redis.cmd(&["GET", "kept"]), "$1\r\n1\r\n");
+    assert_eq!(redis.cmd(&["GET", "k"]), "$1\r\nv\r\n");
+    proxy.stop().await;
+}

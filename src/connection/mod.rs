@@ -531,7 +531,8 @@ impl Conn {
             return Flow::Continue;
         }
         if let Some(multi) = self.multi.as_mut() {
-            if matches!(local, Some(Local::Subscribe)) {
+            let what = transaction::in_multi(local, command.spec.every_backend);
+            if what == transaction::InMulti::Refuse {
                 multi.dirty = true;
                 let text = format!(
                     "ERR holdfast: {} inside MULTI is not served",
@@ -540,17 +541,7 @@ impl Conn {
                 self.reply(out, &error(text));
                 return Flow::Continue;
             }
-            if !matches!(
-                local,
-                Some(
-                    Local::Exec
-                        | Local::Discard
-                        | Local::Multi
-                        | Local::Watch
-                        | Local::Quit
-                        | Local::Reset
-                )
-            ) {
+            if what == transaction::InMulti::Queue {
                 let limit = self.state.config.server.max_queued_commands;
                 if multi.queue.len() >= limit {
                     multi.dirty = true;

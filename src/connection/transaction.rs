@@ -4,6 +4,46 @@
 
 use super::*;
 
+/// What becomes of a command sent inside MULTI.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum InMulti {
+    /// Queued, and sent with the transaction at EXEC.
+    Queue,
+    /// Run now: the transaction's own commands (EXEC, DISCARD, WATCH…) and QUIT/RESET.
+    Run,
+    /// Refused, and the transaction discarded at EXEC (`EXECABORT`), as Redis does with a
+    /// command it refuses to queue.
+    Refuse,
+}
+
+/// Which commands a transaction may hold. Those holdfast answers itself, or sends to every
+/// backend, cannot go into a transaction sent verbatim to one backend connection: `SELECT 1`
+/// there would run the transaction's writes (and every later one on that connection) in a
+/// database no other command reads, `AUTH`/`HELLO`/`CLIENT` would change the connection under
+/// holdfast, and `FLUSHALL`/`FLUSHDB` would empty a backend past the checks that guard them
+/// outside MULTI (the namespaces a user may reach, `allow_flush`), exact mode's tokens with
+/// it. `PING`, `ECHO` and `UNWATCH` mean the same to the backend, so they are queued.
+pub(super) fn in_multi(local: Option<Local>, every_backend: bool) -> InMulti {
+    match local {
+        None if every_backend => InMulti::Refuse,
+        None | Some(Local::Ping | Local::Echo | Local::Unwatch) => InMulti::Queue,
+        Some(
+            Local::Exec | Local::Discard | Local::Multi | Local::Watch | Local::Quit | Local::Reset,
+        ) => InMulti::Run,
+        Some(
+            Local::Hello
+            | Local::Auth
+            | Local::Select
+            | Local::Client
+            | Local::Info
+            | Local::Command
+            | Local::ClusterOnly
+            | Local::Subscribe
+            | Local::Pubsub,
+        ) => InMulti::Refuse,
+    }
+}
+
 impl Conn {
     pub(super) async fn watch(&mut self, command: &Command) -> Frame {
         let keys: Vec<&[u8]> = command.keys().map(|k| k.as_ref()).collect();
@@ -205,5 +245,45 @@ pub(super) fn not_applied(error: BackendError) -> Failure<BackendError> {
             why: Why::MustNotRepeat,
             maybe_applied: 0,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{in_multi, InMulti};
+    use crate::command::table::Local;
+
+    #[test]
+    fn what_a_transaction_may_hold() {
+        use InMulti::*;
+        let cases = [
+            (None, false, Queue),
+            (None, true, Refuse),
+            (Some(Local::Ping), false, Queue),
+            (Some(Local::Echo), false, Queue),
+            (Some(Local::Unwatch), false, Queue),
+            (Some(Local::Exec), false, Run),
+            (Some(Local::Discard), false, Run),
+            (Some(Local::Multi), false, Run),
+            (Some(Local::Watch), false, Run),
+            (Some(Local::Quit), false, Run),
+            (Some(Local::Reset), false, Run),
+            (Some(Local::Select), false, Refuse),
+            (Some(Local::Auth), false, Refuse),
+            (Some(Local::Hello), false, Refuse),
+            (Some(Local::Client), false, Refuse),
+            (Some(Local::Info), false, Refuse),
+            (Some(Local::Command), false, Refuse),
+            (Some(Local::ClusterOnly), false, Refuse),
+            (Some(Local::Subscribe), false, Refuse),
+            (Some(Local::Pubsub), false, Refuse),
+        ];
+        for (local, every_backend, want) in cases {
+            assert_eq!(
+                in_multi(local, every_backend),
+                want,
+                "{local:?} {every_backend}"
+            );
+        }
     }
 }
