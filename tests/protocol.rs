@@ -1001,3 +1001,36 @@ async fn a_transaction_holds_only_what_one_backend_connection_may_run() {
     assert_eq!(redis.cmd(&["GET", "k"]), "$1\r\nv\r\n");
     proxy.stop().await;
 }
+
+/// A WATCH that went with its connection (closed when a blocking command took the client to
+/// another backend) makes the next EXEC abort (nil, nothing applied), not apply unwatched.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_exec_after_its_watch_was_lost_applies_nothing() {
+    let x = RedisServer::start();
+    let y = RedisServer::start();
+    let proxy = Proxy::start(&format!(
+        "[backends.x]\nkind = \"redis\"\nurl = \"{}\"\n[backends.y]\nkind = \"redis\"\nurl = \"{}\"\n\
+         [[namespaces]]\nname = \"y\"\nprefixes = [\"y:\"]\nbackend = \"y\"\n\
+         [[namespaces]]\nname = \"main\"\nbackend = \"x\"\n",
+        x.url(),
+        y.url()
+    ))
+    .await;
+    let mut conn = proxy.connect().await;
+    assert_eq!(conn.command(&["SET", "a", "0"]).await, b"+OK\r\n");
+    assert_eq!(conn.command(&["WATCH", "a"]).await, b"+OK\r\n");
+    // A blocking pop on the other backend: the client's own connection moves there.
+    assert_eq!(conn.command(&["BLPOP", "y:list", "0.1"]).await, b"*-1\r\n");
+    // Another client changes the watched key.
+    assert_eq!(x.cmd(&["SET", "a", "theirs"]), "+OK\r\n");
+    assert_eq!(conn.command(&["MULTI"]).await, b"+OK\r\n");
+    assert_eq!(conn.command(&["SET", "a", "mine"]).await, b"+QUEUED\r\n");
+    assert_eq!(conn.command(&["EXEC"]).await, b"*-1\r\n");
+    assert_eq!(x.cmd(&["GET", "a"]), "$6\r\ntheirs\r\n");
+    // Aborted once; the next transaction, with no WATCH, applies.
+    assert_eq!(conn.command(&["MULTI"]).await, b"+OK\r\n");
+    assert_eq!(conn.command(&["SET", "a", "mine"]).await, b"+QUEUED\r\n");
+    assert_eq!(conn.command(&["EXEC"]).await, b"*1\r\n+OK\r\n");
+    assert_eq!(x.cmd(&["GET", "a"]), "$4\r\nmine\r\n");
+    proxy.stop().await;
+}

@@ -97,6 +97,10 @@ struct Conn {
     dedicated: Option<(Arc<Backend>, Dedicated)>,
     /// WATCH is active on `dedicated`.
     watching: bool,
+    /// A WATCH was active on a connection that was closed since (a lost reply, a blocking
+    /// command on another backend): the next EXEC cannot know whether a watched key changed,
+    /// so it aborts (nil) instead of applying unconditionally. Cleared as WATCH's state is.
+    watch_lost: bool,
     /// The command being handled had its first dispatch sent ahead: the namespace it was
     /// routed to then (it is not routed again), and what it left.
     ahead: Option<(Arc<Namespace>, Ahead<Reply, BackendError>)>,
@@ -179,6 +183,7 @@ pub async fn serve<S>(
         multi: None,
         dedicated: None,
         watching: false,
+        watch_lost: false,
         ahead: None,
         subs: None,
         routed: None,
@@ -780,6 +785,7 @@ impl Conn {
         if !same {
             if let Some((_, old)) = self.dedicated.take() {
                 old.close().await;
+                self.watch_lost |= self.watching;
                 self.watching = false;
             }
             let fresh = namespace
@@ -829,6 +835,7 @@ impl Conn {
                 if let Some((_, d)) = self.dedicated.take() {
                     d.close().await;
                 }
+                self.watch_lost |= self.watching;
                 self.watching = false;
             }
         }

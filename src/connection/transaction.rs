@@ -78,6 +78,7 @@ impl Conn {
             }
         }
         self.watching = false;
+        self.watch_lost = false;
     }
 
     /// Runs the queued commands as one MULTI/EXEC on the client's own backend connection.
@@ -92,6 +93,23 @@ impl Conn {
             self.reply(
                 out,
                 &error("EXECABORT Transaction discarded because of previous errors."),
+            );
+            return Flow::Continue;
+        }
+        if self.watch_lost {
+            // The WATCH went with its connection: whether a watched key changed cannot be
+            // known, so the transaction is aborted as if one had (nothing is sent), the answer
+            // an optimistic-locking client already handles by trying again.
+            self.unwatch().await;
+            encode_reply(
+                out,
+                &Frame::Null,
+                self.exec.proto,
+                Nils {
+                    top: true,
+                    nested: None,
+                },
+                DoubleStyle::default(),
             );
             return Flow::Continue;
         }
@@ -163,6 +181,7 @@ impl Conn {
             Err(failure) => Err(failure),
         };
         self.watching = false;
+        self.watch_lost = false;
         let frame = match result {
             Ok(frame) => frame,
             Err(failure) => {
