@@ -30,12 +30,13 @@ use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
 /// A reply, or why none will come.
-type Answer = Result<Reply, Error>;
+type Answer = Result<Reply, SendError>;
 
 /// A write's reply, held until the `WAIT` after it answered, with that answer: the replicas
 /// that have it (None for an error reply, which applied nothing and is not held), or why the
-/// count failed. The outer error: the write's own reply never came.
-pub type Acked = Result<(Reply, Result<Option<i64>, Error>), Error>;
+/// count failed. The outer error: the write's own reply never came (and whether it was
+/// written).
+pub type Acked = Result<(Reply, Result<Option<i64>, Error>), SendError>;
 
 /// Where a link connects and how it introduces itself.
 #[derive(Clone, Debug)]
@@ -182,14 +183,22 @@ impl Waiter {
     }
 
     /// Answers with an error: `why` is the error of the command, or of the `WAIT` for the
-    /// writes it holds (their replies came: they were applied).
-    fn fail(self, why: impl Fn() -> Error) {
+    /// writes it holds (their replies came: they were applied). `written`: the command may
+    /// have been written (and applied); else it never left holdfast.
+    fn fail(self, written: bool, why: impl Fn() -> Error) {
+        let failed = || {
+            if written {
+                SendError::Sent(why())
+            } else {
+                SendError::NotSent(why())
+            }
+        };
         match self {
             Waiter::Reply(tx) => {
-                let _ = tx.send(Err(why()));
+                let _ = tx.send(Err(failed()));
             }
             Waiter::Acked(tx) => {
-                let _ = tx.send(Err(why()));
+                let _ = tx.send(Err(failed()));
             }
             Waiter::Wait(held) => {
                 for (tx, reply) in held {
@@ -210,20 +219,23 @@ impl Shared {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Fails every command in flight and refuses new ones.
+    /// Fails every command in flight and refuses new ones. The commands still queued in
+    /// `out` (the last `queued` slots) were never handed to the writer: they fail as not sent,
+    /// retried for every command; the others may have been written.
     fn close(&self, why: &str) {
-        let waiting = {
+        let (waiting, unsent) = {
             let mut state = self.state();
             state.closed = true;
             state.out.clear();
-            state.queued = 0;
-            std::mem::take(&mut state.waiting)
+            let unsent = std::mem::take(&mut state.queued);
+            (std::mem::take(&mut state.waiting), unsent)
         };
         self.unwritten.store(false, Ordering::Relaxed);
         self.acking.store(0, Ordering::Relaxed);
-        for slot in waiting {
+        let written = waiting.len().saturating_sub(unsent);
+        for (at, slot) in waiting.into_iter().enumerate() {
             slot.waiter
-                .fail(|| Error::new(ErrorKind::IO, why.to_string()));
+                .fail(at < written, || Error::new(ErrorKind::IO, why.to_string()));
         }
         self.wake.notify_one();
     }
@@ -246,8 +258,12 @@ impl Shared {
             }
             next
         };
+        // A slot may expire before the writer took it (a peer that stopped reading): counted
+        // as written all the same, the safe side.
         for waiter in expired {
-            waiter.fail(|| Error::new(ErrorKind::Timeout, "the backend did not reply in time"));
+            waiter.fail(true, || {
+                Error::new(ErrorKind::Timeout, "the backend did not reply in time")
+            });
         }
         next
     }
@@ -348,15 +364,12 @@ impl Link {
                 "the connection closed before the request was sent",
             )));
         }
-        reply
-            .await
-            .unwrap_or_else(|_| {
-                Err(Error::new(
-                    ErrorKind::IO,
-                    "the connection closed with the request in flight",
-                ))
-            })
-            .map_err(SendError::Sent)
+        reply.await.unwrap_or_else(|_| {
+            Err(SendError::Sent(Error::new(
+                ErrorKind::IO,
+                "the connection closed with the request in flight",
+            )))
+        })
     }
 
     /// Queues one command and who waits for its reply, wanting the `WAIT` `ack` after it if
@@ -466,7 +479,7 @@ impl Link {
 fn settle(reply: Result<Answer, oneshot::error::RecvError>) -> Result<Reply, SendError> {
     match reply {
         Ok(Ok(reply)) => Ok(reply),
-        Ok(Err(e)) => Err(SendError::Sent(e)),
+        Ok(Err(e)) => Err(e),
         Err(_) => Err(SendError::Sent(Error::new(
             ErrorKind::IO,
             "the connection closed with the request in flight",
@@ -1032,14 +1045,75 @@ mod tests {
         assert!(matches!(written.try_recv(), Ok(Ok((_, Err(_))))));
 
         let (tx, mut written) = oneshot::channel();
-        Waiter::Wait(vec![(tx, raw(b"+OK\r\n"))])
-            .fail(|| Error::new(ErrorKind::Timeout, "the backend did not reply in time"));
+        Waiter::Wait(vec![(tx, raw(b"+OK\r\n"))]).fail(true, || {
+            Error::new(ErrorKind::Timeout, "the backend did not reply in time")
+        });
         assert!(
             matches!(written.try_recv(), Ok(Ok((_, Err(e)))) if *e.kind() == ErrorKind::Timeout)
         );
         let (tx, mut unanswered) = oneshot::channel();
-        Waiter::Acked(tx).fail(|| Error::new(ErrorKind::IO, "closed"));
-        assert!(matches!(unanswered.try_recv(), Ok(Err(_))));
+        Waiter::Acked(tx).fail(true, || Error::new(ErrorKind::IO, "closed"));
+        assert!(matches!(unanswered.try_recv(), Ok(Err(SendError::Sent(_)))));
+    }
+
+    /// A link closed with commands in flight: those the writer took may have been written
+    /// (sent: Transient); those still queued never left holdfast (not sent: retried for
+    /// every command), a write waiting for replicas included.
+    #[test]
+    fn closing_fails_the_taken_as_sent_and_the_still_queued_as_not_sent() {
+        let link = Link {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State {
+                    out: Output::default(),
+                    queued: 0,
+                    waiting: VecDeque::new(),
+                    period: Duration::from_secs(1),
+                    closed: false,
+                    ack: None,
+                    response_timeout: Duration::from_secs(1),
+                }),
+                wake: Notify::new(),
+                unwritten: Arc::default(),
+                acking: Arc::default(),
+            }),
+        };
+        let args = [Bytes::from_static(b"INCR"), Bytes::from_static(b"k")];
+        let mut replies = Vec::new();
+        let mut acked = Vec::new();
+        let queue_two = |replies: &mut Vec<_>, acked: &mut Vec<_>| {
+            let (tx, rx) = oneshot::channel();
+            assert!(link.queue(&args, None, Waiter::Reply(tx), None, None));
+            replies.push(rx);
+            let (tx, rx) = oneshot::channel();
+            let ack = Some((1, Duration::from_secs(1)));
+            assert!(link.queue(&args, None, Waiter::Acked(tx), None, ack));
+            acked.push(rx);
+        };
+        queue_two(&mut replies, &mut acked);
+        {
+            // The writer takes what is queued, as `run` does before writing it.
+            let mut state = link.shared.state();
+            state.out.clear();
+            state.queued = 0;
+        }
+        queue_two(&mut replies, &mut acked);
+        link.shared.close("the connection closed");
+        let sent = |r: Option<&SendError>| match r {
+            Some(SendError::Sent(_)) => "sent",
+            Some(SendError::NotSent(_)) => "not sent",
+            None => "answered",
+        };
+        let got: Vec<&str> = replies
+            .iter_mut()
+            .map(|rx| sent(rx.try_recv().ok().and_then(|r| r.err()).as_ref()))
+            .collect();
+        assert_eq!(got, ["sent", "not sent"]);
+        let got: Vec<&str> = acked
+            .iter_mut()
+            .map(|rx| sent(rx.try_recv().ok().and_then(|r| r.err()).as_ref()))
+            .collect();
+        assert_eq!(got, ["sent", "not sent"]);
+        assert!(!link.queue(&args, None, Waiter::Gone, None, None), "closed");
     }
 
     /// Only a refused password fails a dial for good; a server turning connections away
