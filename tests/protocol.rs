@@ -1034,3 +1034,40 @@ async fn an_exec_after_its_watch_was_lost_applies_nothing() {
     assert_eq!(x.cmd(&["GET", "a"]), "$4\r\nmine\r\n");
     proxy.stop().await;
 }
+
+/// A client's `WAIT` longer than the reply timeout waits as asked: cut short, it would take
+/// the shared connection, and every other client's command on it, down with it (an `INCR`
+/// behind it answered `INDOUBT`).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_clients_long_wait_leaves_the_shared_connection_alone() {
+    let redis = RedisServer::start();
+    let proxy = Proxy::start(&format!(
+        "[backends.r]\nkind = \"redis\"\nurl = \"{}\"\npool_size = 1\nresponse_timeout = \"500ms\"\n\
+         [[namespaces]]\nname = \"main\"\nbackend = \"r\"\nreply_mode = \"fast\"\n",
+        redis.url()
+    ))
+    .await;
+    let mut waiter = proxy.connect().await;
+    let mut other = proxy.connect().await;
+    let started = Instant::now();
+    waiter
+        .send(&support::resp::encode_str(&["WAIT", "1", "1500"]))
+        .await;
+    sleep(Duration::from_millis(100)).await;
+    // Queued behind the WAIT on the one shared connection: answered once it returns.
+    assert_eq!(text(&other.command(&["INCR", "n"]).await), ":1\r\n");
+    assert_eq!(text(&waiter.read_reply().await), ":0\r\n");
+    assert!(started.elapsed() >= Duration::from_millis(1400));
+    assert_eq!(redis.cmd(&["GET", "n"]), "$1\r\n1\r\n");
+    // `WAIT 1 0` (for ever) is bounded by the reply timeout on a shared connection: it
+    // answers the count reached then, and the command behind it is answered.
+    let started = Instant::now();
+    waiter
+        .send(&support::resp::encode_str(&["WAIT", "1", "0"]))
+        .await;
+    sleep(Duration::from_millis(100)).await;
+    assert_eq!(text(&other.command(&["INCR", "n"]).await), ":2\r\n");
+    assert_eq!(text(&waiter.read_reply().await), ":0\r\n");
+    assert!(started.elapsed() >= Duration::from_millis(450));
+    proxy.stop().await;
+}

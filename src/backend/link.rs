@@ -241,19 +241,31 @@ impl Shared {
     }
 
     /// Answers every slot whose deadline has passed with a timeout (each keeps its place, so
-    /// the replies after it still meet their own commands), and says when to look again.
+    /// the replies after it still meet their own commands), and says when to look again. A
+    /// command behind an unanswered `WAIT` cannot be answered before it (Redis runs nothing
+    /// more of the connection meanwhile): its deadline is the later of its own and the
+    /// `WAIT`'s.
     fn expire(&self, now: Instant) -> Instant {
         let mut expired = Vec::new();
         let next = {
             let mut state = self.state();
             let mut next = now + state.period;
+            // The latest deadline of the `WAIT`s met so far, unanswered.
+            let mut behind: Option<Instant> = None;
             for slot in state.waiting.iter_mut() {
-                match slot.deadline {
+                let due = match (slot.deadline, behind) {
+                    (Some(at), Some(wait)) => Some(at.max(wait)),
+                    (due, _) => due,
+                };
+                match due {
                     Some(at) if at <= now && !slot.waiter.is_gone() => {
                         expired.push(std::mem::replace(&mut slot.waiter, Waiter::Gone));
                     }
                     Some(at) if !slot.waiter.is_gone() => next = next.min(at),
                     _ => {}
+                }
+                if slot.wait && !slot.waiter.is_gone() {
+                    behind = behind.max(slot.deadline);
                 }
             }
             next
@@ -390,10 +402,18 @@ impl Link {
             put_command(&mut state.out, args, raw);
             state.queued += 1;
             let now = Instant::now();
+            // A `WAIT` (a client's, or one holdfast sends after a write) holds the connection
+            // until it returns: counted in `acking`, so the pool sends elsewhere meanwhile.
+            let wait = args
+                .first()
+                .is_some_and(|name| name.eq_ignore_ascii_case(b"WAIT"));
+            if wait {
+                self.shared.acking.fetch_add(1, Ordering::Relaxed);
+            }
             state.waiting.push_back(Slot {
                 waiter,
                 deadline: timeout.map(|limit| now + limit),
-                wait: false,
+                wait,
                 since: now,
             });
             if let Some(limit) = timeout {

@@ -926,10 +926,11 @@ impl RedisBackend {
         if matches!(self.flavor, Flavor::Cluster(_)) && requests.iter().any(whole_keyspace) {
             return None;
         }
-        // An EVALSHA may need its NOSCRIPT answered with the script's text (`dispatch`).
+        // An EVALSHA may need its NOSCRIPT answered with the script's text (`dispatch`); a
+        // client's WAIT waits as long as it asked (`reply_deadline`), longer than the run's.
         if requests
             .iter()
-            .any(|r| self.scripts.by_text(r.args).is_some())
+            .any(|r| self.scripts.by_text(r.args).is_some() || client_wait(r.args).is_some())
         {
             return None;
         }
@@ -1360,6 +1361,49 @@ async fn on_cluster(
         .await
 }
 
+/// A client's `WAIT numreplicas timeout`: its timeout (0: for ever). None for any other
+/// command, or a `WAIT` whose timeout is not a number (Redis answers its error at once).
+fn client_wait(args: &[Bytes]) -> Option<Duration> {
+    match args {
+        [name, _, timeout] if name.eq_ignore_ascii_case(b"WAIT") => std::str::from_utf8(timeout)
+            .ok()?
+            .parse::<u64>()
+            .ok()
+            .map(Duration::from_millis),
+        _ => None,
+    }
+}
+
+/// How long a request on a shared link may wait for its reply before the link is given up
+/// as dead (its other commands failing as sent): `response_timeout`; a blocking command as
+/// long as it asked; a client's `WAIT` its own timeout plus `response_timeout` (Redis answers
+/// it when the timeout passes). A `WAIT` cut short at `response_timeout` would take every
+/// other client's command on its link with it.
+fn reply_deadline(request: &Request<'_>, response_timeout: Duration) -> Option<Duration> {
+    if request.blocking {
+        return None;
+    }
+    match client_wait(request.args) {
+        Some(wait) => Some(wait.saturating_add(response_timeout)),
+        None => Some(response_timeout),
+    }
+}
+
+/// A client's `WAIT n 0` (for ever) as it is sent on a shared link: `WAIT n
+/// response_timeout`. For ever, it would hold every other client's command queued behind it
+/// on that connection for ever; it answers the count reached by then, which a client reads
+/// as it reads any `WAIT` that timed out: not yet on `n` replicas. None for any other command.
+fn bounded_wait(args: &[Bytes], response_timeout: Duration) -> Option<[Bytes; 3]> {
+    match (client_wait(args), args) {
+        (Some(Duration::ZERO), [name, replicas, _]) => Some([
+            name.clone(),
+            replicas.clone(),
+            Bytes::from(response_timeout.as_millis().max(1).to_string()),
+        ]),
+        _ => None,
+    }
+}
+
 /// Sends one request on a link.
 async fn on_link(
     link: &link::Link,
@@ -1372,8 +1416,12 @@ async fn on_link(
             .await;
         return acked_reply(request.proto, replicas.0, acked);
     }
-    // A blocking command waits as long as it asked to.
-    let timeout = (!request.blocking).then_some(response_timeout);
+    if let Some(args) = bounded_wait(request.args, response_timeout) {
+        let request = Request::new(&args, request.proto, request.pin);
+        let timeout = reply_deadline(&request, response_timeout);
+        return link_reply(request.proto, link.send(&args, None, timeout).await);
+    }
+    let timeout = reply_deadline(request, response_timeout);
     link_reply(
         request.proto,
         link.send(request.args, request.raw, timeout).await,
@@ -1578,6 +1626,54 @@ fn servers(
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicU64;
+
+    #[test]
+    fn a_clients_wait_waits_as_long_as_it_asked() {
+        let second = Duration::from_secs(1);
+        let args = |words: &[&str]| -> Vec<Bytes> {
+            words
+                .iter()
+                .map(|w| Bytes::copy_from_slice(w.as_bytes()))
+                .collect()
+        };
+        for (words, blocking, want) in [
+            (&["GET", "k"][..], false, Some(second)),
+            (&["BLPOP", "k", "0"][..], true, None),
+            (
+                &["WAIT", "1", "1500"][..],
+                false,
+                Some(Duration::from_millis(2500)),
+            ),
+            (
+                &["wait", "1", "1500"][..],
+                false,
+                Some(Duration::from_millis(2500)),
+            ),
+            (&["WAIT", "1", "0"][..], false, Some(second)),
+            (&["WAIT", "1", "x"][..], false, Some(second)),
+            (&["WAIT", "1"][..], false, Some(second)),
+        ] {
+            let args = args(words);
+            let request = Request {
+                blocking,
+                ..Request::new(&args, Proto::Resp2, 0)
+            };
+            assert_eq!(reply_deadline(&request, second), want, "{words:?}");
+        }
+        let sent = |words: &[&str]| {
+            bounded_wait(&args(words), second).map(|a| {
+                a.iter()
+                    .map(|w| String::from_utf8_lossy(w).into_owned())
+                    .collect::<Vec<_>>()
+            })
+        };
+        assert_eq!(
+            sent(&["WAIT", "2", "0"]),
+            Some(vec!["WAIT".into(), "2".into(), "1000".into()])
+        );
+        assert_eq!(sent(&["WAIT", "2", "10"]), None);
+        assert_eq!(sent(&["GET", "0"]), None);
+    }
 
     /// A write for `min_replicas_ack` that a closed link never queued was not sent: retried
     /// for every command. One queued and then lost may have been applied.
