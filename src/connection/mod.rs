@@ -763,7 +763,7 @@ impl Conn {
                 let took = replicas::took_effect(command.writes(), &frame);
                 self.replicated(namespace, route, took, frame).await
             }
-            Err(e) => Err(bound_failure(e)),
+            Err(e) => Err(bound_failure(e, !command.writes())),
         };
         drop(in_flight);
         let (frame, outcome) = failure_reply(result, &**namespace);

@@ -58,7 +58,7 @@ pub(super) fn acknowledged(
             source: Box::new(e),
         },
     };
-    Err(bound_failure(short))
+    Err(bound_failure(short, false))
 }
 
 impl Conn {

@@ -66,7 +66,8 @@ impl Conn {
         if result.is_ok() {
             self.watching = true;
         }
-        failure_reply(result.map_err(bound_failure), &*namespace).0
+        // WATCH applies nothing: a lost reply to it is never in doubt.
+        failure_reply(result.map_err(|e| bound_failure(e, true)), &*namespace).0
     }
 
     pub(super) async fn unwatch(&mut self) {
@@ -246,9 +247,11 @@ impl Conn {
             }
         }
         let exec = [Bytes::from_static(b"EXEC")];
+        // A transaction of reads applies nothing: a lost EXEC reply is not in doubt.
+        let reads = !queue.iter().any(Command::writes);
         self.send_dedicated(namespace, &exec, false, route)
             .await
-            .map_err(bound_failure)
+            .map_err(|e| bound_failure(e, reads))
     }
 }
 

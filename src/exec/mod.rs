@@ -360,7 +360,10 @@ impl Session {
                     made: 0,
                 };
                 let result = match sent {
-                    Some(Ahead::Overtaken(e)) => Err(Stopped::Failed(overtaken(e))),
+                    Some(Ahead::Overtaken(e)) => Err(Stopped::Failed(overtaken(
+                        e,
+                        command.class == Idempotence::Read,
+                    ))),
                     Some(Ahead::First(first)) => {
                         self.retried(budget, namespace, attempted, Some(first), None)
                             .await
@@ -754,8 +757,8 @@ fn unsettled(
 
 /// The failure of a request sent ahead that a later request of its pipeline overtook: it is
 /// not retried (see `ahead.rs`).
-fn overtaken(error: BackendError) -> Failure<BackendError> {
-    match bound_failure(error) {
+fn overtaken(error: BackendError, read: bool) -> Failure<BackendError> {
+    match bound_failure(error, read) {
         Failure::Unavailable(g) => Failure::Unavailable(GaveUp {
             why: Why::Overtaken,
             ..g
@@ -769,21 +772,23 @@ fn overtaken(error: BackendError) -> Failure<BackendError> {
 }
 
 /// The failure of a single, never-retried dispatch (a client's own connection, a request
-/// overtaken in its pipeline).
-pub fn bound_failure(error: BackendError) -> Failure<BackendError> {
+/// overtaken in its pipeline). `read`: the request applies nothing (`XREAD … BLOCK`,
+/// `WATCH`, a transaction of reads), so a lost reply leaves nothing in doubt.
+pub fn bound_failure(error: BackendError, read: bool) -> Failure<BackendError> {
     let class = classify(&error);
+    let maybe = class == ErrorClass::Transient && !read;
     let gave_up = |last| GaveUp {
         last,
         class,
         attempts: 1,
         elapsed: Duration::ZERO,
         why: Why::MustNotRepeat,
-        maybe_applied: u32::from(class == ErrorClass::Transient),
+        maybe_applied: u32::from(maybe),
     };
     match class {
         ErrorClass::Other => Failure::Answer(error, 0, 1),
-        ErrorClass::NotAttempted => Failure::Unavailable(gave_up(error)),
-        ErrorClass::Transient => Failure::InDoubt(gave_up(error)),
+        _ if maybe => Failure::InDoubt(gave_up(error)),
+        ErrorClass::NotAttempted | ErrorClass::Transient => Failure::Unavailable(gave_up(error)),
     }
 }
 
@@ -791,6 +796,36 @@ pub fn bound_failure(error: BackendError) -> Failure<BackendError> {
 mod tests {
     use super::*;
     use crate::resp::Proto;
+
+    /// A never-retried dispatch that failed: in doubt only when it may have applied
+    /// something, which a read (`XREAD … BLOCK`, `WATCH`, a transaction of reads) cannot.
+    #[test]
+    fn a_bound_read_is_never_in_doubt() {
+        let lost = || BackendError::Sent {
+            source: fred::error::Error::new(fred::error::ErrorKind::IO, "reset"),
+        };
+        let refused = || BackendError::AcquireTimeout {
+            waited: Duration::ZERO,
+        };
+        let answer = || BackendError::reply(bytes::Bytes::from_static(b"WRONGTYPE x"));
+        let shape = |f: Failure<BackendError>| match f {
+            Failure::Answer(..) => "answer",
+            Failure::Unavailable(_) => "unavailable",
+            Failure::InDoubt(_) => "indoubt",
+        };
+        let cases = [
+            (lost(), false, "indoubt"),
+            (lost(), true, "unavailable"),
+            (refused(), false, "unavailable"),
+            (refused(), true, "unavailable"),
+            (answer(), false, "answer"),
+            (answer(), true, "answer"),
+        ];
+        for (error, read, want) in cases {
+            let what = format!("{error} read={read}");
+            assert_eq!(shape(bound_failure(error, read)), want, "{what}");
+        }
+    }
 
     /// Tokens sort in the order they are made, whatever the client (a SQL backend's index
     /// then grows at its end), across digit-count boundaries where decimal would not.
