@@ -622,3 +622,49 @@ async fn a_backend_that_cannot_work_as_configured_is_answered_at_once() {
     assert_eq!(redis.cmd(&["GET", "k"]), "$1\r\nv\r\n");
     proxy.stop().await;
 }
+
+/// A write given up on while Redis had stopped reading (frozen, its socket buffers full) never
+/// reaches it later: the link is reset, so what the kernel still held unsent is dropped with
+/// it, and nothing of it lands after what the client sends next.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_write_given_up_on_never_lands_when_the_server_wakes() {
+    let redis = RedisServer::start();
+    let proxy = Proxy::start(&format!(
+        r#"
+[defaults]
+reply_mode = "fast"
+[backends.main]
+kind = "redis"
+url = "{}"
+pool_size = 1
+response_timeout = "500ms"
+[[namespaces]]
+name = "frozen"
+backend = "main"
+"#,
+        redis.url()
+    ))
+    .await;
+    let mut conn = proxy.connect().await;
+    assert_eq!(conn.command(&["SET", "k", "x"]).await, b"+OK\r\n");
+    redis.pause();
+    // Far more than the loopback socket buffers hold: the link's write blocks mid-command.
+    let big = "a".repeat(48 << 20);
+    conn.send(&support::resp::encode_str(&["APPEND", "k", &big]))
+        .await;
+    let reply = text(
+        &timeout(Duration::from_secs(20), conn.read_reply())
+            .await
+            .expect("answered"),
+    );
+    assert!(
+        reply.starts_with("-INDOUBT"),
+        "{}",
+        &reply[..reply.len().min(300)]
+    );
+    redis.resume();
+    sleep(Duration::from_secs(1)).await;
+    assert_eq!(redis.cmd(&["STRLEN", "k"]), ":1\r\n");
+    assert_eq!(text(&conn.command(&["GET", "k"]).await), "$1\r\nx\r\n");
+    proxy.stop().await;
+}

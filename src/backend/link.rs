@@ -125,6 +125,9 @@ struct Shared {
     /// `WAIT`s written and not yet answered: Redis runs nothing more of this connection
     /// until they are, so the pool sends elsewhere meanwhile (the pool's, as `unwritten`).
     acking: Arc<AtomicUsize>,
+    /// Tells the link's task that the link was closed, even while its writer is stuck in a
+    /// write to a peer that stopped reading.
+    closing: Notify,
 }
 
 /// What a link tells its pool, kept across the pool slot's dials.
@@ -238,6 +241,7 @@ impl Shared {
                 .fail(at < written, || Error::new(ErrorKind::IO, why.to_string()));
         }
         self.wake.notify_one();
+        self.closing.notify_one();
     }
 
     /// Answers every slot whose deadline has passed with a timeout (each keeps its place, so
@@ -328,6 +332,7 @@ impl Link {
                 response_timeout: target.response_timeout,
             }),
             wake: Notify::new(),
+            closing: Notify::new(),
             unwritten: signals.unwritten,
             acking: signals.acking,
         });
@@ -988,11 +993,25 @@ async fn run(mut stream: TcpStream, shared: Arc<Shared>, proto: Proto) {
             }
         }
     };
-    let why = tokio::select! {
-        why = write => why,
-        why = read => why,
+    // Closed from outside (a reply that did not come in time, a fenced primary), the task
+    // stops at once, a write under way included: every command on the link has been
+    // answered as failed, so none of it may reach the server later, after what the clients
+    // sent since. Reset, not closed, so the kernel drops what it still holds unsent too.
+    let closed = async {
+        shared.closing.notified().await;
+        None
     };
-    shared.close(&why);
+    let why = tokio::select! {
+        why = write => Some(why),
+        why = read => Some(why),
+        why = closed => why,
+    };
+    match why {
+        Some(why) => shared.close(&why),
+        None => {
+            let _ = stream.set_zero_linger();
+        }
+    }
 }
 
 /// Gives `reply` to whoever waits for it. A write waiting for replicas is held (in `held`,
@@ -1093,6 +1112,7 @@ mod tests {
                     response_timeout: Duration::from_secs(1),
                 }),
                 wake: Notify::new(),
+                closing: Notify::new(),
                 unwritten: Arc::default(),
                 acking: Arc::default(),
             }),
