@@ -718,3 +718,65 @@ password_file = "{}"
         "{printed}"
     );
 }
+
+/// A pipelined write sent ahead, whose reply was lost, is not refused by a reload that
+/// narrowed its user's namespaces while a request before it was held: its first dispatch
+/// went under the configuration that admitted it and may have applied it, and a refusal
+/// reads as "not applied". It goes on (and here is applied once).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reload_does_not_refuse_a_write_already_sent_ahead() {
+    let redis = RedisServer::start();
+    let relay = Relay::start(&redis.addr()).await;
+    let config = |namespaces: &str| {
+        format!(
+            r#"
+[defaults]
+reply_mode = "fast"
+acquire_timeout = "1s"
+[defaults.retry]
+min_delay = "1s"
+max_attempts = 3
+[backends.main]
+kind = "redis"
+url = "redis://{}"
+pool_size = 1
+[[namespaces]]
+name = "a"
+prefixes = ["a:"]
+backend = "main"
+[[namespaces]]
+name = "b"
+prefixes = ["b:"]
+backend = "main"
+[[namespaces]]
+name = "rest"
+backend = "main"
+[[users]]
+name = "app"
+password = "pw"
+namespaces = [{namespaces}]
+"#,
+            relay.addr()
+        )
+    };
+    let proxy = Proxy::start(&config(r#""a", "b""#)).await;
+    let mut conn = proxy.connect().await;
+    assert_eq!(conn.command(&["AUTH", "app", "pw"]).await, b"+OK\r\n");
+    assert_eq!(conn.command(&["SET", "a:warm", "1"]).await, b"+OK\r\n");
+    // Both written in one write; the connection drops before their replies.
+    relay.drop_after_request_with(b"b:key");
+    let mut run = support::resp::encode_str(&["SET", "a:key", "1"]);
+    run.extend_from_slice(&support::resp::encode_str(&["SET", "b:key", "2"]));
+    conn.send(&run).await;
+    // While `SET a:key` waits out its backoff, the user loses namespace b.
+    sleep(Duration::from_millis(300)).await;
+    assert!(proxy.reload(&config(r#""a""#)).is_ok());
+    let replies = conn.read_replies(2).await;
+    let replies: Vec<String> = replies.iter().map(|r| text(r)).collect();
+    assert_eq!(replies, ["+OK\r\n", "+OK\r\n"]);
+    assert_eq!(redis.cmd(&["GET", "b:key"]), "$1\r\n2\r\n");
+    // A new command to b is refused under the new configuration.
+    let refused = text(&conn.command(&["SET", "b:other", "3"]).await);
+    assert!(refused.starts_with("-NOPERM"), "{refused}");
+    proxy.stop().await;
+}

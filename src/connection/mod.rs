@@ -517,7 +517,14 @@ impl Conn {
             self.reply(out, &error("NOAUTH Authentication required."));
             return Flow::Continue;
         }
-        if let Err(refusal) = self.permit(&command) {
+        // A command sent ahead was permitted when its first dispatch went, which may have
+        // applied it: a reload since (a user's namespaces narrowed) must not answer it a
+        // refusal, which reads as "not applied". It goes on under what admitted it.
+        let permitted = match self.ahead {
+            Some(_) => Ok(()),
+            None => self.permit(&command),
+        };
+        if let Err(refusal) = permitted {
             if let Some(multi) = self.multi.as_mut() {
                 multi.dirty = true;
             }
