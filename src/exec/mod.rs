@@ -349,7 +349,16 @@ impl Session {
             sent => sent,
         };
         self.behind = self.waited_out.contains(&namespace.name);
-        let mut result = match self.plan(namespace, command) {
+        // A request sent ahead was sent in fast mode (only such are): it goes on in fast mode
+        // from what that left, even if the namespace's plan for it changed since (exact mode
+        // leans on the backend's eviction policy, which a redial may find changed). Planned
+        // afresh, its first dispatch would be forgotten: applied again under a new token, or
+        // answered "not applied" after it may have been.
+        let plan = match sent {
+            Some(_) => Plan::Fast,
+            None => self.plan(namespace, command),
+        };
+        let mut result = match plan {
             Plan::Fast => {
                 let attempted = Attempted {
                     args: &command.args,
