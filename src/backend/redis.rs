@@ -1379,11 +1379,11 @@ fn client_wait(args: &[Bytes]) -> Option<Duration> {
 /// long as it asked; a client's `WAIT` its own timeout plus `response_timeout` (Redis answers
 /// it when the timeout passes). A `WAIT` cut short at `response_timeout` would take every
 /// other client's command on its link with it.
-fn reply_deadline(request: &Request<'_>, response_timeout: Duration) -> Option<Duration> {
-    if request.blocking {
+fn reply_deadline(args: &[Bytes], blocking: bool, response_timeout: Duration) -> Option<Duration> {
+    if blocking {
         return None;
     }
-    match client_wait(request.args) {
+    match client_wait(args) {
         Some(wait) => Some(wait.saturating_add(response_timeout)),
         None => Some(response_timeout),
     }
@@ -1416,16 +1416,14 @@ async fn on_link(
             .await;
         return acked_reply(request.proto, replicas.0, acked);
     }
-    if let Some(args) = bounded_wait(request.args, response_timeout) {
-        let request = Request::new(&args, request.proto, request.pin);
-        let timeout = reply_deadline(&request, response_timeout);
-        return link_reply(request.proto, link.send(&args, None, timeout).await);
-    }
-    let timeout = reply_deadline(request, response_timeout);
-    link_reply(
-        request.proto,
-        link.send(request.args, request.raw, timeout).await,
-    )
+    let bounded = bounded_wait(request.args, response_timeout);
+    let (args, raw) = match &bounded {
+        // Rewritten: the client's bytes no longer describe it.
+        Some(args) => (&args[..], None),
+        None => (request.args, request.raw),
+    };
+    let timeout = reply_deadline(args, request.blocking, response_timeout);
+    link_reply(request.proto, link.send(args, raw, timeout).await)
 }
 
 /// A write's answer on a link with the count of the `WAIT` after it: acknowledged once
@@ -1653,12 +1651,11 @@ mod tests {
             (&["WAIT", "1", "x"][..], false, Some(second)),
             (&["WAIT", "1"][..], false, Some(second)),
         ] {
-            let args = args(words);
-            let request = Request {
-                blocking,
-                ..Request::new(&args, Proto::Resp2, 0)
-            };
-            assert_eq!(reply_deadline(&request, second), want, "{words:?}");
+            assert_eq!(
+                reply_deadline(&args(words), blocking, second),
+                want,
+                "{words:?}"
+            );
         }
         let sent = |words: &[&str]| {
             bounded_wait(&args(words), second).map(|a| {

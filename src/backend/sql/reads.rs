@@ -324,15 +324,15 @@ async fn read_batch(inner: &Inner, batch: Vec<Get>, held: &mut Held) {
         Err(e) => return fail(live, e),
     };
     let limit = inner.response_timeout;
-    // One deadline for the batch, its point reads included: what a batch may take is one
-    // `response_timeout`, however many point reads it holds.
+    // One deadline for the batch, its statements and point reads included: what a batch may
+    // take is one `response_timeout`, however many statements it holds.
     let until = Instant::now() + limit;
     let read = deadline::within(until, limit, SqlStage::Work, async {
         let mut values = Vec::with_capacity(keys.len());
         for part in keys.chunks(STATEMENT_KEYS) {
             values.extend(match inner.dialect {
-                Dialect::Sqlite => one_row(part, &mut conn, limit).await?,
-                Dialect::Postgres => row_per_key(part, &mut conn, limit).await?,
+                Dialect::Sqlite => one_row(part, &mut conn).await?,
+                Dialect::Postgres => row_per_key(part, &mut conn).await?,
             });
         }
         let now_ms = super::now_ms();
@@ -351,7 +351,7 @@ async fn read_batch(inner: &Inner, batch: Vec<Get>, held: &mut Held) {
             );
         }
         if begun {
-            bounded(limit, conn.execute("COMMIT")).await?;
+            conn.execute("COMMIT").await.map_err(work_error)?;
         }
         Ok::<_, BackendError>((values, points))
     });
@@ -451,11 +451,7 @@ pub(super) fn work_error(source: sqlx::Error) -> BackendError {
 /// statement that always did both cost 10%). The key list is padded
 /// to a multiple of [`STEP`] with the last key (a key named twice is one record): a few
 /// statement sizes, each prepared once.
-async fn one_row(
-    keys: &[&[u8]],
-    conn: &mut super::TxConn,
-    limit: Duration,
-) -> Result<Vec<Value>, BackendError> {
+async fn one_row(keys: &[&[u8]], conn: &mut super::TxConn) -> Result<Vec<Value>, BackendError> {
     let Some(&last) = keys.last() else {
         return Ok(Vec::new());
     };
@@ -474,7 +470,10 @@ async fn one_row(
     }
     // The usual batch, nothing large: the records alone, one pass.
     let sql = sqlite_statement(size, false);
-    let row = bounded(limit, bound(&sql, keys, last, size).fetch_one(&mut ***conn)).await?;
+    let row = bound(&sql, keys, last, size)
+        .fetch_one(&mut ***conn)
+        .await
+        .map_err(work_error)?;
     let any_large: Option<i64> = row.try_get(1).map_err(work_error)?;
     if any_large != Some(1) {
         let mut found = HashMap::with_capacity(keys.len());
@@ -486,7 +485,10 @@ async fn one_row(
     // Something large: the whole batch again, its records and its large rows from one
     // statement (one snapshot), the first one's answers dropped.
     let sql = sqlite_statement(size, true);
-    let rows = bounded(limit, bound(&sql, keys, last, size).fetch_all(&mut ***conn)).await?;
+    let rows = bound(&sql, keys, last, size)
+        .fetch_all(&mut ***conn)
+        .await
+        .map_err(work_error)?;
     // The aggregate's row holds the records (NULL when none); each large one is a row of
     // its own: key, kind, and the value of a string.
     let mut found: HashMap<&[u8], Value> = HashMap::with_capacity(keys.len());
@@ -632,11 +634,7 @@ fn parse_records<'a>(
 /// PostgreSQL rows cost little: they are read
 /// from the socket on this thread. The list is padded to a power of two with the last key
 /// (a key named twice is one row).
-async fn row_per_key(
-    keys: &[&[u8]],
-    conn: &mut super::TxConn,
-    limit: Duration,
-) -> Result<Vec<Value>, BackendError> {
+async fn row_per_key(keys: &[&[u8]], conn: &mut super::TxConn) -> Result<Vec<Value>, BackendError> {
     let Some(&last) = keys.last() else {
         return Ok(Vec::new());
     };
@@ -647,7 +645,7 @@ async fn row_per_key(
     for key in keys.iter().chain(std::iter::repeat(&last)).take(size) {
         query = query.bind(*key);
     }
-    let rows = bounded(limit, query.fetch_all(&mut ***conn)).await?;
+    let rows = query.fetch_all(&mut ***conn).await.map_err(work_error)?;
     // Each key's row: its value, or None when it holds another kind. Expired keys and
     // missing ones answer nil alike.
     let now_ms = super::now_ms();
