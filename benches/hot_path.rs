@@ -125,7 +125,7 @@ fn classify(c: &mut Criterion) {
         b"READONLY You can't write against a read only replica.",
     ));
     let reset = BackendError::Sent {
-        source: fred::error::Error::new(fred::error::ErrorKind::IO, "reset"),
+        source: holdfast::error::LinkError::new(holdfast::error::LinkErrorKind::Io, "reset"),
     };
     c.bench_function("classify an error reply and a lost connection", |b| {
         b.iter(|| {

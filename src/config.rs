@@ -580,6 +580,17 @@ pub struct SentinelConfig {
     /// A file holding the master's password (a mounted secret).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password_file: Option<std::path::PathBuf>,
+    /// Speak TLS to every server of the backend (and to the sentinels).
+    #[serde(default)]
+    pub tls: bool,
+    /// PEM trust roots to verify the servers with, instead of the system's; sets `tls`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_ca: Option<std::path::PathBuf>,
+    /// Backend connections kept dialled for clients' own connections (a blocking command,
+    /// `WATCH`), so a client's first one is sent at once, in the order holdfast received it,
+    /// rather than after a dial that lets later commands of other clients overtake it.
+    #[serde(default = "default_warm_connections")]
+    pub warm_connections: usize,
     /// The database exact mode keeps its tokens in, apart from the data (database 0), so a
     /// client's KEYS, SCAN and DBSIZE never show them.
     #[serde(default = "default_token_db")]
@@ -613,6 +624,17 @@ pub struct ClusterConfig {
     /// A file holding the nodes' password (a mounted secret).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password_file: Option<std::path::PathBuf>,
+    /// Speak TLS to every server of the backend.
+    #[serde(default)]
+    pub tls: bool,
+    /// PEM trust roots to verify the servers with, instead of the system's; sets `tls`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_ca: Option<std::path::PathBuf>,
+    /// Backend connections kept dialled for clients' own connections (a blocking command,
+    /// `WATCH`), so a client's first one is sent at once, in the order holdfast received it,
+    /// rather than after a dial that lets later commands of other clients overtake it.
+    #[serde(default = "default_warm_connections")]
+    pub warm_connections: usize,
 }
 
 fn default_max_redirections() -> u32 {
@@ -638,9 +660,15 @@ pub struct RedisConfig {
     /// `url`. Its trailing newline is dropped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password_file: Option<std::path::PathBuf>,
-    /// For `rediss://`: PEM trust roots to verify the backend with, instead of the system's.
+    /// PEM trust roots to verify the backend with, instead of the system's. TLS is spoken
+    /// when the URL is `rediss://` or this is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_ca: Option<std::path::PathBuf>,
+    /// Backend connections kept dialled for clients' own connections (a blocking command,
+    /// `WATCH`), so a client's first one is sent at once, in the order holdfast received it,
+    /// rather than after a dial that lets later commands of other clients overtake it.
+    #[serde(default = "default_warm_connections")]
+    pub warm_connections: usize,
     /// The database exact mode keeps its tokens in, apart from the URL's, so a client's KEYS,
     /// SCAN and DBSIZE never show them.
     #[serde(default = "default_token_db")]
@@ -684,9 +712,33 @@ fn check_addresses(
     Ok(())
 }
 
+/// The checks every Redis kind shares: warm connections in range, trust roots that load.
+fn check_links(
+    key: &str,
+    warm: usize,
+    tls_ca: Option<&std::path::Path>,
+) -> Result<(), ConfigError> {
+    if warm > MAX_WARM_CONNECTIONS {
+        return Err(invalid(
+            format!("{key}.warm_connections"),
+            format!("must be at most {MAX_WARM_CONNECTIONS}"),
+        ));
+    }
+    if let Some(ca) = tls_ca {
+        crate::tls::client_config(ca)
+            .map_err(|e| invalid(format!("{key}.tls_ca"), e.to_string()))?;
+    }
+    Ok(())
+}
+
 fn default_pool_size() -> usize {
     8
 }
+fn default_warm_connections() -> usize {
+    2
+}
+/// Most warm connections a backend (a Cluster: each primary) may keep.
+pub const MAX_WARM_CONNECTIONS: usize = 64;
 fn default_connection_timeout() -> Duration {
     Duration::from_secs(2)
 }
@@ -991,21 +1043,12 @@ impl Config {
                         "must be between 1 and 1024",
                     ));
                 }
-                if !redis.url.starts_with("redis://") && !redis.url.starts_with("rediss://") {
-                    return Err(invalid(
-                        format!("{key}.url"),
-                        "must start with redis:// (or rediss:// for TLS)",
-                    ));
-                }
-                if let Some(ca) = &redis.tls_ca {
-                    crate::tls::client_config(ca)
-                        .map_err(|e| invalid(format!("{key}.tls_ca"), e.to_string()))?;
-                }
+                check_links(&key, redis.warm_connections, redis.tls_ca.as_deref())?;
                 if let Some(path) = &redis.password_file {
                     read_secret(&format!("{key}.password_file"), path)?;
                 }
-                match fred::types::config::Config::from_url(&redis.url) {
-                    Err(e) => return Err(invalid(format!("{key}.url"), e.details().to_string())),
+                match parse_redis_url(&redis.url) {
+                    Err(e) => return Err(invalid(format!("{key}.url"), e)),
                     Ok(parsed) if parsed.database.unwrap_or(0) == redis.token_db => {
                         return Err(invalid(
                             format!("{key}.token_db"),
@@ -1049,6 +1092,7 @@ impl Config {
                         sentinel.pool_size,
                         sentinel.password_file.as_deref(),
                     )?;
+                    check_links(&key, sentinel.warm_connections, sentinel.tls_ca.as_deref())?;
                 }
                 BackendConfig::Cluster(cluster) => {
                     check_addresses(
@@ -1058,6 +1102,7 @@ impl Config {
                         cluster.pool_size,
                         cluster.password_file.as_deref(),
                     )?;
+                    check_links(&key, cluster.warm_connections, cluster.tls_ca.as_deref())?;
                 }
                 BackendConfig::Sqlite(sqlite) => {
                     if sqlite.readers == 0 || sqlite.readers > 64 {
@@ -1324,6 +1369,73 @@ pub fn host_port(addr: &str) -> Option<(String, u16)> {
         return None;
     }
     Some((host.to_string(), port.parse().ok()?))
+}
+
+/// A `redis://` or `rediss://` URL, read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RedisUrl {
+    /// `rediss://`: the connection speaks TLS.
+    pub tls: bool,
+    /// The server's host (an IPv6 address without its brackets).
+    pub host: String,
+    /// Its port (6379 when the URL gives none).
+    pub port: u16,
+    /// The ACL user, when the URL names one.
+    pub username: Option<String>,
+    /// The password, when the URL holds one.
+    pub password: Option<String>,
+    /// The database (`/3`), when the URL names one.
+    pub database: Option<u8>,
+}
+
+/// Reads `redis://[[user]:password@]host[:port][/db]` (or `rediss://` for TLS); the user and
+/// password percent-decoded. Query parameters are refused rather than ignored: every setting
+/// of a backend is a key of its own.
+///
+/// # Errors
+/// Which part of the URL is wrong; the text never holds the password.
+pub fn parse_redis_url(text: &str) -> Result<RedisUrl, String> {
+    let url = url::Url::parse(text).map_err(|e| format!("not a URL ({e})"))?;
+    let tls = match url.scheme() {
+        "redis" => false,
+        "rediss" => true,
+        _ => return Err("must start with redis:// (or rediss:// for TLS)".to_string()),
+    };
+    let host = match url.host() {
+        Some(url::Host::Domain(name)) if !name.is_empty() => name.to_string(),
+        Some(url::Host::Ipv4(ip)) => ip.to_string(),
+        Some(url::Host::Ipv6(ip)) => ip.to_string(),
+        _ => return Err("names no host".to_string()),
+    };
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err("query parameters are not read: set them as keys of the backend".to_string());
+    }
+    let decode = |part: &str| {
+        percent_encoding::percent_decode_str(part)
+            .decode_utf8()
+            .map(|text| text.into_owned())
+            .map_err(|_| "its user or password is not UTF-8 once decoded".to_string())
+    };
+    let username = match url.username() {
+        "" => None,
+        user => Some(decode(user)?),
+    };
+    let password = url.password().map(decode).transpose()?;
+    let database = match url.path().trim_start_matches('/') {
+        "" => None,
+        db => Some(
+            db.parse::<u8>()
+                .map_err(|_| format!("the database `/{db}` is not a number from 0 to 255"))?,
+        ),
+    };
+    Ok(RedisUrl {
+        tls,
+        host,
+        port: url.port().unwrap_or(6379),
+        username,
+        password,
+        database,
+    })
 }
 
 /// libpq's multi-host URL (`postgres://u@h1:5432,h2:5433/db`) as one single-host URL per

@@ -6,13 +6,13 @@
 //! fails"): NotAttempted is retried for every command, Transient only for commands that may
 //! be repeated, Other never. It is read from typed facts only: which [`BackendError`] variant
 //! the adapter returned (it knows whether the request had been handed to a connection),
-//! fred's `ErrorKind`, the first word of a Redis error reply, a PostgreSQL SQLSTATE, a SQLite
+//! a Redis connection's [`LinkErrorKind`], the first word of a Redis error reply, a PostgreSQL SQLSTATE, a SQLite
 //! result code, and the stage of a SQL transaction the failure happened in. Message text is
 //! never matched.
 
 use bytes::Bytes;
-use fred::error::ErrorKind;
 use redis_protocol::resp3::types::BytesFrame as Frame;
+use std::borrow::Cow;
 use std::error::Error as StdError;
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,6 +39,80 @@ impl ErrorClass {
     }
 }
 
+/// What went wrong on one of holdfast's Redis connections, by kind: what `classify` reads
+/// (with the [`BackendError`] variant that says whether the request had been sent).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkErrorKind {
+    /// The connection failed: refused, reset, closed, or closed by holdfast.
+    Io,
+    /// No connection, or no reply, within its deadline.
+    Timeout,
+    /// The server refused holdfast's credentials (`WRONGPASS`, `NOAUTH`, `NOPERM` at the
+    /// handshake): waiting will not heal it.
+    Auth,
+    /// The server answered something holdfast cannot use: an error reply to the handshake
+    /// other than a refused password (`LOADING`, too many clients), or bytes that are no RESP.
+    Protocol,
+    /// The configuration cannot work as written (an address or a TLS name that does not
+    /// parse).
+    Config,
+    /// The server says what the configuration names is not there: a master name no sentinel
+    /// monitors, a `cluster` backend's node without cluster support.
+    NotFound,
+    /// The dial was cancelled before it finished.
+    Canceled,
+    /// An answer of an unexpected shape to a command holdfast sent itself (a `WAIT` that
+    /// answered no count).
+    Unexpected,
+}
+
+/// The error of holdfast's own Redis connections: a kind and what happened, with the I/O
+/// error under it when there is one. Cloned when one failure answers many commands (a
+/// connection that closes fails all that were in flight).
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("{what}")]
+pub struct LinkError {
+    kind: LinkErrorKind,
+    what: Cow<'static, str>,
+    #[source]
+    source: Option<Arc<std::io::Error>>,
+}
+
+impl LinkError {
+    /// An error of `kind`, saying `what`.
+    pub fn new(kind: LinkErrorKind, what: impl Into<Cow<'static, str>>) -> LinkError {
+        LinkError {
+            kind,
+            what: what.into(),
+            source: None,
+        }
+    }
+
+    /// An I/O failure while doing `what` (`connecting to 127.0.0.1:6379`).
+    pub fn io(what: impl Into<Cow<'static, str>>, source: std::io::Error) -> LinkError {
+        let kind = match source.kind() {
+            std::io::ErrorKind::TimedOut => LinkErrorKind::Timeout,
+            _ => LinkErrorKind::Io,
+        };
+        LinkError {
+            kind,
+            what: what.into(),
+            source: Some(Arc::new(source)),
+        }
+    }
+
+    /// Its kind.
+    pub fn kind(&self) -> LinkErrorKind {
+        self.kind
+    }
+}
+
+impl From<std::io::Error> for LinkError {
+    fn from(source: std::io::Error) -> LinkError {
+        LinkError::io("the connection failed", source)
+    }
+}
+
 /// Why a backend did not produce a reply. The variant, not the text, carries the meaning.
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
@@ -51,16 +125,16 @@ pub enum BackendError {
     /// Connecting (or the connection handshake) failed: nothing was sent.
     #[error("cannot connect to the backend")]
     Connect {
-        /// The client library's error.
+        /// What the connection met.
         #[source]
-        source: fred::error::Error,
+        source: LinkError,
     },
     /// The request was handed to a connection and then failed: it may have been applied.
     #[error("the backend connection failed after the request was sent")]
     Sent {
-        /// The client library's error.
+        /// What the connection met.
         #[source]
-        source: fred::error::Error,
+        source: LinkError,
     },
     /// The backend answered with an error reply.
     #[error("backend replied with an error: {prefix}")]
@@ -217,15 +291,15 @@ fn classify_backend(error: &BackendError) -> ErrorClass {
     match error {
         BackendError::AcquireTimeout { .. } => ErrorClass::NotAttempted,
         BackendError::Connect { source } => match source.kind() {
-            // A wrong password or URL will not heal by waiting. (fred's Config kind is not
-            // here: it also means "the last dial is still being torn down", which heals.)
-            // NotFound is holdfast's own, never fred's at a dial: the server answered that
-            // what the configuration names is not there (a master name no sentinel knows, a
-            // `cluster` backend's node without cluster support).
-            ErrorKind::Auth | ErrorKind::Url | ErrorKind::InvalidArgument | ErrorKind::NotFound => {
+            // A wrong password, address or name will not heal by waiting.
+            LinkErrorKind::Auth | LinkErrorKind::Config | LinkErrorKind::NotFound => {
                 ErrorClass::Other
             }
-            _ => ErrorClass::NotAttempted,
+            LinkErrorKind::Io
+            | LinkErrorKind::Timeout
+            | LinkErrorKind::Protocol
+            | LinkErrorKind::Canceled
+            | LinkErrorKind::Unexpected => ErrorClass::NotAttempted,
         },
         BackendError::Sent { source } => sent_kind(source.kind()),
         BackendError::Reply { prefix, .. } => reply_prefix(prefix),
@@ -320,16 +394,16 @@ pub fn sqlstate(code: &str) -> ErrorClass {
 }
 
 /// A request that was handed to a connection and failed there.
-fn sent_kind(kind: &ErrorKind) -> ErrorClass {
+fn sent_kind(kind: LinkErrorKind) -> ErrorClass {
     match kind {
-        // fred refuses before writing when its buffer is full, and gives up routing (no node
-        // for the slot, or more MOVED/ASK than `max_redirections`: each redirecting node
-        // executed nothing) before any node ran the command.
-        ErrorKind::Backpressure | ErrorKind::Routing => ErrorClass::NotAttempted,
-        ErrorKind::IO | ErrorKind::Timeout | ErrorKind::Canceled | ErrorKind::Unknown => {
-            ErrorClass::Transient
-        }
-        _ => ErrorClass::Other,
+        LinkErrorKind::Io
+        | LinkErrorKind::Timeout
+        | LinkErrorKind::Canceled
+        | LinkErrorKind::Unexpected => ErrorClass::Transient,
+        LinkErrorKind::Auth
+        | LinkErrorKind::Protocol
+        | LinkErrorKind::Config
+        | LinkErrorKind::NotFound => ErrorClass::Other,
     }
 }
 
@@ -345,11 +419,10 @@ pub fn reply_prefix(prefix: &str) -> ErrorClass {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fred::error::Error as FredError;
     use std::time::Duration;
 
-    fn fred(kind: ErrorKind) -> FredError {
-        FredError::new(kind, "x")
+    fn link(kind: LinkErrorKind) -> LinkError {
+        LinkError::new(kind, "x")
     }
 
     fn reply(text: &str) -> BackendError {
@@ -367,91 +440,91 @@ mod tests {
             ),
             (
                 BackendError::Connect {
-                    source: fred(ErrorKind::IO),
+                    source: link(LinkErrorKind::Io),
                 },
                 ErrorClass::NotAttempted,
             ),
             (
                 BackendError::Connect {
-                    source: fred(ErrorKind::Timeout),
+                    source: link(LinkErrorKind::Timeout),
                 },
                 ErrorClass::NotAttempted,
             ),
             (
                 BackendError::Connect {
-                    source: fred(ErrorKind::Canceled),
+                    source: link(LinkErrorKind::Canceled),
                 },
                 ErrorClass::NotAttempted,
             ),
             (
                 BackendError::Connect {
-                    source: fred(ErrorKind::Auth),
+                    source: link(LinkErrorKind::Auth),
                 },
                 ErrorClass::Other,
             ),
             (
                 BackendError::Connect {
-                    source: fred(ErrorKind::Config),
-                },
-                ErrorClass::NotAttempted,
-            ),
-            (
-                BackendError::Connect {
-                    source: fred(ErrorKind::Url),
+                    source: link(LinkErrorKind::Config),
                 },
                 ErrorClass::Other,
             ),
             (
                 BackendError::Connect {
-                    source: fred(ErrorKind::NotFound),
+                    source: link(LinkErrorKind::NotFound),
                 },
                 ErrorClass::Other,
             ),
             (
                 BackendError::Sent {
-                    source: fred(ErrorKind::IO),
+                    source: link(LinkErrorKind::Io),
                 },
                 ErrorClass::Transient,
             ),
             (
                 BackendError::Sent {
-                    source: fred(ErrorKind::Timeout),
+                    source: link(LinkErrorKind::Timeout),
                 },
                 ErrorClass::Transient,
             ),
             (
                 BackendError::Sent {
-                    source: fred(ErrorKind::Canceled),
+                    source: link(LinkErrorKind::Canceled),
                 },
                 ErrorClass::Transient,
             ),
             (
                 BackendError::Sent {
-                    source: fred(ErrorKind::Unknown),
+                    source: link(LinkErrorKind::Unexpected),
                 },
                 ErrorClass::Transient,
             ),
             (
-                BackendError::Sent {
-                    source: fred(ErrorKind::Backpressure),
+                BackendError::Connect {
+                    source: link(LinkErrorKind::Protocol),
                 },
                 ErrorClass::NotAttempted,
             ),
             (
                 BackendError::Sent {
-                    source: fred(ErrorKind::Protocol),
+                    source: link(LinkErrorKind::NotFound),
                 },
                 ErrorClass::Other,
             ),
             (
                 BackendError::Sent {
-                    source: fred(ErrorKind::InvalidArgument),
+                    source: link(LinkErrorKind::Protocol),
                 },
                 ErrorClass::Other,
             ),
             (
                 BackendError::Sent {
-                    source: fred(ErrorKind::Auth),
+                    source: link(LinkErrorKind::Config),
+                },
+                ErrorClass::Other,
+            ),
+            (
+                BackendError::Sent {
+                    source: link(LinkErrorKind::Auth),
                 },
                 ErrorClass::Other,
             ),
@@ -490,13 +563,6 @@ mod tests {
             (reply("NOSCRIPT No matching script."), ErrorClass::Other),
             (
                 reply("MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk."),
-                ErrorClass::NotAttempted,
-            ),
-            // Too many redirections, or no node to route to: no node ran the command.
-            (
-                BackendError::Sent {
-                    source: fred(ErrorKind::Routing),
-                },
                 ErrorClass::NotAttempted,
             ),
             (
@@ -542,7 +608,7 @@ mod tests {
     #[test]
     fn the_source_chain_is_walked() {
         let inner = BackendError::Sent {
-            source: fred(ErrorKind::IO),
+            source: link(LinkErrorKind::Io),
         };
         let wrapped = Wrapper(inner);
         // The wrapper itself is not a BackendError; the class comes from its source.

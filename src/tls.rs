@@ -1,5 +1,5 @@
 //! TLS, off by default: the client listener's acceptor (`[server.tls]`) and the trust roots
-//! for `rediss://` backends (`tls_ca`). rustls with the ring provider; certificates and keys
+//! for Redis backends spoken to over TLS (`tls_ca`, or the system's). rustls with the ring provider; certificates and keys
 //! are PEM files.
 
 use rustls::pki_types::pem::PemObject;
@@ -67,6 +67,31 @@ pub fn client_config(ca: &Path) -> Result<rustls::ClientConfig, TlsError> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in certificates(ca)? {
         roots.add(cert).map_err(|e| file_error(ca, e))?;
+    }
+    Ok(rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
+}
+
+/// A client configuration trusting the system's certificate store (what a `rediss://`
+/// backend without `tls_ca` is verified with).
+///
+/// # Errors
+/// [`TlsError`] when the store holds no usable certificate.
+pub fn system_config() -> Result<rustls::ClientConfig, TlsError> {
+    let found = rustls_native_certs::load_native_certs();
+    let mut roots = rustls::RootCertStore::empty();
+    let (added, _) = roots.add_parsable_certificates(found.certs);
+    if added == 0 {
+        let why = found
+            .errors
+            .first()
+            .map_or_else(|| "no certificate found".to_string(), ToString::to_string);
+        return Err(TlsError::File {
+            path: "the system's certificate store".to_string(),
+            what: why,
+        });
     }
     Ok(rustls::ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()?

@@ -14,17 +14,19 @@
 //! Each pooled connection of a Cluster backend is a [`Nodes`]: its own link to every
 //! primary it has sent to, all following one shared [`Topology`].
 
-use super::link::{self, Link, Target};
+use super::codec::{read_frame, write_command};
+use super::dial::{self, Target};
+use super::link::{self, Link};
+use super::warm::Warm;
 use super::{BackendError, Reply};
 use crate::error::{classify, ErrorClass};
+use crate::error::{LinkError as Error, LinkErrorKind as ErrorKind};
 use bytes::{Bytes, BytesMut};
-use fred::error::{Error, ErrorKind};
 use redis_protocol::resp3::types::BytesFrame as Frame;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 /// A node's address.
@@ -40,6 +42,21 @@ pub const STALLED: Duration = Duration::from_secs(1);
 
 /// Slots in a Redis Cluster.
 const SLOTS: usize = 16384;
+
+/// The CRC Redis Cluster hashes keys with (CRC16-CCITT, XMODEM).
+const CRC16: crc::Crc<u16> = crc::Crc::<u16>::new(&crc::CRC_16_XMODEM);
+
+/// The hash slot of `key`, as Redis Cluster computes it: the CRC of the key, or of its hash
+/// tag (what stands between the first `{` and the first `}` after it, when not empty).
+pub fn keyslot(key: &[u8]) -> u16 {
+    let tagged = memchr::memchr(b'{', key).and_then(|open| {
+        let rest = &key[open + 1..];
+        let close = memchr::memchr(b'}', rest)?;
+        (close > 0).then(|| &rest[..close])
+    });
+    // Below 16384, so the cast is lossless.
+    (CRC16.checksum(tagged.unwrap_or(key)) as usize % SLOTS) as u16
+}
 
 /// Which primary owns each slot.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -204,7 +221,7 @@ impl Topology {
                 match topology.read().await {
                     // The first read is at start: a configuration that cannot work is said
                     // there, as an error, and every 10 s after.
-                    Err(e) if *e.kind() == ErrorKind::NotFound => {
+                    Err(e) if e.kind() == ErrorKind::NotFound => {
                         tracing::error!(backend = %topology.backend, error = %e, "the backend cannot be used as configured: requests to it are answered with this error at once");
                     }
                     Err(e) => {
@@ -265,11 +282,11 @@ impl Topology {
                 .filter(|s| !known.primaries.contains(s))
                 .cloned(),
         );
-        let mut last = Error::new(ErrorKind::IO, "no cluster node to ask");
+        let mut last = Error::new(ErrorKind::Io, "no cluster node to ask");
         for node in asked {
             match self.slots_of(&node).await {
                 Ok(map) if map.is_empty() => {
-                    last = Error::new(ErrorKind::IO, format!("{node:?} serves no slot"));
+                    last = Error::new(ErrorKind::Io, format!("{node:?} serves no slot"));
                 }
                 Ok(map) => {
                     self.settle(None);
@@ -305,12 +322,10 @@ impl Topology {
     async fn slots_of(&self, node: &Addr) -> Result<SlotMap, Error> {
         let target = self.target.at(node);
         let ask = async {
-            let mut stream = TcpStream::connect((node.0.as_str(), node.1)).await?;
-            stream.set_nodelay(true)?;
-            link::handshake(&mut stream, &target).await?;
+            let (mut stream, _) = dial::connect(&target).await?;
             let slots = [Bytes::from_static(b"CLUSTER"), Bytes::from_static(b"SLOTS")];
-            link::write_command(&mut stream, &slots).await?;
-            link::read_frame(&mut stream, &mut BytesMut::new()).await
+            write_command(&mut stream, &slots).await?;
+            read_frame(&mut stream, &mut BytesMut::new()).await
         };
         let frame = tokio::time::timeout(target.connection_timeout(), ask)
             .await
@@ -320,7 +335,7 @@ impl Topology {
             // it is no Cluster node at all: the configuration is wrong, and waiting will
             // not heal it (NotFound: the request is answered at once, the log says why).
             let kind = match classify(&refused) {
-                ErrorClass::NotAttempted => ErrorKind::IO,
+                ErrorClass::NotAttempted => ErrorKind::Io,
                 _ => ErrorKind::NotFound,
             };
             let what = format!("{node:?} answered CLUSTER SLOTS with {frame:?}");
@@ -342,13 +357,21 @@ pub struct Nodes {
     signals: link::Signals,
     /// Set when closed: no link is dialled any more.
     closed: AtomicBool,
+    /// Links dialled ahead, taken before dialling (a client's own connection).
+    warm: Option<Arc<Warm>>,
     /// Stops the task that fences links to demoted nodes.
     fencing: tokio::task::JoinHandle<()>,
 }
 
 impl Nodes {
-    /// A connection following `topology`; its links are dialled as they are needed.
-    pub fn new(topology: Arc<Topology>, target: Target, signals: link::Signals) -> Arc<Nodes> {
+    /// A connection following `topology`; its links are dialled as they are needed (taken
+    /// from `warm` when one is ready there).
+    pub fn new(
+        topology: Arc<Topology>,
+        target: Target,
+        signals: link::Signals,
+        warm: Option<Arc<Warm>>,
+    ) -> Arc<Nodes> {
         Arc::new_cyclic(|weak: &std::sync::Weak<Nodes>| {
             let weak = weak.clone();
             let mut changes = topology.changes();
@@ -389,6 +412,7 @@ impl Nodes {
                 links: Mutex::new(HashMap::new()),
                 signals,
                 closed: AtomicBool::new(false),
+                warm,
                 fencing,
             }
         })
@@ -430,10 +454,14 @@ impl Nodes {
             return Ok(link);
         }
         if self.closed.load(Ordering::Acquire) {
-            return Err(Error::new(ErrorKind::IO, "the connection was closed"));
+            return Err(Error::new(ErrorKind::Io, "the connection was closed"));
         }
         let target = self.target.at(node);
-        let dialled = Link::connect(&target, self.signals.clone()).await;
+        let taken = self.warm.as_ref().and_then(|warm| warm.take(&target, None));
+        let dialled = match taken {
+            Some(taken) => Ok(taken),
+            None => Link::connect(&target, self.signals.clone()).await,
+        };
         let (link, _task, server) = match dialled {
             Ok(dialled) => dialled,
             Err(e) => {
@@ -449,7 +477,7 @@ impl Nodes {
             let topology = self.topology.clone();
             tokio::spawn(async move { topology.read().await });
             return Err(Error::new(
-                ErrorKind::IO,
+                ErrorKind::Io,
                 format!("{node:?} is no longer a primary"),
             ));
         }
@@ -458,7 +486,7 @@ impl Nodes {
         }
         let link = Arc::new(link);
         let Ok(mut links) = self.links.lock() else {
-            return Err(Error::new(ErrorKind::IO, "the connection's state is lost"));
+            return Err(Error::new(ErrorKind::Io, "the connection's state is lost"));
         };
         // Another request may have dialled it meanwhile: keep one.
         let kept = match links.get(node) {
@@ -502,7 +530,7 @@ impl Nodes {
         };
         owner.cloned().ok_or_else(|| {
             Error::new(
-                ErrorKind::IO,
+                ErrorKind::Io,
                 format!("no node of the cluster serves slot {slot:?}"),
             )
         })
@@ -706,6 +734,33 @@ mod tests {
         assert_eq!(map.owner(100), None, "a slot nobody serves");
         assert!(SlotMap::parse(&blob("x"), &asked).is_err());
         assert!(SlotMap::parse(&array(vec![array(vec![num(0)])]), &asked).is_err());
+    }
+
+    /// Slots as Redis computes them: the CRC's check value, a slot from Redis's documentation,
+    /// and fred's hashing (a Redis client library's) for keys with and without hash tags.
+    #[test]
+    fn keys_hash_to_the_slots_redis_gives_them() {
+        assert_eq!(keyslot(b"123456789"), 12739);
+        assert_eq!(keyslot(b"somekey"), 11058);
+        for key in [
+            "foo",
+            "{user1000}.following",
+            "{user1000}.followers",
+            "foo{}{bar}",
+            "foo{{bar}}zap",
+            "foo{bar}{zap}",
+            "{",
+            "}{",
+            "a{b",
+            "",
+        ] {
+            assert_eq!(
+                keyslot(key.as_bytes()),
+                fred::util::redis_keyslot(key.as_bytes()),
+                "{key}"
+            );
+        }
+        assert_eq!(keyslot(b"{user1000}.following"), keyslot(b"user1000"));
     }
 
     #[test]

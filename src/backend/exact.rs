@@ -72,7 +72,7 @@ pub fn token_key(key: &[u8], token: &[u8]) -> Bytes {
     let tag = if !part.is_empty() && !part.contains(&b'}') {
         part
     } else {
-        number = slot_tag(fred::util::redis_keyslot(key)).to_string();
+        number = slot_tag(crate::backend::cluster::keyslot(key)).to_string();
         number.as_bytes()
     };
     let mut out = Vec::with_capacity(tag.len() + token.len() + 10);
@@ -92,7 +92,7 @@ fn slot_tag(slot: u16) -> u32 {
         let mut left = tags.len();
         let mut n = 0u32;
         while left > 0 && n < u32::MAX {
-            let at = usize::from(fred::util::redis_keyslot(n.to_string().as_bytes()));
+            let at = usize::from(crate::backend::cluster::keyslot(n.to_string().as_bytes()));
             if let Some(tag) = tags.get_mut(at).filter(|tag| **tag == u32::MAX) {
                 *tag = n;
                 left -= 1;
@@ -163,7 +163,7 @@ pub fn repair(reply: Reply) -> Reply {
         Reply::Raw {
             bytes,
             proto: Proto::Resp2,
-        } => Reply::from(super::link::decode_raw(bytes, Proto::Resp2)),
+        } => Reply::from(super::codec::decode_raw(bytes, Proto::Resp2)),
         other => other,
     }
 }
@@ -210,8 +210,8 @@ mod tests {
         for key in keys {
             let token = token_key(key, b"i:1:2");
             assert_eq!(
-                fred::util::redis_keyslot(&token),
-                fred::util::redis_keyslot(key),
+                crate::backend::cluster::keyslot(&token),
+                crate::backend::cluster::keyslot(key),
                 "key {:?}, token key {:?}",
                 String::from_utf8_lossy(key),
                 String::from_utf8_lossy(&token)
@@ -254,7 +254,10 @@ mod tests {
     fn every_slot_has_a_number_for_a_tag() {
         for slot in [0u16, 1, 8_000, 16_383] {
             let tag = slot_tag(slot);
-            assert_eq!(fred::util::redis_keyslot(tag.to_string().as_bytes()), slot);
+            assert_eq!(
+                crate::backend::cluster::keyslot(tag.to_string().as_bytes()),
+                slot
+            );
         }
     }
 

@@ -21,20 +21,20 @@
 //! line is dialled again at the slot's new owner.
 
 use super::cluster::{Addr, Topology};
-use super::link::{self, Target};
+use super::codec::{decode, encode};
+use super::dial::{self, Stream, Target};
 use super::pubsub::{Delivery, Kind, Outbox};
 use super::sentinel::Watch;
 use super::BackendError;
+use crate::error::{LinkError as Error, LinkErrorKind as ErrorKind};
 use crate::metrics as m;
 use crate::resp::{Output, Proto};
 use bytes::{Bytes, BytesMut};
-use fred::error::{Error, ErrorKind};
 use redis_protocol::resp3::types::BytesFrame as Frame;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
-use tokio::net::TcpStream;
 use tokio::sync::{oneshot, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -207,7 +207,7 @@ impl RedisFeed {
 
     fn line_of(&self, kind: Kind, name: &[u8]) -> Line {
         match (&self.ctx.locate, kind) {
-            (Locate::Cluster(_), Kind::Shard) => Line::Slot(fred::util::redis_keyslot(name)),
+            (Locate::Cluster(_), Kind::Shard) => Line::Slot(super::cluster::keyslot(name)),
             _ => Line::Main,
         }
     }
@@ -305,7 +305,7 @@ impl RedisFeed {
         BackendError::Connect {
             source: failed.unwrap_or_else(|| {
                 Error::new(
-                    ErrorKind::IO,
+                    ErrorKind::Io,
                     format!(
                         "the subscription was not confirmed within {timeout:?} (backend {})",
                         self.ctx.backend
@@ -436,11 +436,11 @@ async fn run_line(ctx: Arc<Ctx>, line: Line, shared: Arc<Shared>) {
 type Fence = Option<(Arc<Watch>, u64)>;
 
 fn io_error(text: String) -> Error {
-    Error::new(ErrorKind::IO, text)
+    Error::new(ErrorKind::Io, text)
 }
 
 /// Dials the line's server and introduces the connection.
-async fn connect(ctx: &Ctx, line: Line) -> Result<(TcpStream, Fence), Error> {
+async fn connect(ctx: &Ctx, line: Line) -> Result<(Stream, Fence), Error> {
     let (at, fence): (Option<Addr>, Fence) = match &ctx.locate {
         Locate::Fixed => (None, None),
         Locate::Sentinel(watch) => {
@@ -460,17 +460,8 @@ async fn connect(ctx: &Ctx, line: Line) -> Result<(TcpStream, Fence), Error> {
         }
     };
     let target = at.map_or_else(|| ctx.target.clone(), |addr| ctx.target.at(&addr));
-    let within = target.connection_timeout();
     let (host, port) = target.addr();
-    let dial = async {
-        let mut stream = TcpStream::connect((host.as_str(), port)).await?;
-        let _ = stream.set_nodelay(true);
-        let server = link::handshake(&mut stream, &target).await?;
-        Ok::<_, Error>((stream, server))
-    };
-    let (stream, server) = tokio::time::timeout(within, dial)
-        .await
-        .map_err(|_| io_error(format!("no connection to {host}:{port} within {within:?}")))??;
+    let (stream, server) = dial::connect(&target).await?;
     if let Some((watch, _)) = &fence {
         if !server.is_primary() {
             watch.requery();
@@ -551,7 +542,7 @@ fn incoming(frame: Frame) -> Incoming {
 }
 
 /// Serves one connection of a line until it ends.
-async fn serve(ctx: &Ctx, shared: &Shared, mut stream: TcpStream, fence: Fence) -> End {
+async fn serve(ctx: &Ctx, shared: &Shared, mut stream: Stream, fence: Fence) -> End {
     // What was sent on this connection, by kind: the difference to `wanted` is what to send.
     let mut sent: [HashSet<Bytes>; 3] = Default::default();
     // Subscribe and unsubscribe commands written for a name and not answered yet: a
@@ -586,7 +577,7 @@ async fn serve(ctx: &Ctx, shared: &Shared, mut stream: TcpStream, fence: Fence) 
                         for part in list.chunks(NAMES_PER_COMMAND) {
                             let mut args = vec![Bytes::from_static(command)];
                             args.extend(part.iter().cloned());
-                            link::encode(&mut out, &args);
+                            encode(&mut out, &args);
                         }
                     }
                     for name in add.iter().chain(&drop) {
@@ -605,7 +596,7 @@ async fn serve(ctx: &Ctx, shared: &Shared, mut stream: TcpStream, fence: Fence) 
                 }
                 heard = Instant::now();
                 loop {
-                    let frame = match link::decode(&mut buf, Proto::Resp2) {
+                    let frame = match decode(&mut buf, Proto::Resp2) {
                         Ok(Some(frame)) => frame,
                         Ok(None) => break,
                         Err(_) => return End::Lost,
@@ -661,7 +652,7 @@ async fn serve(ctx: &Ctx, shared: &Shared, mut stream: TcpStream, fence: Fence) 
                 if heard.elapsed() > silent_for {
                     return End::Lost;
                 }
-                link::encode(&mut out, &[Bytes::from_static(b"PING")]);
+                encode(&mut out, &[Bytes::from_static(b"PING")]);
             }
         }
         // A server that stops reading (frozen, its socket full) is not waited on for ever.

@@ -1,31 +1,34 @@
-//! holdfast's own connection to a standalone Redis, for the pooled (shared) connections.
+//! holdfast's own Redis connections. Every Redis connection that carries commands is a link: the shared ones (many clients'
+//! commands), a client's own (its blocking commands, `WATCH`/`MULTI`/`EXEC`), over TCP or TLS
+//! (`dial.rs`), to a standalone server, the primary Sentinel names, or a Cluster's node.
+//! Replies are paired with commands by order alone, never by what they hold: a reply's shape
+//! (an array that starts with `message`, say) changes nothing of where it goes.
 //!
-//! Many client connections send on one link. Each command is encoded straight into the
+//! Many client connections send on one shared link. Each command is encoded straight into the
 //! link's output buffer and its reply slot queued under the same lock, so the order of
 //! replies is the order of the bytes. One task writes whatever has accumulated in one write
 //! (it lets the other ready clients add theirs first) and reads replies in batches, handing
-//! each to the oldest slot. That is where the cost of a proxy goes without pipelining: fred
-//! writes and flushes each command on its own, a syscall per command.
+//! each to the oldest slot. That is where the cost of a proxy goes without pipelining: a
+//! client library writes and flushes each command on its own, a syscall per command.
 //!
 //! Replies are handed over as the bytes Redis wrote ([`Reply::Raw`]): the link only finds
 //! where each ends. Error replies and pushes are decoded: the first are classified, the
 //! second answer no command.
 //!
-//! Errors are fred's typed errors (`ErrorKind`), so `classify` reads them as it reads fred's.
-//! TLS, Sentinel, Cluster and dedicated connections stay on fred.
+//! Errors are [`Error`]s (`crate::error::LinkError`), whose kind `classify` reads.
 
+use super::codec::{encode, next_reply, put_command};
+use super::dial::{self, Server, Stream, Target};
 use super::{Proto, Reply};
-use crate::resp::{Output, Sink};
+use crate::error::{LinkError as Error, LinkErrorKind as ErrorKind};
+use crate::resp::Output;
 use bytes::{Bytes, BytesMut};
-use fred::error::{Error, ErrorKind};
-use redis_protocol::resp2::types::BytesFrame as Frame2;
 use redis_protocol::resp3::types::BytesFrame as Frame;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-use tokio::io::AsyncReadExt;
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
@@ -37,81 +40,6 @@ type Answer = Result<Reply, SendError>;
 /// count failed. The outer error: the write's own reply never came (and whether it was
 /// written).
 pub type Acked = Result<(Reply, Result<Option<i64>, Error>), SendError>;
-
-/// Where a link connects and how it introduces itself.
-#[derive(Clone, Debug)]
-pub struct Target {
-    host: String,
-    port: u16,
-    username: Option<String>,
-    password: Option<String>,
-    database: Option<u8>,
-    proto: Proto,
-    connection_timeout: Duration,
-    /// The reply timeout its senders give: how often the link looks for expired slots.
-    response_timeout: Duration,
-}
-
-impl Target {
-    /// The target of a fred configuration, when a link can serve it: one server, no TLS.
-    pub fn of(
-        config: &fred::types::config::Config,
-        proto: Proto,
-        (connection_timeout, response_timeout): (Duration, Duration),
-    ) -> Option<Target> {
-        if config.tls.is_some() {
-            return None;
-        }
-        let (host, port) = match &config.server {
-            fred::types::config::ServerConfig::Centralized { server } => {
-                (server.host.to_string(), server.port)
-            }
-            // The primary the sentinels name, or a Cluster's node, given at each dial (`at`).
-            fred::types::config::ServerConfig::Sentinel { .. }
-            | fred::types::config::ServerConfig::Clustered { .. } => (String::new(), 0),
-        };
-        Some(Target {
-            host,
-            port,
-            username: config.username.clone(),
-            password: config.password.clone(),
-            database: config.database,
-            proto,
-            connection_timeout,
-            response_timeout,
-        })
-    }
-}
-
-impl Target {
-    /// The same target at another address (the primary Sentinel named for this dial, a
-    /// Cluster's node).
-    pub fn at(&self, (host, port): &(String, u16)) -> Target {
-        Target {
-            host: host.clone(),
-            port: *port,
-            ..self.clone()
-        }
-    }
-
-    /// The same target in another protocol.
-    pub fn with_proto(&self, proto: Proto) -> Target {
-        Target {
-            proto,
-            ..self.clone()
-        }
-    }
-
-    /// The address it connects to.
-    pub fn addr(&self) -> (String, u16) {
-        (self.host.clone(), self.port)
-    }
-
-    /// Longest a connect and its handshake may take.
-    pub fn connection_timeout(&self) -> Duration {
-        self.connection_timeout
-    }
-}
 
 /// What the link's task and its senders share.
 struct Shared {
@@ -172,8 +100,9 @@ struct Slot {
 enum Waiter {
     /// A command's sender.
     Reply(oneshot::Sender<Answer>),
-    /// A write acknowledged only after the `WAIT` that follows it.
-    Acked(oneshot::Sender<Acked>),
+    /// A write acknowledged only after the `WAIT` that follows it; true when an error reply
+    /// to it may still have written (a script), so it waits for the `WAIT` too.
+    Acked(oneshot::Sender<Acked>, bool),
     /// The `WAIT` the link wrote after a batch, holding the replies of its writes.
     Wait(Vec<(oneshot::Sender<Acked>, Reply)>),
     /// Answered already (with a timeout): a reply that comes is dropped.
@@ -200,7 +129,7 @@ impl Waiter {
             Waiter::Reply(tx) => {
                 let _ = tx.send(Err(failed()));
             }
-            Waiter::Acked(tx) => {
+            Waiter::Acked(tx, _) => {
                 let _ = tx.send(Err(failed()));
             }
             Waiter::Wait(held) => {
@@ -238,7 +167,7 @@ impl Shared {
         let written = waiting.len().saturating_sub(unsent);
         for (at, slot) in waiting.into_iter().enumerate() {
             slot.waiter
-                .fail(at < written, || Error::new(ErrorKind::IO, why.to_string()));
+                .fail(at < written, || Error::new(ErrorKind::Io, why.to_string()));
         }
         self.wake.notify_one();
         self.closing.notify_one();
@@ -306,37 +235,30 @@ impl Link {
     /// written and when a `WAIT` holds the connection.
     ///
     /// # Errors
-    /// fred's error kinds: `IO` for a refused or dropped connection, `Timeout`, `Auth` for a
-    /// refused password, `Protocol` for any other handshake error reply.
+    /// As [`dial::connect`]: `Io` for a refused or dropped connection, `Timeout`, `Auth` for
+    /// a refused password, `Protocol` for any other handshake error reply.
     pub async fn connect(
         target: &Target,
         signals: Signals,
     ) -> Result<(Link, tokio::task::JoinHandle<()>, Server), Error> {
-        let dial = async {
-            let mut stream = TcpStream::connect((target.host.as_str(), target.port)).await?;
-            stream.set_nodelay(true)?;
-            let server = handshake(&mut stream, target).await?;
-            Ok::<_, Error>((stream, server))
-        };
-        let (stream, server) = tokio::time::timeout(target.connection_timeout, dial)
-            .await
-            .map_err(|_| Error::new(ErrorKind::Timeout, "connecting to the backend timed out"))??;
+        let (stream, server) = dial::connect(target).await?;
+        let response_timeout = target.response_timeout();
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 out: Output::default(),
                 queued: 0,
                 waiting: VecDeque::new(),
-                period: target.response_timeout,
+                period: response_timeout,
                 closed: false,
                 ack: None,
-                response_timeout: target.response_timeout,
+                response_timeout,
             }),
             wake: Notify::new(),
             closing: Notify::new(),
             unwritten: signals.unwritten,
             acking: signals.acking,
         });
-        let task = tokio::spawn(run(stream, shared.clone(), target.proto));
+        let task = tokio::spawn(run(stream, shared.clone(), target.proto()));
         Ok((Link { shared }, task, server))
     }
 
@@ -353,7 +275,7 @@ impl Link {
         let (slot, reply) = oneshot::channel();
         if !self.queue(args, raw, Waiter::Reply(slot), timeout, None) {
             return Err(SendError::NotSent(Error::new(
-                ErrorKind::IO,
+                ErrorKind::Io,
                 "the connection closed before the request was sent",
             )));
         }
@@ -365,25 +287,27 @@ impl Link {
     /// Sends a write whose reply is handed over only once `wanted` replicas may have it: the
     /// link follows the write it goes in with one `WAIT wanted timeout` for every such write
     /// in it (`WAIT` counts every write sent before it on its connection), and answers each
-    /// with its reply and that count when the `WAIT` returns.
+    /// with its reply and that count when the `WAIT` returns. An error reply applied nothing
+    /// and is answered at once, unless `error_may_write` (a script).
     pub async fn send_acked(
         &self,
-        args: &[Bytes],
-        raw: Option<&Bytes>,
+        (args, raw): (&[Bytes], Option<&Bytes>),
         timeout: Duration,
         ack: (u32, Duration),
-    ) -> Result<(Reply, Result<Option<i64>, Error>), SendError> {
+        error_may_write: bool,
+    ) -> Acked {
         let (slot, reply) = oneshot::channel();
-        if !self.queue(args, raw, Waiter::Acked(slot), Some(timeout), Some(ack)) {
+        let waiter = Waiter::Acked(slot, error_may_write);
+        if !self.queue(args, raw, waiter, Some(timeout), Some(ack)) {
             // Nothing queued, so nothing written: as for `send`, not sent.
             return Err(SendError::NotSent(Error::new(
-                ErrorKind::IO,
+                ErrorKind::Io,
                 "the connection closed before the request was sent",
             )));
         }
         reply.await.unwrap_or_else(|_| {
             Err(SendError::Sent(Error::new(
-                ErrorKind::IO,
+                ErrorKind::Io,
                 "the connection closed with the request in flight",
             )))
         })
@@ -479,7 +403,12 @@ impl Link {
 
     /// Closes the link: commands in flight fail as sent, new ones as not sent.
     pub fn close(&self) {
-        self.shared.close("the connection was closed by holdfast");
+        self.close_because("the connection was closed by holdfast");
+    }
+
+    /// As [`Link::close`], with `why` as what the commands in flight hear.
+    pub fn close_because(&self, why: &str) {
+        self.shared.close(why);
     }
 
     /// Whether the link was closed (by holdfast, or because its connection ended).
@@ -506,7 +435,7 @@ fn settle(reply: Result<Answer, oneshot::error::RecvError>) -> Result<Reply, Sen
         Ok(Ok(reply)) => Ok(reply),
         Ok(Err(e)) => Err(e),
         Err(_) => Err(SendError::Sent(Error::new(
-            ErrorKind::IO,
+            ErrorKind::Io,
             "the connection closed with the request in flight",
         ))),
     }
@@ -519,351 +448,59 @@ fn commands_not_sent<'a>(
     commands
         .map(|_| {
             Err(SendError::NotSent(Error::new(
-                ErrorKind::IO,
+                ErrorKind::Io,
                 "the connection closed before the request was sent",
             )))
         })
         .collect()
 }
 
-/// Appends a command: as the client encoded it when that is known, else encoded here.
-fn put_command(out: &mut Output, args: &[Bytes], raw: Option<&Bytes>) {
-    match raw {
-        Some(raw) => out.put_bytes(raw),
-        None => encode(out, args),
-    }
-}
-
-/// Appends `args` as a RESP multibulk; large arguments by reference.
-pub(super) fn encode(out: &mut Output, args: &[Bytes]) {
-    let mut number = itoa::Buffer::new();
-    out.extend_from_slice(b"*");
-    out.extend_from_slice(number.format(args.len()).as_bytes());
-    out.extend_from_slice(b"\r\n");
-    for arg in args {
-        out.extend_from_slice(b"$");
-        out.extend_from_slice(number.format(arg.len()).as_bytes());
-        out.extend_from_slice(b"\r\n");
-        out.put_bytes(arg);
-        out.extend_from_slice(b"\r\n");
-    }
-}
-
-/// Takes one complete reply off the front of `buf`: as the bytes Redis wrote, or decoded when
-/// holdfast must look inside (an error reply, to classify it; a push, dropped: `Some(None)`;
-/// an attribute or a streamed string, which the scan does not follow). None while the reply
-/// is incomplete.
-fn next_reply(buf: &mut BytesMut, proto: Proto) -> Result<Option<Option<Reply>>, Error> {
-    if !matches!(buf.first(), Some(b'-' | b'!' | b'>')) {
-        match scan(buf) {
-            Ok(Some(len)) => {
-                let bytes = buf.split_to(len).freeze();
-                return Ok(Some(Some(Reply::Raw { bytes, proto })));
-            }
-            Ok(None) => return Ok(None),
-            Err(Unscannable) => {}
-        }
-    }
-    Ok(decode(buf, proto)?.map(|frame| match frame {
-        Frame::Push { .. } => None,
-        frame => Some(Reply::from(frame)),
-    }))
-}
-
-/// A reply the scan does not follow; the decoder takes it (and refuses it if malformed).
-#[derive(Debug, PartialEq)]
-struct Unscannable;
-
-/// The length of the complete reply at the front of `buf`, found without decoding it: blob
-/// payloads are skipped by their length. None while incomplete. Not redis-protocol's
-/// `decode_range`: that builds a frame of ranges, a vector per array and a hash map per RESP3
-/// map, where only the length is wanted; a proptest holds this scan to its decoder.
-fn scan(buf: &[u8]) -> Result<Option<usize>, Unscannable> {
-    let mut at = 0;
-    // Replies still to be passed over: the one asked for, then the items of aggregates.
-    let mut pending: usize = 1;
-    while pending > 0 {
-        let Some(&kind) = buf.get(at) else {
-            return Ok(None);
-        };
-        let Some(rest) = buf.get(at + 1..) else {
-            return Ok(None);
-        };
-        let Some(cr) = memchr::memchr(b'\r', rest) else {
-            return Ok(None);
-        };
-        let line = &rest[..cr];
-        match rest.get(cr + 1) {
-            None => return Ok(None),
-            Some(b'\n') => {}
-            Some(_) => return Err(Unscannable),
-        }
-        at += 1 + cr + 2;
-        pending -= 1;
-        match kind {
-            b'+' | b'-' | b':' | b'_' | b',' | b'#' | b'(' => {}
-            b'$' | b'!' | b'=' => {
-                if let Some(len) = length(line)? {
-                    let end = at.checked_add(len).ok_or(Unscannable)?;
-                    match buf.get(end..end + 2) {
-                        None => return Ok(None),
-                        Some(b"\r\n") => at = end + 2,
-                        Some(_) => return Err(Unscannable),
-                    }
-                }
-            }
-            b'*' | b'~' | b'>' => {
-                if let Some(n) = length(line)? {
-                    pending = pending.checked_add(n).ok_or(Unscannable)?;
-                }
-            }
-            b'%' => {
-                if let Some(n) = length(line)? {
-                    let items = n.checked_mul(2).ok_or(Unscannable)?;
-                    pending = pending.checked_add(items).ok_or(Unscannable)?;
-                }
-            }
-            _ => return Err(Unscannable),
-        }
-    }
-    Ok(Some(at))
-}
-
-/// A blob's length or an aggregate's count; None for RESP2's `-1` (a nil).
-fn length(line: &[u8]) -> Result<Option<usize>, Unscannable> {
-    if line == b"-1" {
-        return Ok(None);
-    }
-    // 19 digits cannot overflow a usize; `?` (a streamed length) is not a number.
-    if line.is_empty() || line.len() > 19 || !line.iter().all(u8::is_ascii_digit) {
-        return Err(Unscannable);
-    }
-    Ok(Some(
-        line.iter().fold(0, |n, d| n * 10 + usize::from(d - b'0')),
-    ))
-}
-
-/// A raw reply decoded, for the few that look inside one.
-pub fn decode_raw(bytes: Bytes, proto: Proto) -> Frame {
-    let mut buf = BytesMut::from(bytes);
-    match decode(&mut buf, proto) {
-        // Maps only exist in RESP3.
-        Ok(Some(frame)) if proto == Proto::Resp3 => restore_map_order(frame),
-        Ok(Some(frame)) => frame,
-        // The scan found a complete reply the decoder refuses: never seen, but the client
-        // gets an error, not a panic.
-        Ok(None) | Err(_) => Frame::SimpleError {
-            data: "ERR holdfast: the backend's reply could not be decoded".into(),
-            attributes: None,
-        },
-    }
-}
-
-/// redis-protocol 6 builds a decoded map by popping pairs off the end, so its entries come out
-/// last first; this puts them back in the order Redis sent (HGETALL, CONFIG GET, XINFO).
-pub fn restore_map_order(frame: Frame) -> Frame {
-    match frame {
-        Frame::Map { data, attributes } => Frame::Map {
-            data: data
-                .into_iter()
-                .rev()
-                .map(|(k, v)| (restore_map_order(k), restore_map_order(v)))
-                .collect(),
-            attributes,
-        },
-        Frame::Array { data, attributes } => Frame::Array {
-            data: data.into_iter().map(restore_map_order).collect(),
-            attributes,
-        },
-        Frame::Push { data, attributes } => Frame::Push {
-            data: data.into_iter().map(restore_map_order).collect(),
-            attributes,
-        },
-        other => other,
-    }
-}
-
-/// Takes one complete reply off the front of `buf`, in the connection's protocol, as a RESP3
-/// frame (RESP2 replies converted as fred converts them).
-pub(super) fn decode(buf: &mut BytesMut, proto: Proto) -> Result<Option<Frame>, Error> {
-    let protocol = |e: redis_protocol::error::RedisProtocolError| {
-        Error::new(ErrorKind::Protocol, format!("undecodable reply: {e}"))
-    };
-    match proto {
-        Proto::Resp2 => Ok(redis_protocol::resp2::decode::decode_bytes_mut(buf)
-            .map_err(protocol)?
-            .map(|(frame, _, _)| upgrade(frame))),
-        Proto::Resp3 => Ok(
-            redis_protocol::resp3::decode::complete::decode_bytes_mut(buf)
-                .map_err(protocol)?
-                .map(|(frame, _, _)| frame),
-        ),
-    }
-}
-
-/// Writes one command on a connection of its own (a sentinel's, a `CLUSTER SLOTS` query's).
-pub(super) async fn write_command(stream: &mut TcpStream, args: &[Bytes]) -> Result<(), Error> {
-    let mut out = Output::default();
-    encode(&mut out, args);
-    out.write_to(stream).await?;
-    Ok(())
-}
-
-/// Reads one RESP2 reply (or published message) from a connection of its own.
-pub(super) async fn read_frame(stream: &mut TcpStream, buf: &mut BytesMut) -> Result<Frame, Error> {
-    loop {
-        if let Some(frame) = decode(buf, Proto::Resp2)? {
-            return Ok(frame);
-        }
-        if stream.read_buf(buf).await? == 0 {
-            return Err(Error::new(
-                ErrorKind::IO,
-                "the server closed the connection",
-            ));
-        }
-    }
-}
-
-/// A RESP2 reply as the RESP3 frame the rest of holdfast handles.
-fn upgrade(frame: Frame2) -> Frame {
-    match frame {
-        Frame2::SimpleString(data) => Frame::SimpleString {
-            data,
-            attributes: None,
-        },
-        Frame2::Error(data) => Frame::SimpleError {
-            data,
-            attributes: None,
-        },
-        Frame2::Integer(data) => Frame::Number {
-            data,
-            attributes: None,
-        },
-        Frame2::BulkString(data) => Frame::BlobString {
-            data,
-            attributes: None,
-        },
-        Frame2::Array(items) => Frame::Array {
-            data: items.into_iter().map(upgrade).collect(),
-            attributes: None,
-        },
-        Frame2::Null => Frame::Null,
-    }
-}
-
-/// What a server says of itself in the handshake's `INFO`.
-#[derive(Debug, Default)]
-pub struct Server {
-    /// Its version (major, minor).
-    pub version: Option<(u32, u32)>,
-    /// The whole `INFO` reply (its default sections: the version, and the memory section
-    /// exact mode reads its eviction policy from).
-    pub info: String,
-}
-
-impl Server {
-    /// Whether its `INFO` says it is a primary (`role:master` in its replication section).
-    pub fn is_primary(&self) -> bool {
-        is_primary(&self.info)
-    }
-}
-
-/// Whether an `INFO` reply's replication section says `role:master`.
-pub fn is_primary(info: &str) -> bool {
-    info.lines().any(|line| line.trim_end() == "role:master")
-}
-
-/// Introduces the connection: AUTH, HELLO 3 for RESP3, SELECT, then INFO for the version and
-/// the eviction policy, all in one write.
-pub(super) async fn handshake(stream: &mut TcpStream, target: &Target) -> Result<Server, Error> {
-    let mut out = Output::default();
-    let mut expected = Vec::new();
-    if let Some(password) = &target.password {
-        let mut args = vec![Bytes::from_static(b"AUTH")];
-        args.extend(target.username.iter().map(|u| Bytes::from(u.clone())));
-        args.push(Bytes::from(password.clone()));
-        encode(&mut out, &args);
-        expected.push(ErrorKind::Auth);
-    }
-    if target.proto == Proto::Resp3 {
-        encode(
-            &mut out,
-            &[Bytes::from_static(b"HELLO"), Bytes::from_static(b"3")],
-        );
-        expected.push(ErrorKind::Protocol);
-    }
-    if let Some(db) = target.database.filter(|db| *db != 0) {
-        encode(
-            &mut out,
-            &[Bytes::from_static(b"SELECT"), Bytes::from(db.to_string())],
-        );
-        expected.push(ErrorKind::Protocol);
-    }
-    // The default sections: `server` and `memory` in one reply, on every Redis version.
-    encode(&mut out, &[Bytes::from_static(b"INFO")]);
-    expected.push(ErrorKind::Protocol);
-    out.write_to(stream).await?;
-    let mut buf = BytesMut::with_capacity(8 * 1024);
-    let mut server = Server::default();
-    for (i, kind) in expected.iter().enumerate() {
-        let frame = loop {
-            // The reply to HELLO 3 is RESP3; the ones before it are RESP2, which the RESP3
-            // decoder reads too except for nulls, which none of these replies are.
-            if let Some(frame) = decode(&mut buf, Proto::Resp3)? {
-                break frame;
-            }
-            if stream.read_buf(&mut buf).await? == 0 {
-                return Err(Error::new(
-                    ErrorKind::IO,
-                    "the backend closed the connection during the handshake",
-                ));
-            }
-        };
-        match &frame {
-            Frame::SimpleError { data, .. } => {
-                return Err(Error::new(handshake_error(kind, data), data.to_string()));
-            }
-            Frame::BlobString { data, .. } | Frame::VerbatimString { data, .. }
-                if i + 1 == expected.len() =>
-            {
-                server.version = redis_version(data);
-                server.info = String::from_utf8_lossy(data).into_owned();
-            }
-            _ => {}
-        }
-    }
-    Ok(server)
-}
-
-/// The kind of an error reply to the handshake's command expecting `kind`. Only a refused
-/// password (`WRONGPASS`, `NOAUTH`, `NOPERM`) is an authentication failure, which waiting
-/// does not heal; anything else, such as `-ERR max number of clients reached` (which Redis
-/// writes at accept, before it reads AUTH), is a server not taking this connection now.
-fn handshake_error(kind: &ErrorKind, reply: &str) -> ErrorKind {
-    let prefix = reply.split(' ').next().unwrap_or_default();
-    match (kind, prefix) {
-        (ErrorKind::Auth, "WRONGPASS" | "NOAUTH" | "NOPERM") => ErrorKind::Auth,
-        (ErrorKind::Auth, _) => ErrorKind::Protocol,
-        (other, _) => other.clone(),
-    }
-}
-
-/// `redis_version:7.0.15` in an INFO reply, as (7, 0).
-fn redis_version(info: &[u8]) -> Option<(u32, u32)> {
-    let text = std::str::from_utf8(info).ok()?;
-    let value = text
-        .lines()
-        .find_map(|line| line.strip_prefix("redis_version:"))?;
-    let mut parts = value.trim().split('.');
-    let major = parts.next()?.parse().ok()?;
-    let minor = parts.next()?.parse().ok()?;
-    Some((major, minor))
-}
-
 /// The link's task: writes what senders queued and hands replies to their slots, until the
-/// connection fails or the link is closed.
-async fn run(mut stream: TcpStream, shared: Arc<Shared>, proto: Proto) {
-    let (mut reader, mut writer) = stream.split();
+/// connection fails or the link is closed. Closed from outside (a reply that did not come
+/// in time, a fenced primary), it stops at once, a write under way included: every command
+/// on the link has been answered as failed, so none of it may reach the server later, after
+/// what the clients sent since. Reset, not closed, so the kernel drops what it still holds
+/// unsent too.
+async fn run(stream: Stream, shared: Arc<Shared>, proto: Proto) {
+    // TCP's halves borrow the socket (no lock between them, the hot path); TLS's share its
+    // session behind one.
+    let why = match stream {
+        Stream::Tcp(mut tcp) => {
+            let why = {
+                let (mut reader, mut writer) = tcp.split();
+                drive(&mut reader, &mut writer, &shared, proto).await
+            };
+            if why.is_none() {
+                let _ = tcp.set_zero_linger();
+            }
+            why
+        }
+        Stream::Tls(tls) => {
+            let (mut reader, mut writer) = tokio::io::split(*tls);
+            let why = drive(&mut reader, &mut writer, &shared, proto).await;
+            if why.is_none() {
+                let _ = reader.unsplit(writer).get_ref().0.set_zero_linger();
+            }
+            why
+        }
+    };
+    if let Some(why) = why {
+        shared.close(&why);
+    }
+}
+
+/// Writes and reads one connection's halves until it fails (why) or the link is closed
+/// (None).
+async fn drive<R, W>(
+    reader: &mut R,
+    writer: &mut W,
+    shared: &Shared,
+    proto: Proto,
+) -> Option<String>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     let write = async {
         let mut batch = Output::default();
         // Commands in the last write.
@@ -908,7 +545,7 @@ async fn run(mut stream: TcpStream, shared: Arc<Shared>, proto: Proto) {
             if batch.is_empty() {
                 continue;
             }
-            if let Err(e) = batch.write_to(&mut writer).await {
+            if let Err(e) = batch.write_to(writer).await {
                 return format!("writing to the backend failed: {e}");
             }
             batch.clear();
@@ -974,7 +611,7 @@ async fn run(mut stream: TcpStream, shared: Arc<Shared>, proto: Proto) {
                         drop(state);
                         for (tx, reply) in held.drain(..) {
                             let no_wait =
-                                Error::new(ErrorKind::Unknown, "no WAIT followed the write");
+                                Error::new(ErrorKind::Unexpected, "no WAIT followed the write");
                             let _ = tx.send(Ok((reply, Err(no_wait))));
                         }
                     }
@@ -993,45 +630,35 @@ async fn run(mut stream: TcpStream, shared: Arc<Shared>, proto: Proto) {
             }
         }
     };
-    // Closed from outside (a reply that did not come in time, a fenced primary), the task
-    // stops at once, a write under way included: every command on the link has been
-    // answered as failed, so none of it may reach the server later, after what the clients
-    // sent since. Reset, not closed, so the kernel drops what it still holds unsent too.
     let closed = async {
         shared.closing.notified().await;
         None
     };
-    let why = tokio::select! {
+    tokio::select! {
         why = write => Some(why),
         why = read => Some(why),
         why = closed => why,
-    };
-    match why {
-        Some(why) => shared.close(&why),
-        None => {
-            let _ = stream.set_zero_linger();
-        }
     }
 }
 
 /// Gives `reply` to whoever waits for it. A write waiting for replicas is held (in `held`,
-/// until the `WAIT` after it answers) unless its reply is an error, which applied nothing; a
+/// until the `WAIT` after it answers) unless its reply is an error that applied nothing; a
 /// `WAIT`'s answer releases the writes it holds and those held before it.
 fn hand_over(waiter: Waiter, reply: Reply, held: &mut Vec<(oneshot::Sender<Acked>, Reply)>) {
     match waiter {
         Waiter::Reply(tx) => {
             let _ = tx.send(Ok(reply));
         }
-        Waiter::Acked(tx) if reply.is_error() => {
+        Waiter::Acked(tx, false) if reply.is_error() => {
             let _ = tx.send(Ok((reply, Ok(None))));
         }
-        Waiter::Acked(tx) => held.push((tx, reply)),
+        Waiter::Acked(tx, _) => held.push((tx, reply)),
         Waiter::Wait(mut waiting) => {
             waiting.append(held);
             let count = match reply.into_frame() {
                 Frame::Number { data, .. } => Ok(Some(data)),
                 other => Err(Error::new(
-                    ErrorKind::Unknown,
+                    ErrorKind::Unexpected,
                     format!("WAIT answered {other:?}"),
                 )),
             };
@@ -1047,13 +674,10 @@ fn hand_over(waiter: Waiter, reply: Reply, held: &mut Vec<(oneshot::Sender<Acked
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resp::BY_REFERENCE;
-    use proptest::prelude::*;
-    use proptest::test_runner::TestCaseError;
-    use tokio::io::AsyncWrite;
 
     /// A write waiting for replicas is answered when the `WAIT` after it is, with its count;
-    /// an error reply (nothing applied) at once; a `WAIT` that fails or times out answers
+    /// an error reply (nothing applied) at once, unless the command may write before its
+    /// error (a script); a `WAIT` that fails or times out answers
     /// the writes it holds with that failure (they were applied: in doubt, not unsent).
     #[test]
     fn a_write_waiting_for_replicas_is_answered_by_the_wait_after_it() {
@@ -1069,17 +693,22 @@ mod tests {
         };
         let mut held = Vec::new();
         let (tx, mut written) = oneshot::channel();
-        hand_over(Waiter::Acked(tx), raw(b"+OK\r\n"), &mut held);
+        hand_over(Waiter::Acked(tx, false), raw(b"+OK\r\n"), &mut held);
         assert!(written.try_recv().is_err(), "held until its WAIT answers");
         let (tx, mut refused) = oneshot::channel();
-        hand_over(Waiter::Acked(tx), error(), &mut held);
+        hand_over(Waiter::Acked(tx, false), error(), &mut held);
         assert!(matches!(refused.try_recv(), Ok(Ok((_, Ok(None))))));
+        // A script's error may come after it wrote: it waits for the count like a write.
+        let (tx, mut scripted) = oneshot::channel();
+        hand_over(Waiter::Acked(tx, true), error(), &mut held);
+        assert!(scripted.try_recv().is_err(), "held until its WAIT answers");
         hand_over(Waiter::Wait(Vec::new()), raw(b":1\r\n"), &mut held);
         assert!(held.is_empty());
         assert!(matches!(written.try_recv(), Ok(Ok((_, Ok(Some(1)))))));
+        assert!(matches!(scripted.try_recv(), Ok(Ok((reply, Ok(Some(1))))) if reply.is_error()));
 
         let (tx, mut written) = oneshot::channel();
-        hand_over(Waiter::Acked(tx), raw(b":3\r\n"), &mut held);
+        hand_over(Waiter::Acked(tx, false), raw(b":3\r\n"), &mut held);
         hand_over(Waiter::Wait(Vec::new()), error(), &mut held);
         assert!(matches!(written.try_recv(), Ok(Ok((_, Err(_))))));
 
@@ -1088,10 +717,10 @@ mod tests {
             Error::new(ErrorKind::Timeout, "the backend did not reply in time")
         });
         assert!(
-            matches!(written.try_recv(), Ok(Ok((_, Err(e)))) if *e.kind() == ErrorKind::Timeout)
+            matches!(written.try_recv(), Ok(Ok((_, Err(e)))) if e.kind() == ErrorKind::Timeout)
         );
         let (tx, mut unanswered) = oneshot::channel();
-        Waiter::Acked(tx).fail(true, || Error::new(ErrorKind::IO, "closed"));
+        Waiter::Acked(tx, false).fail(true, || Error::new(ErrorKind::Io, "closed"));
         assert!(matches!(unanswered.try_recv(), Ok(Err(SendError::Sent(_)))));
     }
 
@@ -1126,7 +755,7 @@ mod tests {
             replies.push(rx);
             let (tx, rx) = oneshot::channel();
             let ack = Some((1, Duration::from_secs(1)));
-            assert!(link.queue(&args, None, Waiter::Acked(tx), None, ack));
+            assert!(link.queue(&args, None, Waiter::Acked(tx, false), None, ack));
             acked.push(rx);
         };
         queue_two(&mut replies, &mut acked);
@@ -1154,310 +783,5 @@ mod tests {
             .collect();
         assert_eq!(got, ["sent", "not sent"]);
         assert!(!link.queue(&args, None, Waiter::Gone, None, None), "closed");
-    }
-
-    /// Only a refused password fails a dial for good; a server turning connections away
-    /// (`max number of clients`, written at accept, so read as the answer to AUTH) heals.
-    #[test]
-    fn only_a_refused_password_is_an_authentication_failure() {
-        use crate::error::{classify, ErrorClass};
-        for (expected, reply, class) in [
-            (
-                ErrorKind::Auth,
-                "WRONGPASS invalid username-password pair",
-                ErrorClass::Other,
-            ),
-            (
-                ErrorKind::Auth,
-                "NOAUTH Authentication required.",
-                ErrorClass::Other,
-            ),
-            (ErrorKind::Auth, "NOPERM no permissions", ErrorClass::Other),
-            (
-                ErrorKind::Auth,
-                "ERR max number of clients reached",
-                ErrorClass::NotAttempted,
-            ),
-            (
-                ErrorKind::Protocol,
-                "ERR max number of clients reached",
-                ErrorClass::NotAttempted,
-            ),
-            (
-                ErrorKind::Protocol,
-                "LOADING loading",
-                ErrorClass::NotAttempted,
-            ),
-        ] {
-            let source = Error::new(handshake_error(&expected, reply), reply);
-            let failed = crate::backend::BackendError::Connect { source };
-            assert_eq!(classify(&failed), class, "{reply}");
-        }
-    }
-
-    /// Takes at most 7 bytes per write, from the first non-empty slice only.
-    struct Trickle(Vec<u8>);
-
-    impl AsyncWrite for Trickle {
-        fn poll_write(
-            mut self: std::pin::Pin<&mut Self>,
-            _: &mut std::task::Context<'_>,
-            buf: &[u8],
-        ) -> std::task::Poll<std::io::Result<usize>> {
-            let n = buf.len().min(7);
-            self.0.extend_from_slice(&buf[..n]);
-            std::task::Poll::Ready(Ok(n))
-        }
-        fn poll_flush(
-            self: std::pin::Pin<&mut Self>,
-            _: &mut std::task::Context<'_>,
-        ) -> std::task::Poll<std::io::Result<()>> {
-            std::task::Poll::Ready(Ok(()))
-        }
-        fn poll_shutdown(
-            self: std::pin::Pin<&mut Self>,
-            _: &mut std::task::Context<'_>,
-        ) -> std::task::Poll<std::io::Result<()>> {
-            std::task::Poll::Ready(Ok(()))
-        }
-    }
-
-    fn written(commands: &[Vec<Bytes>]) -> Vec<u8> {
-        let mut out = Output::default();
-        for args in commands {
-            encode(&mut out, args);
-        }
-        let mut sink = Trickle(Vec::new());
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .expect("runtime");
-        runtime.block_on(out.write_to(&mut sink)).expect("written");
-        sink.0
-    }
-
-    #[test]
-    fn commands_are_encoded_as_multibulk() {
-        let set = vec![
-            Bytes::from_static(b"SET"),
-            Bytes::from_static(b"k"),
-            Bytes::new(),
-        ];
-        assert_eq!(written(&[set]), b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$0\r\n\r\n");
-    }
-
-    #[test]
-    fn a_command_goes_as_the_client_encoded_it_when_known() {
-        let args = [Bytes::from_static(b"set"), Bytes::from_static(b"k")];
-        // Not what encoding `args` gives, so the test tells the two apart: the bytes given
-        // are written as they are.
-        let raw = Bytes::from_static(b"*2\r\n$3\r\nSET\r\n$1\r\nk\r\n");
-        let mut out = Output::default();
-        put_command(&mut out, &args, Some(&raw));
-        put_command(&mut out, &args[..1], None);
-        let mut sink = Trickle(Vec::new());
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .expect("runtime");
-        runtime.block_on(out.write_to(&mut sink)).expect("written");
-        assert_eq!(sink.0, b"*2\r\n$3\r\nSET\r\n$1\r\nk\r\n*1\r\n$3\r\nset\r\n");
-    }
-
-    #[test]
-    fn large_arguments_are_written_by_reference_in_order() {
-        let big = Bytes::from(vec![b'x'; BY_REFERENCE]);
-        let bigger = Bytes::from(vec![b'y'; 3 * BY_REFERENCE + 1]);
-        let commands = vec![
-            vec![
-                Bytes::from_static(b"SET"),
-                Bytes::from_static(b"a"),
-                big.clone(),
-            ],
-            vec![Bytes::from_static(b"GET"), Bytes::from_static(b"a")],
-            vec![big.clone(), bigger.clone(), Bytes::from_static(b"z")],
-        ];
-        let mut want = Vec::new();
-        for args in &commands {
-            want.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
-            for arg in args {
-                want.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
-                want.extend_from_slice(arg);
-                want.extend_from_slice(b"\r\n");
-            }
-        }
-        assert_eq!(written(&commands), want);
-        let mut out = Output::default();
-        encode(&mut out, &commands[2]);
-        assert_eq!(
-            out.pieces(),
-            4,
-            "two arguments by reference, and the bytes before each"
-        );
-    }
-
-    #[test]
-    fn resp2_replies_become_resp3_frames() {
-        let mut buf = BytesMut::from(&b"*3\r\n:1\r\n$-1\r\n-ERR no\r\n+OK"[..]);
-        let frame = decode(&mut buf, Proto::Resp2).ok().flatten();
-        let Some(Frame::Array { data, .. }) = frame else {
-            panic!("expected an array, got {frame:?}");
-        };
-        assert!(matches!(data[0], Frame::Number { data: 1, .. }));
-        assert!(matches!(data[1], Frame::Null));
-        assert!(matches!(&data[2], Frame::SimpleError { data, .. } if &**data == "ERR no"));
-        // The incomplete reply stays in the buffer.
-        assert!(matches!(decode(&mut buf, Proto::Resp2), Ok(None)));
-        assert_eq!(&buf[..], b"+OK");
-    }
-
-    fn blob(kind: char, data: &[u8]) -> Vec<u8> {
-        let mut out = format!("{kind}{}\r\n", data.len()).into_bytes();
-        out.extend_from_slice(data);
-        out.extend_from_slice(b"\r\n");
-        out
-    }
-
-    fn aggregate(kind: char, count: usize, items: Vec<Vec<u8>>) -> Vec<u8> {
-        let mut out = format!("{kind}{count}\r\n").into_bytes();
-        out.extend(items.into_iter().flatten());
-        out
-    }
-
-    /// Encoded RESP2 replies, nested.
-    fn reply2() -> impl Strategy<Value = Vec<u8>> {
-        let leaf = prop_oneof![
-            "[a-zA-Z0-9 ]{0,8}".prop_map(|t| format!("+{t}\r\n").into_bytes()),
-            "[a-zA-Z0-9 ]{0,8}".prop_map(|t| format!("-ERR {t}\r\n").into_bytes()),
-            any::<i64>().prop_map(|n| format!(":{n}\r\n").into_bytes()),
-            proptest::collection::vec(any::<u8>(), 0..40).prop_map(|d| blob('$', &d)),
-            Just(b"$-1\r\n".to_vec()),
-            Just(b"*-1\r\n".to_vec()),
-        ];
-        leaf.prop_recursive(3, 24, 4, |inner| {
-            proptest::collection::vec(inner, 0..4)
-                .prop_map(|items| aggregate('*', items.len(), items))
-        })
-    }
-
-    /// Encoded RESP3 replies, nested.
-    fn reply3() -> impl Strategy<Value = Vec<u8>> {
-        let leaf = prop_oneof![
-            "[a-zA-Z0-9 ]{0,8}".prop_map(|t| format!("+{t}\r\n").into_bytes()),
-            "[a-zA-Z0-9 ]{0,8}".prop_map(|t| format!("-ERR {t}\r\n").into_bytes()),
-            any::<i64>().prop_map(|n| format!(":{n}\r\n").into_bytes()),
-            proptest::collection::vec(any::<u8>(), 0..40).prop_map(|d| blob('$', &d)),
-            proptest::collection::vec(any::<u8>(), 0..40).prop_map(|d| blob('!', &d)),
-            "[a-z]{0,8}".prop_map(|t| blob('=', format!("txt:{t}").as_bytes())),
-            Just(b"_\r\n".to_vec()),
-            Just(b"#t\r\n".to_vec()),
-            Just(b",1.5\r\n".to_vec()),
-            Just(b"(12345678901234567890\r\n".to_vec()),
-        ];
-        // Set members and map keys are plain values, as from Redis (the decoder cannot hash
-        // an aggregate).
-        leaf.clone().prop_recursive(3, 24, 4, move |inner| {
-            prop_oneof![
-                proptest::collection::vec(inner.clone(), 0..4).prop_map(|items| aggregate(
-                    '*',
-                    items.len(),
-                    items
-                )),
-                proptest::collection::vec(leaf.clone(), 0..4).prop_map(|items| aggregate(
-                    '~',
-                    items.len(),
-                    items
-                )),
-                proptest::collection::vec((leaf.clone(), inner), 0..3).prop_map(|pairs| {
-                    let count = pairs.len();
-                    let items = pairs.into_iter().flat_map(|(k, v)| [k, v]).collect();
-                    aggregate('%', count, items)
-                }),
-            ]
-        })
-    }
-
-    /// The scan ends a reply where the decoder does, and finds no end in any part of one.
-    fn scans_like_the_decoder(reply: &[u8], proto: Proto) -> Result<(), TestCaseError> {
-        let mut input = reply.to_vec();
-        input.extend_from_slice(b"+NEXT\r\n");
-        prop_assert_eq!(scan(&input), Ok(Some(reply.len())));
-        let mut buf = BytesMut::from(&input[..]);
-        prop_assert!(matches!(decode(&mut buf, proto), Ok(Some(_))));
-        prop_assert_eq!(&buf[..], b"+NEXT\r\n");
-        for end in 0..reply.len() {
-            prop_assert_eq!(
-                scan(&reply[..end]),
-                Ok(None),
-                "{} of {} bytes",
-                end,
-                reply.len()
-            );
-        }
-        Ok(())
-    }
-
-    proptest! {
-        #[test]
-        fn resp2_replies_are_scanned_to_their_end(reply in reply2()) {
-            scans_like_the_decoder(&reply, Proto::Resp2)?;
-        }
-
-        #[test]
-        fn resp3_replies_are_scanned_to_their_end(reply in reply3()) {
-            scans_like_the_decoder(&reply, Proto::Resp3)?;
-        }
-    }
-
-    #[test]
-    fn plain_replies_pass_raw_and_errors_and_pushes_are_decoded() {
-        let mut buf = BytesMut::from(
-            &b"*2\r\n$1\r\na\r\n$-1\r\n-READONLY no\r\n>2\r\n+p\r\n+q\r\n:7\r\n"[..],
-        );
-        let next = |buf: &mut BytesMut| next_reply(buf, Proto::Resp2).ok().flatten();
-        assert_eq!(
-            next(&mut buf),
-            Some(Some(Reply::Raw {
-                bytes: Bytes::from_static(b"*2\r\n$1\r\na\r\n$-1\r\n"),
-                proto: Proto::Resp2
-            }))
-        );
-        let error = next(&mut buf).flatten();
-        assert!(
-            matches!(&error, Some(Reply::Frame(f)) if matches!(**f, Frame::SimpleError { .. })),
-            "{error:?}"
-        );
-        let mut push = BytesMut::from(&b">2\r\n+p\r\n+q\r\n:7\r\n"[..]);
-        assert_eq!(
-            next_reply(&mut push, Proto::Resp3).ok().flatten(),
-            Some(None)
-        );
-        assert_eq!(&push[..], b":7\r\n");
-    }
-
-    #[test]
-    fn shapes_the_scan_does_not_follow_go_to_the_decoder() {
-        assert_eq!(scan(b"|1\r\n+a\r\n+b\r\n+OK\r\n"), Err(Unscannable));
-        assert_eq!(scan(b"$?\r\n;1\r\na\r\n;0\r\n"), Err(Unscannable));
-        assert_eq!(scan(b"*1\r\n$3\r\nabcd\r\n"), Err(Unscannable));
-        assert_eq!(scan(b"+OK\rX"), Err(Unscannable));
-        assert_eq!(scan(b"*99999999999999999999\r\n"), Err(Unscannable));
-    }
-
-    #[test]
-    fn a_raw_reply_decodes_as_the_decoder_reads_it() {
-        let map = Bytes::from_static(b"%2\r\n+a\r\n:1\r\n+b\r\n:2\r\n");
-        let Frame::Map { data, .. } = decode_raw(map, Proto::Resp3) else {
-            panic!("a map");
-        };
-        let keys: Vec<String> = data.keys().map(|k| format!("{k:?}")).collect();
-        assert!(keys[0].contains('a') && keys[1].contains('b'), "{keys:?}");
-        let nil = decode_raw(Bytes::from_static(b"$-1\r\n"), Proto::Resp2);
-        assert_eq!(nil, Frame::Null);
-    }
-
-    #[test]
-    fn the_version_is_read_from_info() {
-        let info = b"# Server\r\nredis_version:7.2.4\r\nredis_mode:standalone\r\n";
-        assert_eq!(redis_version(info), Some((7, 2)));
-        assert_eq!(redis_version(b"# Server\r\n"), None);
     }
 }

@@ -2,9 +2,11 @@
 //!
 //! A backend takes one request and returns the [`Reply`] or a [`BackendError`] that says,
 //! by its variant, whether the request had been handed to a connection. It never retries on
-//! its own (fred's replay is switched off); every dispatch is the retry loop's to count.
+//! its own: every dispatch is the retry loop's to count.
 
 pub mod cluster;
+pub mod codec;
+pub mod dial;
 pub mod exact;
 pub mod fake;
 pub mod feed;
@@ -14,6 +16,7 @@ pub mod redis;
 pub mod scripts;
 pub mod sentinel;
 pub mod sql;
+pub mod warm;
 
 use crate::config::{BackendConfig, Config};
 use bytes::Bytes;
@@ -33,7 +36,8 @@ pub use crate::resp::{DoubleStyle, Proto};
 /// client's protocol (each pool speaks one), and goes to the client unchanged: nothing is
 /// decoded and encoded again, and nothing a decoded frame forgets is lost (a RESP2 `*-1`, a
 /// double's digits, a map's order). Error replies, pushes and everything from fred or SQL
-/// come decoded, boxed: a frame is 152 bytes, and a reply is moved through every layer.
+/// and everything from SQL come decoded, boxed: a frame is 152 bytes, and a reply is moved
+/// through every layer.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reply {
     /// One complete reply as Redis encoded it in `proto`; never an error reply (those are
@@ -53,7 +57,7 @@ impl Reply {
     pub fn into_frame(self) -> Frame {
         match self {
             Reply::Frame(frame) => *frame,
-            Reply::Raw { bytes, proto } => link::decode_raw(bytes, proto),
+            Reply::Raw { bytes, proto } => codec::decode_raw(bytes, proto),
         }
     }
 
@@ -86,8 +90,9 @@ pub struct Request<'a> {
     pub pin: u64,
     /// Whether it may take another shared connection than the pinned one.
     pub placement: Placement<'a>,
-    /// The command blocks its connection (BLPOP, ...): no response timeout.
-    pub blocking: bool,
+    /// Whether the command blocks its connection (BLPOP, ...), and how long: its reply is
+    /// due within its own wait plus the backend's response timeout.
+    pub blocking: Blocking,
     /// How long a blocking command keeps waiting through a backend it cannot reach (every
     /// try NotAttempted) before it answers the error: its namespace's failover budget.
     pub hold: Duration,
@@ -102,6 +107,10 @@ pub struct Request<'a> {
     /// A write acknowledged only once this many replicas have it, waited for at most this
     /// long (Redis: `WAIT` on the same connection).
     pub replicas: Option<(u32, Duration)>,
+    /// An error reply may come after the command wrote (a script that raised after
+    /// `redis.call` changed something: Redis does not roll a script back), so it waits for
+    /// the replicas too; any other command's error reply applied nothing.
+    pub error_may_write: bool,
     /// On a Redis Cluster, the key whose hash slot picks the node (None: the first argument,
     /// and a `MOVED` reply when that was not a key). Connection-bound commands carry their
     /// transaction's first key, so `MULTI` and `EXEC` reach the node that holds it.
@@ -121,11 +130,12 @@ impl<'a> Request<'a> {
             proto,
             pin,
             placement: Placement::Pinned,
-            blocking: false,
+            blocking: Blocking::No,
             hold: Duration::ZERO,
             token: None,
             again: false,
             replicas: None,
+            error_may_write: false,
             route: None,
             raw: None,
         }
@@ -142,6 +152,34 @@ impl<'a> Request<'a> {
             raw: None,
             ..*self
         }
+    }
+}
+
+/// How long a command may hold its connection by its own arguments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Blocking {
+    /// It answers at once.
+    No,
+    /// It may wait this long for something to take (`BLPOP key 5`).
+    For(Duration),
+    /// It waits until something comes (`BLPOP key 0`).
+    Forever,
+}
+
+impl Blocking {
+    /// What `args` (name first) asks for, read as Redis reads it (`command::wait`). A
+    /// timeout Redis refuses is answered at once, so it blocks nothing.
+    pub fn of(args: &[Bytes]) -> Blocking {
+        match crate::command::wait::wait(args) {
+            Some(Ok(Some(wait))) => Blocking::For(wait),
+            Some(Ok(None)) => Blocking::Forever,
+            Some(Err(_)) | None => Blocking::No,
+        }
+    }
+
+    /// Whether it blocks at all.
+    pub fn blocks(self) -> bool {
+        self != Blocking::No
     }
 }
 
@@ -164,7 +202,7 @@ pub enum Placement<'a> {
 
 /// A configured backend.
 pub enum Backend {
-    /// Redis standalone through fred.
+    /// Redis: standalone, Sentinel or Cluster, on holdfast's own links.
     Redis(Box<redis::RedisBackend>),
     /// PostgreSQL or SQLite through sqlx.
     Sql(sql::SqlBackend),
@@ -308,7 +346,7 @@ impl Backend {
 
 /// A backend connection owned by one client connection.
 pub enum Dedicated {
-    /// A fred client of its own.
+    /// A link of its own (on a Cluster, one per node it has sent to).
     Redis(redis::DedicatedRedis),
     /// A queue for MULTI/EXEC on a SQL backend.
     Sql(sql::SqlDedicated),

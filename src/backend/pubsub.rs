@@ -147,13 +147,10 @@ impl Feed {
 
 impl Backend {
     /// A feed for one client on this backend, delivering into `outbox`.
-    ///
-    /// # Errors
-    /// [`BackendError::Unsupported`] where Pub/Sub is not carried (a Redis reached over TLS).
-    pub fn feed(&self, outbox: Outbox, hold: Duration) -> Result<Feed, BackendError> {
+    pub fn feed(&self, outbox: Outbox, hold: Duration) -> Feed {
         match self {
-            Backend::Redis(redis) => Ok(Feed::Redis(redis.feed(outbox, hold)?)),
-            Backend::Sql(sql) => Ok(Feed::Local(sql.feed(outbox))),
+            Backend::Redis(redis) => Feed::Redis(redis.feed(outbox, hold)),
+            Backend::Sql(sql) => Feed::Local(sql.feed(outbox)),
         }
     }
 }

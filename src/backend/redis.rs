@@ -1,65 +1,63 @@
-//! The Redis backends: standalone, Sentinel and Cluster, on holdfast's own links or fred.
+//! The Redis backends: standalone, Sentinel and Cluster, every connection holdfast's own
+//! ([`link`]), over TCP or TLS.
 //!
-//! fred's own replay is off (`max_command_attempts = 1`, fail fast, no reconnect policy): a
-//! command that was written and lost comes back as an error for the retry loop to count, never
-//! re-sent below it. Holdfast re-dials a dropped connection itself, on demand: fred's reconnect
-//! loop queues commands while it sleeps between dials instead of failing them, which would turn
-//! "not sent" into a response timeout. Each client connection is pinned to one backend
-//! connection, so `WAIT` sees that client's writes; on holdfast's own connections
-//! ([`link`]) a request joins the connection gathering a write instead, and a write moves the
-//! client's pin with it (see [`Placement`]).
+//! Nothing is replayed below the retry loop: a command that was written and lost comes back
+//! as an error for the loop to count. A dropped connection is dialled again on demand, and a
+//! command never outlives the connection it was handed to. Each client connection is pinned
+//! to one backend connection, so `WAIT` sees that client's writes; a request joins the
+//! connection gathering a write instead, and a write moves the client's pin with it (see
+//! [`Placement`]).
 //!
-//! On a Cluster without TLS each pooled connection is a [`Nodes`] of `src/backend/cluster.rs`:
-//! holdfast's own link to each primary, routed by the slot map it keeps, `MOVED`/`ASK`
-//! followed there. With TLS it is a fred cluster client (a connection to every primary):
-//! commands are routed by their first key's slot and `MOVED`/`ASK` followed by fred (the
-//! refusing node executed nothing); a connection lost to any node ends that whole client, and
-//! the next dial reads the slot map afresh, which is how a promoted replica is found.
-//! Sentinel's pooled connections are links too, to the primary its view names
-//! (`src/backend/sentinel.rs`).
+//! On a Cluster each pooled connection is a [`Nodes`] of `src/backend/cluster.rs`: a link to
+//! each primary, routed by the slot map it keeps, `MOVED`/`ASK` followed there. Sentinel's
+//! pooled connections are links to the primary its view names (`src/backend/sentinel.rs`).
+//!
+//! A client's own connection (its blocking commands, `WATCH`/`MULTI`/`EXEC`) is a link of its
+//! own too, taken from those dialled ahead (`warm.rs`), and paired by order like any other:
+//! no reply is ever taken for a Pub/Sub message by its shape. A blocking command's reply is
+//! due within its own timeout plus `response_timeout`; while it waits (for ever, or long),
+//! the backend is probed on a shared connection, and a backend that stops answering ends the
+//! wait: the connection is reset, so nothing it took lands later, and the client hears that
+//! the command may have been applied (a pop) or was not (a read).
 
-use super::cluster::{Nodes, Topology};
+use super::cluster::{keyslot, Nodes, Topology};
+use super::dial::{Target, Tls};
 use super::exact::{self, TokenDb};
 use super::sentinel::{Addr, Follower, Watch};
-use super::{link, BackendError, DoubleStyle, Placement, Proto, Reply, Request};
+use super::warm::{Servers, Warm};
+use super::{link, BackendError, Blocking, DoubleStyle, Placement, Proto, Reply, Request};
 use crate::config::{ClusterConfig, RedisConfig, SentinelConfig};
+use crate::error::{LinkError, LinkErrorKind};
 use arc_swap::ArcSwapOption;
 use bytes::Bytes;
-use fred::interfaces::{ClientLike, ClusterInterface};
-use fred::prelude::Client;
-use fred::types::config::{
-    ConnectionConfig, Options, PerformanceConfig, TcpConfig, UnresponsiveConfig,
-};
-use fred::types::{ClusterHash, CustomCommand, RespVersion, Value};
 use redis_protocol::resp3::types::BytesFrame as Frame;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{watch, Mutex, OnceCell};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 pub use crate::config::host_port;
-
-/// Builds a fresh fred client for each dial (at the primary Sentinel named, when given).
-type Factory = Arc<dyn Fn(Option<&Addr>) -> Client + Send + Sync>;
 
 /// Resolves when a dialled connection's task ends.
 type Ended = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
+/// How often a client's own connection blocked on the backend has it probed.
+pub const PROBE_EVERY: Duration = Duration::from_secs(2);
+
 /// How a slot dials.
 #[derive(Clone)]
 enum Dialer {
-    /// A fresh fred client per dial.
-    Fred(Factory),
-    /// holdfast's own link (standalone Redis without TLS, pooled connections).
-    Link(Arc<link::Target>),
-    /// holdfast's own links to a Cluster's primaries (without TLS, pooled connections).
-    Cluster(Arc<Topology>, Arc<link::Target>),
+    /// A link to one server: the standalone one, or the primary Sentinel names at each dial.
+    Link(Arc<Target>),
+    /// Links to a Cluster's primaries.
+    Cluster(Arc<Topology>, Arc<Target>),
 }
 
 /// What a dialled connection talks through.
 enum Conn {
-    Fred(Client),
     Link(link::Link),
     Cluster(Arc<Nodes>),
 }
@@ -69,13 +67,13 @@ enum Conn {
 struct Live {
     conn: Conn,
     ended: watch::Receiver<bool>,
-    /// `MOVED`/`ASK` redirections fred may follow per command (0 off a Cluster).
+    /// `MOVED`/`ASK` redirections each command may follow (0 off a Cluster, and on a
+    /// client's own connection).
     redirections: u32,
     /// Where exact mode's tokens live on this connection's server.
     tokens: Option<TokenDb>,
-    /// Set when a reply did not come in time: fred pairs replies with commands in order, so
-    /// after a reply is lost on the way (a network that drops it) each later command would
-    /// get an earlier one's reply. The connection takes no new command and is closed.
+    /// Set when a reply did not come in time: the connection takes no new command and is
+    /// closed, failing what is in flight.
     retired: AtomicBool,
     /// Under Sentinel: the view it was dialled in, and its generation. Live only while that
     /// generation stands (see `src/backend/sentinel.rs`).
@@ -91,28 +89,23 @@ impl Live {
             })
     }
 
-    /// Takes the connection out of service and closes it (in the background: QUIT may wait
-    /// on a connection that no longer answers).
+    /// Takes the connection out of service and closes it: its links stop at once, and what
+    /// is in flight there fails as sent (a reply that did not come in time may never come).
     fn retire(&self) {
+        self.retire_because("the connection was closed by holdfast");
+    }
+
+    /// As [`Live::retire`], saying `why` to what was in flight.
+    fn retire_because(&self, why: &str) {
         if !self.retired.swap(true, Ordering::AcqRel) {
             match &self.conn {
-                Conn::Fred(client) => {
-                    let client = client.clone();
-                    tokio::spawn(async move {
-                        let _ = client.quit().await;
-                    });
-                }
-                // Its replies stay paired in order (one reader, one queue), but a reply that
-                // did not come in time may never come: close, failing what is in flight.
-                Conn::Link(link) => link.close(),
+                Conn::Link(link) => link.close_because(why),
                 Conn::Cluster(nodes) => nodes.close(),
             }
         }
     }
 
-    /// Sends one request (through the exact-mode script when it carries a token), unless the
-    /// connection ends first: a command fred accepted in the instant its connection died
-    /// fails then as Transient, not after `response_timeout`.
+    /// Sends one request, through the exact-mode script when it carries a token.
     async fn send(
         &self,
         request: &Request<'_>,
@@ -121,90 +114,68 @@ impl Live {
         // The hot path: a plain command on a link, whose own close fails what is in flight.
         // Everything else is boxed so its (much larger) future is not carried by every
         // request's.
-        if let (Conn::Link(link), None) = (&self.conn, request.token) {
-            let result = on_link(link, request, response_timeout).await;
-            self.after_send(&result);
-            return result;
-        }
-        // A Cluster connection's links fail their own commands when they close.
-        if let (Conn::Cluster(nodes), None) = (&self.conn, request.token) {
-            let sent = on_cluster(nodes, self.redirections, request, response_timeout);
-            let result = Box::pin(sent).await;
-            self.after_send(&result);
-            return result;
-        }
-        Box::pin(self.send_through_script_or_fred(request, response_timeout)).await
+        let result = match (&self.conn, request.token) {
+            (Conn::Link(link), None) => on_link(link, request, response_timeout).await,
+            (Conn::Cluster(nodes), None) => {
+                Box::pin(on_cluster(
+                    nodes,
+                    self.redirections,
+                    request,
+                    response_timeout,
+                ))
+                .await
+            }
+            (_, Some(token)) => Box::pin(exact(self, request, token, response_timeout)).await,
+        };
+        self.after_send(&result);
+        result
     }
 
     /// A reply that did not come in time retires the connection.
     fn after_send(&self, result: &Result<Reply, BackendError>) {
         if let Err(BackendError::Sent { source }) = result {
-            if *source.kind() == fred::error::ErrorKind::Timeout {
+            if source.kind() == LinkErrorKind::Timeout {
                 self.retire();
             }
         }
     }
 
-    async fn send_through_script_or_fred(
-        &self,
-        request: &Request<'_>,
-        response_timeout: Duration,
-    ) -> Result<Reply, BackendError> {
-        let mut ended = self.ended.clone();
-        if *ended.borrow() {
-            // Ended before fred took the command: nothing was sent.
-            return Err(BackendError::Connect {
-                source: fred::error::Error::new(
-                    fred::error::ErrorKind::IO,
-                    "the connection closed before the request was sent",
-                ),
-            });
-        }
-        let sent = async {
-            let result = match request.token {
-                Some(token) => exact(self, request, token, response_timeout).await,
-                None => send(self, request, response_timeout).await,
-            };
-            self.after_send(&result);
-            result
-        };
-        tokio::select! {
-            biased;
-            result = sent => result,
-            _ = ended.wait_for(|ended| *ended) => Err(BackendError::Sent {
-                source: fred::error::Error::new(
-                    fred::error::ErrorKind::IO,
-                    "the connection closed with the request in flight",
-                ),
-            }),
+    /// The server a request of `route` goes to on this connection, for probes: a Cluster's
+    /// node; None elsewhere (one server).
+    fn server_of(&self, route: Option<&[u8]>) -> Option<Addr> {
+        match &self.conn {
+            Conn::Cluster(nodes) => nodes.owner_now(route.map(keyslot)),
+            Conn::Link(_) => None,
         }
     }
 }
 
 /// One pooled connection and the dial that (re)opens it.
 struct Slot {
-    /// Makes the connection each dial uses: a fresh fred client or a fresh link. Fresh per
-    /// dial, so a command still held for a dead connection dies with it, and is never
-    /// written to the next connection, long after the request gave up on it.
+    /// How each dial connects: a fresh link each time, so a command still held for a dead
+    /// connection dies with it, and is never written to the next connection, long after the
+    /// request gave up on it.
     dialer: Dialer,
     /// The connection of the last successful dial.
     live: ArcSwapOption<Live>,
     /// A dial in progress; kept here so a waiter that gives up does not abandon it, and the
     /// next waiter joins it instead of starting a second one.
-    dialing: Mutex<Option<JoinHandle<Result<(), fred::error::Error>>>>,
+    dialing: Mutex<Option<JoinHandle<Result<(), LinkError>>>>,
     /// The backend's double spelling, learnt from its version at each dial.
     doubles: Arc<AtomicBool>,
-    /// The backend's name, for the pool metrics.
+    /// The backend's name, for the pool metrics; empty for a client's own connection.
     backend: Arc<str>,
     /// Redirections each command may follow (see [`Live::redirections`]).
     redirections: u32,
     /// Exact mode's tokens on this backend.
     tokens: Tokens,
     /// What the link of this slot tells the pool: commands not yet written, a `WAIT`
-    /// unanswered (kept across its dials; a fred connection sets neither).
+    /// unanswered (kept across its dials).
     signals: link::Signals,
     /// Under Sentinel: the view of the primary each dial asks, and whose changes fence it.
     follow: Option<Arc<Watch>>,
+    /// Links dialled ahead, taken before dialling (a client's own connection).
+    warm: Option<Arc<Warm>>,
 }
 
 impl Slot {
@@ -212,9 +183,9 @@ impl Slot {
         dialer: Dialer,
         doubles: Arc<AtomicBool>,
         backend: Arc<str>,
-        redirections: u32,
-        tokens: Tokens,
+        (redirections, tokens): (u32, Tokens),
         follow: Option<Arc<Watch>>,
+        warm: Option<Arc<Warm>>,
     ) -> Arc<Slot> {
         Arc::new(Slot {
             dialer,
@@ -226,18 +197,18 @@ impl Slot {
             tokens,
             signals: link::Signals::default(),
             follow,
+            warm,
         })
     }
 
-    /// The connection, while fred's connection task runs. (fred's own `is_connected` stays
-    /// true after a connection drops unexpectedly, so it is not used.)
+    /// The connection, while its task runs.
     fn live(&self) -> Option<Arc<Live>> {
         self.live.load_full().filter(|live| live.is_up())
     }
 
-    /// Starts one dial in a task of its own, with a fresh client; on success a watcher
-    /// signals the moment fred's connection task ends.
-    fn dial(self: &Arc<Self>) -> JoinHandle<Result<(), fred::error::Error>> {
+    /// Starts one dial in a task of its own; on success a watcher signals the moment the
+    /// connection's task ends.
+    fn dial(self: &Arc<Self>) -> JoinHandle<Result<(), LinkError>> {
         let slot = self.clone();
         tokio::spawn(async move {
             let pooled = !slot.backend.is_empty();
@@ -249,47 +220,20 @@ impl Slot {
             };
             let primary = fence.as_ref().map(|(_, (addr, _))| addr);
             let (conn, task, version) = match &slot.dialer {
-                Dialer::Fred(factory) => {
-                    let client = factory(primary);
-                    let task = client.init().await?;
-                    if primary.is_some() {
-                        let role = client
-                            .info::<String>(Some(fred::types::InfoKind::Replication))
-                            .await;
-                        if !role.is_ok_and(|info| link::is_primary(&info)) {
-                            let _ = client.quit().await;
-                            return Err(not_primary(&slot.follow, primary));
-                        }
-                    }
-                    let version = client
-                        .server_version()
-                        .map(|v| (v.major as u32, v.minor as u32));
-                    // Only pooled connections carry exact mode's script.
-                    if pooled {
-                        let memory = client
-                            .info::<String>(Some(fred::types::InfoKind::Memory))
-                            .await;
-                        match memory {
-                            Ok(info) => slot.tokens.learn(&slot.backend, &info),
-                            Err(e) => tracing::warn!(
-                                backend = %slot.backend,
-                                error = %e,
-                                "INFO memory failed: cannot tell whether maxmemory-policy may evict exact mode's tokens"
-                            ),
-                        }
-                    }
-                    let task: Ended = Box::pin(async move {
-                        let _ = task.await;
-                    });
-                    (Conn::Fred(client), task, version)
-                }
                 Dialer::Link(target) => {
                     let target = match primary {
-                        Some(addr) => Arc::new(target.at(addr)),
-                        None => target.clone(),
+                        Some(addr) => target.at(addr),
+                        None => (**target).clone(),
                     };
-                    let (link, task, server) =
-                        link::Link::connect(&target, slot.signals.clone()).await?;
+                    let generation = fence.as_ref().map(|(_, (_, generation))| *generation);
+                    let taken = slot
+                        .warm
+                        .as_ref()
+                        .and_then(|warm| warm.take(&target, generation));
+                    let (link, task, server) = match taken {
+                        Some(taken) => taken,
+                        None => link::Link::connect(&target, slot.signals.clone()).await?,
+                    };
                     if primary.is_some() && !server.is_primary() {
                         link.close();
                         return Err(not_primary(&slot.follow, primary));
@@ -303,9 +247,17 @@ impl Slot {
                     (Conn::Link(link), task, server.version)
                 }
                 Dialer::Cluster(topology, target) => {
-                    let nodes =
-                        Nodes::new(topology.clone(), (**target).clone(), slot.signals.clone());
-                    nodes.dial().await?;
+                    let nodes = Nodes::new(
+                        topology.clone(),
+                        (**target).clone(),
+                        slot.signals.clone(),
+                        slot.warm.clone(),
+                    );
+                    // A pooled connection proves the map and a node at once; a client's own
+                    // dials each node as its commands need it.
+                    if pooled {
+                        nodes.dial().await?;
+                    }
                     let version = nodes.version();
                     // Its links come and go with the map; it ends when retired.
                     let task: Ended = Box::pin(std::future::pending());
@@ -329,8 +281,8 @@ impl Slot {
             if !live.is_up() {
                 // Fenced while it was dialled.
                 live.retire();
-                return Err(fred::error::Error::new(
-                    fred::error::ErrorKind::IO,
+                return Err(LinkError::new(
+                    LinkErrorKind::Io,
                     "the primary changed while dialling",
                 ));
             }
@@ -473,10 +425,9 @@ enum Flavor {
 pub struct RedisBackend {
     /// The `[backends]` key.
     name: String,
-    /// Connection settings shared by every client built for this backend.
-    config: fred::types::config::Config,
-    /// Connection timeouts, replay off.
-    connection: ConnectionConfig,
+    /// How its connections are made: address (none under Sentinel and on a Cluster: found
+    /// at each dial), credentials, database, TLS and timeouts; RESP2.
+    target: Target,
     /// Longest wait for a reply to a sent, non-blocking command.
     response_timeout: Duration,
     /// Pool size, per protocol.
@@ -494,10 +445,60 @@ pub struct RedisBackend {
     tokens: Tokens,
     /// Under Sentinel: the sentinels' view of the primary, followed as it changes.
     follower: Option<Follower>,
-    /// On a Cluster without TLS: the slot map its links follow.
+    /// On a Cluster: the slot map its links follow.
     topology: Option<Arc<Topology>>,
+    /// Links dialled ahead for clients' own connections (None: `warm_connections = 0`).
+    warm: Option<Arc<Warm>>,
+    /// Whether the backend still answers, asked for clients blocked on it.
+    probe: Arc<Probe>,
     /// The scripts clients loaded, to answer a NOSCRIPT with.
     scripts: Arc<super::scripts::Scripts>,
+}
+
+/// A backend's TLS: None unless asked for (`rediss://`, `tls = true`, or a `tls_ca`); then
+/// the trust roots of `tls_ca`, or the system's.
+fn tls_of(
+    name: &str,
+    wanted: bool,
+    ca: Option<&std::path::Path>,
+) -> Result<Option<Tls>, BackendError> {
+    if !wanted && ca.is_none() {
+        return Ok(None);
+    }
+    let config = match ca {
+        Some(ca) => {
+            crate::tls::client_config(ca).map_err(|e| (format!("backends.{name}.tls_ca"), e))
+        }
+        None => crate::tls::system_config().map_err(|e| (format!("backends.{name}"), e)),
+    };
+    config
+        .map(|config| Some(Tls::new(config)))
+        .map_err(|(key, e)| BackendError::Unsupported {
+            what: format!("{key}: {e}"),
+        })
+}
+
+/// The `host:port` addresses under `backends.NAME.FIELD`.
+fn addresses(name: &str, field: &str, addrs: &[String]) -> Result<Vec<Addr>, BackendError> {
+    addrs
+        .iter()
+        .map(|addr| {
+            host_port(addr).ok_or_else(|| BackendError::Unsupported {
+                what: format!("backends.{name}.{field}: `{addr}` is not host:port"),
+            })
+        })
+        .collect()
+}
+
+/// What [`RedisBackend::with`] builds a backend of.
+struct Parts {
+    target: Target,
+    pool_size: usize,
+    warm: usize,
+    flavor: Flavor,
+    tokens: Option<TokenDb>,
+    follower: Option<Follower>,
+    topology: Option<Arc<Topology>>,
 }
 
 impl RedisBackend {
@@ -507,31 +508,38 @@ impl RedisBackend {
     /// # Errors
     /// [`BackendError::Unsupported`] when the URL does not parse.
     pub fn new(name: &str, config: &RedisConfig) -> Result<RedisBackend, BackendError> {
-        let mut parsed = fred::types::config::Config::from_url(&config.url).map_err(|e| {
-            BackendError::Unsupported {
-                what: format!("backends.{name}.url: {}", e.details()),
-            }
-        })?;
-        if let Some(ca) = &config.tls_ca {
-            let tls = crate::tls::client_config(ca).map_err(|e| BackendError::Unsupported {
-                what: format!("backends.{name}.tls_ca: {e}"),
+        let url =
+            crate::config::parse_redis_url(&config.url).map_err(|e| BackendError::Unsupported {
+                what: format!("backends.{name}.url: {e}"),
             })?;
-            parsed.tls = Some(fred::types::config::TlsConnector::from(tls).into());
-        }
-        if let Some(path) = &config.password_file {
-            parsed.password = Some(password_from(name, path)?);
-        }
+        let password = match &config.password_file {
+            Some(path) => Some(password_from(name, path)?),
+            None => url.password.clone(),
+        };
+        let tls = tls_of(name, url.tls, config.tls_ca.as_deref())?;
+        let target = Target::new(
+            (url.host.clone(), url.port),
+            Proto::Resp2,
+            (config.connection_timeout, config.response_timeout),
+        )
+        .with_auth(url.username.clone(), password)
+        .with_database(url.database)
+        .with_tls(tls);
         let tokens = TokenDb {
             tokens: config.token_db,
-            data: parsed.database.unwrap_or(0),
+            data: url.database.unwrap_or(0),
         };
         Ok(RedisBackend::with(
             name,
-            parsed,
-            (config.connection_timeout, config.response_timeout),
-            config.pool_size,
-            Flavor::Standalone,
-            Some(tokens),
+            Parts {
+                target,
+                pool_size: config.pool_size,
+                warm: config.warm_connections,
+                flavor: Flavor::Standalone,
+                tokens: Some(tokens),
+                follower: None,
+                topology: None,
+            },
         ))
     }
 
@@ -541,130 +549,96 @@ impl RedisBackend {
     /// # Errors
     /// [`BackendError::Unsupported`] when an address or the password file is unusable.
     pub fn sentinel(name: &str, config: &SentinelConfig) -> Result<RedisBackend, BackendError> {
-        let server = fred::types::config::ServerConfig::Sentinel {
-            hosts: servers(name, "sentinels", &config.sentinels)?,
-            service_name: config.master_name.clone(),
+        let sentinels = addresses(name, "sentinels", &config.sentinels)?;
+        let password = match &config.password_file {
+            Some(path) => Some(password_from(name, path)?),
+            None => None,
         };
-        let pool = (
-            config.pool_size,
-            config.connection_timeout,
-            config.response_timeout,
-        );
-        let tokens = TokenDb {
-            tokens: config.token_db,
-            data: 0,
-        };
-        RedisBackend::discovered(
-            name,
-            server,
-            config.password_file.as_deref(),
-            pool,
-            (Flavor::Sentinel, Some(tokens)),
+        let tls = tls_of(name, config.tls, config.tls_ca.as_deref())?;
+        let target = Target::new(
+            (String::new(), 0),
+            Proto::Resp2,
+            (config.connection_timeout, config.response_timeout),
         )
+        .with_auth(None, password)
+        .with_tls(tls.clone());
+        let follower = Follower::start(
+            name,
+            &config.master_name,
+            sentinels,
+            config.connection_timeout,
+            tls,
+        );
+        Ok(RedisBackend::with(
+            name,
+            Parts {
+                target,
+                pool_size: config.pool_size,
+                warm: config.warm_connections,
+                flavor: Flavor::Sentinel,
+                tokens: Some(TokenDb {
+                    tokens: config.token_db,
+                    data: 0,
+                }),
+                follower: Some(follower),
+                topology: None,
+            },
+        ))
     }
 
-    /// A Redis Cluster, found from its seed nodes at each dial.
+    /// A Redis Cluster, found from its seed nodes.
     ///
     /// # Errors
     /// [`BackendError::Unsupported`] when an address or the password file is unusable.
     pub fn cluster(name: &str, config: &ClusterConfig) -> Result<RedisBackend, BackendError> {
-        let server = fred::types::config::ServerConfig::Clustered {
-            hosts: servers(name, "nodes", &config.nodes)?,
-            policy: fred::types::config::ClusterDiscoveryPolicy::default(),
+        let seeds = addresses(name, "nodes", &config.nodes)?;
+        let password = match &config.password_file {
+            Some(path) => Some(password_from(name, path)?),
+            None => None,
         };
-        let pool = (
-            config.pool_size,
-            config.connection_timeout,
-            config.response_timeout,
-        );
-        let flavor = Flavor::Cluster(config.max_redirections);
-        RedisBackend::discovered(
-            name,
-            server,
-            config.password_file.as_deref(),
-            pool,
-            (flavor, None),
+        let tls = tls_of(name, config.tls, config.tls_ca.as_deref())?;
+        let target = Target::new(
+            (String::new(), 0),
+            Proto::Resp2,
+            (config.connection_timeout, config.response_timeout),
         )
-    }
-
-    /// A backend whose servers are found at each dial (Sentinel, Cluster): `pool` is its
-    /// size, connection timeout and response timeout.
-    fn discovered(
-        name: &str,
-        server: fred::types::config::ServerConfig,
-        password_file: Option<&std::path::Path>,
-        (pool_size, connection_timeout, response_timeout): (usize, Duration, Duration),
-        (flavor, tokens): (Flavor, Option<TokenDb>),
-    ) -> Result<RedisBackend, BackendError> {
-        let mut parsed = fred::types::config::Config {
-            server,
-            ..fred::types::config::Config::default()
-        };
-        if let Some(path) = password_file {
-            parsed.password = Some(password_from(name, path)?);
-        }
+        .with_auth(None, password)
+        .with_tls(tls);
+        let topology = Topology::start(name, seeds, &target);
         Ok(RedisBackend::with(
             name,
-            parsed,
-            (connection_timeout, response_timeout),
-            pool_size,
-            flavor,
-            tokens,
+            Parts {
+                target,
+                pool_size: config.pool_size,
+                warm: config.warm_connections,
+                flavor: Flavor::Cluster(config.max_redirections),
+                tokens: None,
+                follower: None,
+                topology: Some(topology),
+            },
         ))
     }
 
-    fn with(
-        name: &str,
-        parsed: fred::types::config::Config,
-        (connection_timeout, response_timeout): (Duration, Duration),
-        pool_size: usize,
-        flavor: Flavor,
-        tokens: Option<TokenDb>,
-    ) -> RedisBackend {
-        let connection = ConnectionConfig {
-            connection_timeout,
-            internal_command_timeout: connection_timeout,
-            max_command_attempts: 1,
-            max_redirections: 0,
-            unresponsive: UnresponsiveConfig::default(),
-            reconnect_on_auth_error: false,
-            auto_client_setname: false,
-            tcp: TcpConfig {
-                nodelay: Some(true),
-                ..TcpConfig::default()
-            },
-            ..ConnectionConfig::default()
+    fn with(name: &str, parts: Parts) -> RedisBackend {
+        let Parts {
+            target,
+            pool_size,
+            warm,
+            flavor,
+            tokens,
+            follower,
+            topology,
+        } = parts;
+        let servers = match (&follower, &topology) {
+            (Some(follower), _) => Servers::Sentinel(follower.watch().clone()),
+            (_, Some(topology)) => Servers::Cluster(topology.clone()),
+            _ => Servers::Fixed(target.addr()),
         };
-        let follower = match (flavor, &parsed.server) {
-            (
-                Flavor::Sentinel,
-                fred::types::config::ServerConfig::Sentinel {
-                    hosts,
-                    service_name,
-                },
-            ) => Some(Follower::start(
-                name,
-                service_name,
-                hosts.iter().map(|s| (s.host.to_string(), s.port)).collect(),
-                connection_timeout,
-            )),
-            _ => None,
-        };
-        let topology = match (flavor, &parsed.server) {
-            (Flavor::Cluster(_), fred::types::config::ServerConfig::Clustered { hosts, .. }) => {
-                let timeouts = (connection_timeout, response_timeout);
-                link::Target::of(&parsed, Proto::Resp2, timeouts).map(|target| {
-                    let seeds = hosts.iter().map(|s| (s.host.to_string(), s.port)).collect();
-                    Topology::start(name, seeds, &target)
-                })
-            }
-            _ => None,
-        };
+        let warm = Warm::start(name, target.clone(), servers, warm);
         let mut backend = RedisBackend {
             name: name.to_string(),
-            config: parsed,
-            connection,
-            response_timeout,
+            response_timeout: target.response_timeout(),
+            target,
             pool_size,
             resp2: Pool::default(),
             resp3: OnceCell::new(),
@@ -676,9 +650,15 @@ impl RedisBackend {
             },
             follower,
             topology,
+            warm,
+            probe: Arc::default(),
             scripts: Arc::default(),
         };
-        backend.resp2 = backend.open_pool(RespVersion::RESP2);
+        backend.resp2 = backend.open_pool(Proto::Resp2);
+        backend.probe = Arc::new(Probe::new(
+            backend.resp2.slots.first().cloned(),
+            backend.response_timeout,
+        ));
         for slot in &backend.resp2.slots {
             if let Ok(mut dialing) = slot.dialing.try_lock() {
                 *dialing = Some(slot.dial());
@@ -687,57 +667,25 @@ impl RedisBackend {
         backend
     }
 
-    /// What each dial of `version` builds its client with.
-    fn factory(&self, version: RespVersion) -> Factory {
-        let mut config = self.config.clone();
-        config.version = version;
-        // One dial, no reconnect policy: a dropped connection fails what was in flight and is
-        // re-dialled by `ensure_connected`, with a new client.
-        config.fail_fast = true;
-        let connection = self.connection.clone();
-        Arc::new(move |primary: Option<&Addr>| {
-            let perf = PerformanceConfig {
-                default_command_timeout: Duration::ZERO,
-                ..PerformanceConfig::default()
-            };
-            let mut config = config.clone();
-            if let Some((host, port)) = primary {
-                config.server = fred::types::config::ServerConfig::Centralized {
-                    server: fred::types::config::Server::new(host.as_str(), *port),
-                };
-            }
-            Client::new(config, Some(perf), Some(connection.clone()), None)
-        })
-    }
-
-    /// How a pooled connection dials: holdfast's own link to a standalone Redis without TLS
-    /// (it batches many clients' commands into one write), fred otherwise.
-    fn pooled_dialer(&self, version: RespVersion) -> Dialer {
-        let proto = match version {
-            RespVersion::RESP3 => Proto::Resp3,
-            RespVersion::RESP2 => Proto::Resp2,
-        };
-        let timeouts = (self.connection.connection_timeout, self.response_timeout);
-        let target = link::Target::of(&self.config, proto, timeouts);
-        match (target, &self.topology) {
-            (Some(target), Some(topology)) => Dialer::Cluster(topology.clone(), Arc::new(target)),
-            (Some(target), None) if !matches!(self.flavor, Flavor::Cluster(_)) => {
-                Dialer::Link(Arc::new(target))
-            }
-            _ => Dialer::Fred(self.factory(version)),
+    /// How a connection of `proto` dials: a link, or a Cluster's links.
+    fn dialer(&self, proto: Proto) -> Dialer {
+        let target = Arc::new(self.target.with_proto(proto));
+        match &self.topology {
+            Some(topology) => Dialer::Cluster(topology.clone(), target),
+            None => Dialer::Link(target),
         }
     }
 
-    fn open_pool(&self, version: RespVersion) -> Pool {
+    fn open_pool(&self, proto: Proto) -> Pool {
         let slots = (0..self.pool_size)
             .map(|_| {
                 Slot::new(
-                    self.pooled_dialer(version.clone()),
+                    self.dialer(proto),
                     self.doubles.clone(),
                     self.name.as_str().into(),
-                    self.redirections(),
-                    self.tokens.clone(),
+                    (self.redirections(), self.tokens.clone()),
                     self.follow(),
+                    None,
                 )
             })
             .collect();
@@ -754,34 +702,20 @@ impl RedisBackend {
 
     /// A subscribed client's connections to this backend (`feed.rs`), delivering into
     /// `outbox`, given up after `hold` without a connection.
-    ///
-    /// # Errors
-    /// [`BackendError::Unsupported`] for a backend reached over TLS: its subscribers would
-    /// need a TLS line of their own, which holdfast does not dial yet.
-    pub fn feed(
-        &self,
-        outbox: super::pubsub::Outbox,
-        hold: Duration,
-    ) -> Result<super::feed::RedisFeed, BackendError> {
+    pub fn feed(&self, outbox: super::pubsub::Outbox, hold: Duration) -> super::feed::RedisFeed {
         use super::feed::{Ctx, Locate, RedisFeed};
-        let timeouts = (self.connection.connection_timeout, self.response_timeout);
-        let target = link::Target::of(&self.config, Proto::Resp2, timeouts).ok_or_else(|| {
-            BackendError::Unsupported {
-                what: format!("Pub/Sub is not carried to backend '{}' over TLS", self.name),
-            }
-        })?;
         let locate = match (self.flavor, &self.follower, &self.topology) {
             (Flavor::Sentinel, Some(follower), _) => Locate::Sentinel(follower.watch().clone()),
             (Flavor::Cluster(_), _, Some(topology)) => Locate::Cluster(topology.clone()),
             _ => Locate::Fixed,
         };
-        Ok(RedisFeed::new(Ctx {
+        RedisFeed::new(Ctx {
             backend: self.name.as_str().into(),
-            target,
+            target: self.target.with_proto(Proto::Resp2),
             locate,
             outbox,
             hold,
-        }))
+        })
     }
 
     /// Under Sentinel, the view of the primary its connections follow.
@@ -802,7 +736,7 @@ impl RedisBackend {
         if !matches!(self.flavor, Flavor::Cluster(_)) {
             return false;
         }
-        let mut slots = keys.iter().map(|k| fred::util::redis_keyslot(k));
+        let mut slots = keys.iter().map(|k| keyslot(k));
         let first = slots.next();
         slots.any(|s| Some(s) != first)
     }
@@ -829,7 +763,7 @@ impl RedisBackend {
             Proto::Resp2 => &self.resp2,
             Proto::Resp3 => {
                 self.resp3
-                    .get_or_init(|| async { self.open_pool(RespVersion::RESP3) })
+                    .get_or_init(|| async { self.open_pool(Proto::Resp3) })
                     .await
             }
         };
@@ -873,13 +807,6 @@ impl RedisBackend {
                 }
             }
         }
-        // On a link the write waited for its replicas already, with the others of its batch.
-        let counted = matches!(live.conn, Conn::Link(_) | Conn::Cluster(_));
-        if let (Ok(_), Some((wanted, timeout)), false) = (&result, request.replicas, counted) {
-            if let Err(e) = Box::pin(wait_replicas(&live, request, wanted, timeout)).await {
-                result = Err(e);
-            }
-        }
         self.after(&live, &result);
         result
     }
@@ -913,7 +840,7 @@ impl RedisBackend {
     /// First attempts of a client's pipelined requests, written back to back on one
     /// connection ([`run_placement`]) in the order given (Redis runs them in that order) and
     /// awaited together. On a Cluster only the leading requests bound for the first one's
-    /// node are sent ([`one_node`]); the results are theirs, and the caller sends the rest
+    /// node are sent ([`leading_run`]); the results are theirs, and the caller sends the rest
     /// after them.
     /// None when nothing was sent: no connection within `acquire_timeout`, or a request the
     /// Cluster must treat alone (the caller then sends them one by one).
@@ -940,29 +867,28 @@ impl RedisBackend {
         };
         let slot = self.placed(&lead).await;
         let live = ensure_connected(slot, acquire_timeout).await.ok()?;
-        let requests = match (&live.conn, self.flavor) {
-            (Conn::Fred(client), Flavor::Cluster(_)) => {
-                requests.get(..one_node(client, requests))?
-            }
-            (Conn::Cluster(nodes), _) => {
+        let requests = match &live.conn {
+            Conn::Cluster(nodes) => {
                 let node = |r: &Request<'_>| nodes.owner_now(request_slot(r));
                 requests.get(..leading_run(requests.iter().map(node)))?
             }
-            _ => requests,
+            Conn::Link(_) => requests,
         };
-        if requests.iter().all(|r| r.token.is_none() && !r.blocking) {
+        if requests
+            .iter()
+            .all(|r| r.token.is_none() && !r.blocking.blocks())
+        {
             // A Cluster connection's link to the run's node, held while the run is sent.
             let cluster_link;
             let link = match &live.conn {
-                Conn::Link(link) => Some(link),
+                Conn::Link(link) => link,
                 Conn::Cluster(nodes) => {
                     let node = nodes.owner_now(requests.first().and_then(request_slot))?;
                     cluster_link = nodes.link_to(&node).await.ok()?;
-                    Some(&*cluster_link)
+                    &*cluster_link
                 }
-                Conn::Fred(_) => None,
             };
-            if let Some(link) = link {
+            {
                 // All queued under one lock, in order, and awaited in order.
                 let replies = link
                     .send_all(
@@ -982,7 +908,7 @@ impl RedisBackend {
             }
         }
         // join_all polls each send once, in order, before any is polled again: that first
-        // poll hands the command to fred, so they reach the connection in this order.
+        // poll queues the command on its link, so they reach the connection in this order.
         let results = futures_util::future::join_all(
             requests
                 .iter()
@@ -1014,10 +940,6 @@ impl RedisBackend {
                 let slot = self.placed(request).await;
                 let live = ensure_connected(slot, acquire_timeout).await?;
                 match &live.conn {
-                    Conn::Fred(client) => client
-                        .flushall_cluster()
-                        .await
-                        .map_err(|source| BackendError::Sent { source })?,
                     Conn::Cluster(nodes) => {
                         let links = nodes
                             .every_primary()
@@ -1038,8 +960,8 @@ impl RedisBackend {
                                 // "not applied" (it is idempotent: a retry flushes them all).
                                 Err(e) => {
                                     return Err(BackendError::Sent {
-                                        source: fred::error::Error::new(
-                                            fred::error::ErrorKind::IO,
+                                        source: LinkError::new(
+                                            LinkErrorKind::Io,
                                             format!(
                                                 "flushed {flushed} of {primaries} primaries, \
                                                  then: {e}"
@@ -1080,28 +1002,24 @@ impl RedisBackend {
         proto: Proto,
         acquire_timeout: Duration,
     ) -> Result<DedicatedRedis, BackendError> {
-        let version = match proto {
-            Proto::Resp2 => RespVersion::RESP2,
-            Proto::Resp3 => RespVersion::RESP3,
-        };
         // Never re-dialled once it breaks: it carries WATCH or blocking state, which the
         // client must learn is gone, not have silently replaced.
         // Dedicated connections are not pooled: they are not counted in the pool metrics.
         // They follow no redirection: a command inside MULTI redirected to another node
         // would run there at once, outside the transaction.
-        let dialer = Dialer::Fred(self.factory(version));
         let slot = Slot::new(
-            dialer,
+            self.dialer(proto),
             self.doubles.clone(),
             "".into(),
-            0,
-            self.tokens.clone(),
+            (0, self.tokens.clone()),
             self.follow(),
+            self.warm.clone(),
         );
         let live = ensure_connected(&slot, acquire_timeout).await?;
         Ok(DedicatedRedis {
             live,
             response_timeout: self.response_timeout,
+            probe: self.probe.clone(),
         })
     }
 
@@ -1112,8 +1030,8 @@ impl RedisBackend {
         };
         let args = [bytes::Bytes::from_static(b"PING")];
         let request = Request::new(&args, Proto::Resp2, 0);
-        // No timeout around the send: cancelling it would leave its PING in fred's queue
-        // unanswered; the send's own timeout retires the connection instead.
+        // No timeout around the send: its own deadline retires a connection whose reply did
+        // not come in time.
         let Ok(live) = ensure_connected(slot, timeout).await else {
             return false;
         };
@@ -1134,37 +1052,13 @@ fn run_placement<'a>(requests: &[Request<'a>]) -> Placement<'a> {
     }
 }
 
-/// How many of `requests`, from the first, a Cluster connection sends to one node: each node
-/// has a connection of its own, and requests written to two at once reach their nodes in no
-/// set order, so a later write could take effect before an earlier one still on its way (the
-/// order `exec::ahead` keeps assumes one connection). The node is read from the slot
-/// map the client routes by; without one, only requests of the first one's slot go with it.
-fn one_node(client: &Client, requests: &[Request<'_>]) -> usize {
-    let routing = client.cached_cluster_state();
-    let node = |request: &Request<'_>| {
-        let slot = request_slot(request)?;
-        match &routing {
-            Some(routing) => routing.get_server(slot).cloned().map(Node::Server),
-            None => Some(Node::Slot(slot)),
-        }
-    };
-    leading_run(requests.iter().map(node))
-}
-
-/// Where a request goes on a Cluster: a primary from the slot map, or only its slot.
-#[derive(Debug, PartialEq)]
-enum Node {
-    Server(fred::types::config::Server),
-    Slot(u16),
-}
-
-/// The slot fred routes a request by (see [`send`]): its route key, else its first argument;
-/// None for a request without one, which fred sends to any node.
+/// The slot a request is routed by on a Cluster: its route key, else its first argument;
+/// None for a request without one, which goes to any node.
 fn request_slot(request: &Request<'_>) -> Option<u16> {
     request
         .route
         .or_else(|| request.args.get(1).map(|key| key.as_ref()))
-        .map(fred::util::redis_keyslot)
+        .map(keyslot)
 }
 
 /// The length of the leading run of equal, known nodes; at least 1 unless empty, since the
@@ -1222,14 +1116,14 @@ async fn redial(slot: &Arc<Slot>, acquire_timeout: Duration) -> Result<Arc<Live>
         *dialing = None;
         match result {
             Ok(Ok(())) => slot.live().ok_or_else(|| BackendError::Connect {
-                source: fred::error::Error::new(
-                    fred::error::ErrorKind::IO,
+                source: LinkError::new(
+                    LinkErrorKind::Io,
                     "the connection closed as soon as it opened",
                 ),
             }),
             Ok(Err(source)) => Err(BackendError::Connect { source }),
             Err(join) => Err(BackendError::Connect {
-                source: fred::error::Error::new(fred::error::ErrorKind::Canceled, join.to_string()),
+                source: LinkError::new(LinkErrorKind::Canceled, join.to_string()),
             }),
         }
     };
@@ -1264,54 +1158,17 @@ impl Drop for Waiting<'_> {
     }
 }
 
+/// Sends one request on a connection, without exact mode's script.
 async fn send(
     live: &Live,
     request: &Request<'_>,
     response_timeout: Duration,
 ) -> Result<Reply, BackendError> {
-    let Some((name, rest)) = request.args.split_first() else {
-        return Err(BackendError::Unsupported {
-            what: "empty command".to_string(),
-        });
-    };
-    let client = match &live.conn {
-        Conn::Fred(client) => client,
-        Conn::Link(link) => return on_link(link, request, response_timeout).await,
+    match &live.conn {
+        Conn::Link(link) => on_link(link, request, response_timeout).await,
         Conn::Cluster(nodes) => {
-            return on_cluster(nodes, live.redirections, request, response_timeout).await
+            on_cluster(nodes, live.redirections, request, response_timeout).await
         }
-    };
-    // Names come from the command table, so they are ASCII.
-    let name = String::from_utf8_lossy(name).into_owned();
-    let hash = match request.route {
-        Some(key) => ClusterHash::Custom(fred::util::redis_keyslot(key)),
-        None => ClusterHash::FirstKey,
-    };
-    let command = CustomCommand::new(name, hash, request.blocking);
-    let args: Vec<Value> = rest.iter().map(|a| Value::Bytes(a.clone())).collect();
-    let options = Options {
-        max_attempts: Some(1),
-        max_redirections: Some(live.redirections),
-        // Zero means no timeout in fred: a blocking command waits as long as it asked to.
-        timeout: Some(if request.blocking {
-            Duration::ZERO
-        } else {
-            response_timeout
-        }),
-        fail_fast: true,
-        ..Options::default()
-    };
-    match client
-        .with_options(&options)
-        .custom_raw(command, args)
-        .await
-    {
-        // Maps only exist in RESP3.
-        Ok(frame) if request.proto == Proto::Resp3 => {
-            BackendError::check_reply(link::restore_map_order(frame)).map(Reply::from)
-        }
-        Ok(frame) => BackendError::check_reply(frame).map(Reply::from),
-        Err(source) => Err(BackendError::Sent { source }),
     }
 }
 
@@ -1341,13 +1198,15 @@ async fn on_cluster(
             let reply = link_reply(
                 request.proto,
                 replies.pop().unwrap_or_else(|| {
-                    Err(link::SendError::NotSent(fred::error::Error::new(
-                        fred::error::ErrorKind::IO,
+                    Err(link::SendError::NotSent(LinkError::new(
+                        LinkErrorKind::Io,
                         "nothing was sent",
                     )))
                 }),
-            )?;
-            if let Some((wanted, wait)) = request.replicas {
+            );
+            // An error reply applied nothing, unless the command may write before its error.
+            let counted = reply.is_ok() || request.error_may_write;
+            if let (Some((wanted, wait)), true) = (request.replicas, counted) {
                 let args = [
                     Bytes::from_static(b"WAIT"),
                     Bytes::from(wanted.to_string()),
@@ -1356,7 +1215,7 @@ async fn on_cluster(
                 let count = link.send(&args, None, Some(wait + response_timeout)).await;
                 replicated(wanted, link_reply(request.proto, count))?;
             }
-            Ok(reply)
+            reply
         })
         .await
 }
@@ -1374,18 +1233,23 @@ fn client_wait(args: &[Bytes]) -> Option<Duration> {
     }
 }
 
-/// How long a request on a shared link may wait for its reply before the link is given up
-/// as dead (its other commands failing as sent): `response_timeout`; a blocking command as
-/// long as it asked; a client's `WAIT` its own timeout plus `response_timeout` (Redis answers
-/// it when the timeout passes). A `WAIT` cut short at `response_timeout` would take every
-/// other client's command on its link with it.
-fn reply_deadline(args: &[Bytes], blocking: bool, response_timeout: Duration) -> Option<Duration> {
-    if blocking {
-        return None;
-    }
-    match client_wait(args) {
-        Some(wait) => Some(wait.saturating_add(response_timeout)),
-        None => Some(response_timeout),
+/// How long a request on a link may wait for its reply before the link is given up as dead
+/// (its other commands failing as sent): `response_timeout`; a blocking command its own
+/// timeout plus `response_timeout` (Redis answers it when the timeout passes), and one that
+/// waits for ever no longer than the backend answers its probes ([`DedicatedRedis::send`]);
+/// a client's `WAIT` likewise its own timeout plus `response_timeout`. A `WAIT` cut short at
+/// `response_timeout` would take every other client's command on its link with it.
+fn reply_deadline(
+    args: &[Bytes],
+    blocking: Blocking,
+    response_timeout: Duration,
+) -> Option<Duration> {
+    match (blocking, client_wait(args)) {
+        (Blocking::Forever, _) => None,
+        (Blocking::For(wait), _) | (Blocking::No, Some(wait)) => {
+            Some(wait.saturating_add(response_timeout))
+        }
+        (Blocking::No, None) => Some(response_timeout),
     }
 }
 
@@ -1410,9 +1274,14 @@ async fn on_link(
     request: &Request<'_>,
     response_timeout: Duration,
 ) -> Result<Reply, BackendError> {
-    if let (Some(replicas), false) = (request.replicas, request.blocking) {
+    if let (Some(replicas), false) = (request.replicas, request.blocking.blocks()) {
         let acked = link
-            .send_acked(request.args, request.raw, response_timeout, replicas)
+            .send_acked(
+                (request.args, request.raw),
+                response_timeout,
+                replicas,
+                request.error_may_write,
+            )
             .await;
         return acked_reply(request.proto, replicas.0, acked);
     }
@@ -1427,18 +1296,13 @@ async fn on_link(
 }
 
 /// A write's answer on a link with the count of the `WAIT` after it: acknowledged once
-/// `wanted` replicas have it; short of them, or when the count failed, applied but not safe
-/// (see `wait_replicas`, the same rules on fred).
-fn acked_reply(
-    proto: Proto,
-    wanted: u32,
-    acked: Result<(Reply, Result<Option<i64>, fred::error::Error>), link::SendError>,
-) -> Result<Reply, BackendError> {
+/// `wanted` replicas have it; short of them, or when the count failed, applied but not safe.
+fn acked_reply(proto: Proto, wanted: u32, acked: link::Acked) -> Result<Reply, BackendError> {
     match acked {
         // The link was closed before the write was queued: nothing was written.
         Err(link::SendError::NotSent(source)) => Err(BackendError::Connect { source }),
         Err(link::SendError::Sent(source)) => Err(BackendError::Sent { source }),
-        // An error reply applied nothing: nothing to count.
+        // An error reply that applied nothing: nothing to count.
         Ok((reply, Ok(None))) => link_reply(proto, Ok(reply)),
         Ok((reply, Ok(Some(got)))) if got >= i64::from(wanted) => link_reply(proto, Ok(reply)),
         Ok((_, Ok(Some(got)))) => Err(BackendError::NotReplicated { wanted, got }),
@@ -1454,7 +1318,7 @@ fn acked_reply(
 fn link_reply(proto: Proto, reply: Result<Reply, link::SendError>) -> Result<Reply, BackendError> {
     match reply {
         Ok(Reply::Frame(frame)) if proto == Proto::Resp3 => {
-            BackendError::check_reply(link::restore_map_order(*frame)).map(Reply::from)
+            BackendError::check_reply(super::codec::restore_map_order(*frame)).map(Reply::from)
         }
         Ok(Reply::Frame(frame)) => BackendError::check_reply(*frame).map(Reply::from),
         Ok(raw) => Ok(raw),
@@ -1463,46 +1327,128 @@ fn link_reply(proto: Proto, reply: Result<Reply, link::SendError>) -> Result<Rep
     }
 }
 
-/// A fred client owned by one client connection (WATCH/MULTI/EXEC, blocking commands).
+/// A connection owned by one client connection (WATCH/MULTI/EXEC, blocking commands).
 pub struct DedicatedRedis {
     /// The connection.
     live: Arc<Live>,
     /// Reply timeout for non-blocking commands.
     response_timeout: Duration,
+    /// Asks whether the backend still answers while a blocking command waits here.
+    probe: Arc<Probe>,
 }
 
 impl DedicatedRedis {
-    /// Sends one request; a broken connection is not re-dialled.
+    /// Sends one request; a broken connection is not re-dialled. A blocking command waits as
+    /// long as it asked, plus `response_timeout`; while it waits, the backend is probed every
+    /// [`PROBE_EVERY`], and one that does not answer within `response_timeout` (frozen,
+    /// blackholed, gone) ends the wait: the connection is reset, so whatever the command
+    /// takes once the backend wakes is never handed to anyone, and the command fails as sent.
     ///
     /// # Errors
     /// [`BackendError`].
     pub async fn send(&self, request: &Request<'_>) -> Result<Reply, BackendError> {
         if !self.live.is_up() {
             return Err(BackendError::Connect {
-                source: fred::error::Error::new(
-                    fred::error::ErrorKind::IO,
-                    "the dedicated connection is closed",
-                ),
+                source: LinkError::new(LinkErrorKind::Io, "the dedicated connection is closed"),
             });
         }
-        // A blocking command waits as long as it asked to, unless its connection ends.
-        self.live.send(request, self.response_timeout).await
+        let sent = self.live.send(request, self.response_timeout);
+        if !request.blocking.blocks() {
+            return sent.await;
+        }
+        tokio::pin!(sent);
+        let server = self.live.server_of(request.route);
+        let watched = self.probe.until_silent(request.route, server);
+        tokio::select! {
+            biased;
+            result = &mut sent => result,
+            () = watched => {
+                self.live.retire_because(
+                    "the backend stopped answering while the command waited for it",
+                );
+                // Closing its link fails the command at once.
+                sent.await
+            }
+        }
     }
 
     /// Closes the connection. A `QUIT` would wait behind a command still blocking there
     /// (`BLPOP … 0` of a client that went away), which would then take the next element for
-    /// nobody: the socket is dropped first (fred's reconnection closes it; nothing is replayed,
-    /// its attempts are 1), so the server forgets the blocked command at once.
+    /// nobody: the connection is reset instead, so the server forgets the blocked command at
+    /// once.
     pub async fn close(self) {
-        match &self.live.conn {
-            Conn::Fred(client) => {
-                let limit = Duration::from_secs(2);
-                let _ = tokio::time::timeout(limit, client.force_reconnection()).await;
-                let _ = tokio::time::timeout(limit, client.quit()).await;
-            }
-            Conn::Link(link) => link.close(),
-            Conn::Cluster(nodes) => nodes.close(),
+        self.live.retire();
+    }
+}
+
+/// Whether a backend still answers, for its clients blocked on their own connections: a
+/// `PING` on a shared connection, one at a time per server, an answer good for
+/// [`PROBE_EVERY`] to every client that asks.
+#[derive(Default)]
+struct Probe {
+    /// The shared connection it is sent on (the first RESP2 one).
+    slot: Option<Arc<Slot>>,
+    /// How long a probe may wait for its answer.
+    response_timeout: Duration,
+    /// When each server (None: the only one) last answered.
+    answered: std::sync::Mutex<HashMap<Option<Addr>, Instant>>,
+    /// One probe at a time: the others wait for its answer.
+    asking: Mutex<()>,
+}
+
+impl Probe {
+    fn new(slot: Option<Arc<Slot>>, response_timeout: Duration) -> Probe {
+        Probe {
+            slot,
+            response_timeout,
+            ..Probe::default()
         }
+    }
+
+    /// Resolves once the server of a request routed by `route` (`server` on a Cluster)
+    /// stops answering: no connection, or no answer within `response_timeout`.
+    async fn until_silent(&self, route: Option<&[u8]>, server: Option<Addr>) {
+        loop {
+            tokio::time::sleep(PROBE_EVERY).await;
+            if !self.answers(route, &server).await {
+                return;
+            }
+        }
+    }
+
+    fn fresh(&self, server: &Option<Addr>) -> bool {
+        let answered = self.answered.lock().unwrap_or_else(|p| p.into_inner());
+        answered
+            .get(server)
+            .is_some_and(|at| at.elapsed() < PROBE_EVERY)
+    }
+
+    async fn answers(&self, route: Option<&[u8]>, server: &Option<Addr>) -> bool {
+        if self.fresh(server) {
+            return true;
+        }
+        let _asking = self.asking.lock().await;
+        // Another probe may have answered while this one waited.
+        if self.fresh(server) {
+            return true;
+        }
+        let Some(slot) = &self.slot else {
+            return false;
+        };
+        let args = [Bytes::from_static(b"PING")];
+        let ping = Request {
+            route,
+            ..Request::new(&args, Proto::Resp2, 0)
+        };
+        let answered = match ensure_connected(slot, self.response_timeout).await {
+            Ok(live) => live.send(&ping, self.response_timeout).await.is_ok(),
+            Err(_) => false,
+        };
+        if answered {
+            let mut at = self.answered.lock().unwrap_or_else(|p| p.into_inner());
+            at.insert(server.clone(), Instant::now());
+        }
+        answered
     }
 }
 
@@ -1541,30 +1487,6 @@ async fn exact(
     reply.map(exact::repair)
 }
 
-/// `WAIT wanted timeout` on the connection that carried the write: the write is acknowledged
-/// only once `wanted` replicas have it.
-async fn wait_replicas(
-    live: &Live,
-    request: &Request<'_>,
-    wanted: u32,
-    timeout: Duration,
-) -> Result<(), BackendError> {
-    let args = [
-        Bytes::from_static(b"WAIT"),
-        Bytes::from(wanted.to_string()),
-        Bytes::from(timeout.as_millis().to_string()),
-    ];
-    // On a Cluster, WAIT must reach the node that took the write: its key's node.
-    let wait = Request {
-        token: None,
-        replicas: None,
-        route: request.route.or(request.args.get(1).map(|k| k.as_ref())),
-        ..request.with_args(&args)
-    };
-    let count = live.send(&wait, timeout + Duration::from_secs(1)).await;
-    replicated(wanted, count)
-}
-
 /// What `WAIT`'s answer says of the write before it: acknowledged once `wanted` replicas
 /// have it, else applied but not safe.
 fn replicated(wanted: u32, count: Result<Reply, BackendError>) -> Result<(), BackendError> {
@@ -1585,12 +1507,12 @@ fn replicated(wanted: u32, count: Result<Reply, BackendError>) -> Result<(), Bac
 
 /// A dial under Sentinel reached a server that is not a primary: the sentinels are asked
 /// again, and nothing was sent.
-fn not_primary(follow: &Option<Arc<Watch>>, primary: Option<&Addr>) -> fred::error::Error {
+fn not_primary(follow: &Option<Arc<Watch>>, primary: Option<&Addr>) -> LinkError {
     if let Some(watch) = follow {
         watch.requery();
     }
-    fred::error::Error::new(
-        fred::error::ErrorKind::IO,
+    LinkError::new(
+        LinkErrorKind::Io,
         format!("the server the sentinels named ({primary:?}) is not a primary"),
     )
 }
@@ -1603,60 +1525,58 @@ fn password_from(name: &str, path: &std::path::Path) -> Result<String, BackendEr
     })
 }
 
-/// The `host:port` addresses under `backends.NAME.FIELD` as fred's servers.
-fn servers(
-    name: &str,
-    field: &str,
-    addrs: &[String],
-) -> Result<Vec<fred::types::config::Server>, BackendError> {
-    addrs
-        .iter()
-        .map(|addr| {
-            let (host, port) = host_port(addr).ok_or_else(|| BackendError::Unsupported {
-                what: format!("backends.{name}.{field}: `{addr}` is not host:port"),
-            })?;
-            Ok(fred::types::config::Server::new(host, port))
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicU64;
 
     #[test]
-    fn a_clients_wait_waits_as_long_as_it_asked() {
+    fn a_reply_is_due_within_its_own_wait_and_the_response_timeout() {
         let second = Duration::from_secs(1);
+        let ms = Duration::from_millis;
         let args = |words: &[&str]| -> Vec<Bytes> {
             words
                 .iter()
                 .map(|w| Bytes::copy_from_slice(w.as_bytes()))
                 .collect()
         };
-        for (words, blocking, want) in [
-            (&["GET", "k"][..], false, Some(second)),
-            (&["BLPOP", "k", "0"][..], true, None),
+        for (words, want) in [
+            (&["GET", "k"][..], Some(second)),
+            // For ever: bounded by the probe instead.
+            (&["BLPOP", "k", "0"][..], None),
+            (&["BLPOP", "k", "1.5"][..], Some(ms(2500))),
+            (&["BZPOPMIN", "k", "30"][..], Some(ms(31000))),
             (
-                &["WAIT", "1", "1500"][..],
-                false,
-                Some(Duration::from_millis(2500)),
+                &["BLMOVE", "a", "b", "LEFT", "RIGHT", "2"][..],
+                Some(ms(3000)),
             ),
+            (&["BLMPOP", "2", "1", "k", "LEFT"][..], Some(ms(3000))),
             (
-                &["wait", "1", "1500"][..],
-                false,
-                Some(Duration::from_millis(2500)),
+                &["XREAD", "BLOCK", "500", "STREAMS", "s", "$"][..],
+                Some(ms(1500)),
             ),
-            (&["WAIT", "1", "0"][..], false, Some(second)),
-            (&["WAIT", "1", "x"][..], false, Some(second)),
-            (&["WAIT", "1"][..], false, Some(second)),
+            (&["XREAD", "BLOCK", "0", "STREAMS", "s", "$"][..], None),
+            // Refused at once by Redis: an ordinary reply.
+            (&["BLPOP", "k", "x"][..], Some(second)),
+            (&["WAIT", "1", "1500"][..], Some(ms(2500))),
+            (&["wait", "1", "1500"][..], Some(ms(2500))),
+            (&["WAIT", "1", "0"][..], Some(second)),
+            (&["WAIT", "1", "x"][..], Some(second)),
+            (&["WAIT", "1"][..], Some(second)),
         ] {
+            let args = args(words);
             assert_eq!(
-                reply_deadline(&args(words), blocking, second),
+                reply_deadline(&args, Blocking::of(&args), second),
                 want,
                 "{words:?}"
             );
         }
+        let args = |words: &[&str]| -> Vec<Bytes> {
+            words
+                .iter()
+                .map(|w| Bytes::copy_from_slice(w.as_bytes()))
+                .collect()
+        };
         let sent = |words: &[&str]| {
             bounded_wait(&args(words), second).map(|a| {
                 a.iter()
@@ -1677,7 +1597,7 @@ mod tests {
     #[test]
     fn an_acked_write_not_queued_is_not_attempted() {
         use crate::error::{classify, ErrorClass};
-        let io = || fred::error::Error::new(fred::error::ErrorKind::IO, "closed");
+        let io = || LinkError::new(LinkErrorKind::Io, "closed");
         let not_sent = acked_reply(Proto::Resp2, 1, Err(link::SendError::NotSent(io())));
         let sent = acked_reply(Proto::Resp2, 1, Err(link::SendError::Sent(io())));
         assert_eq!(
@@ -1691,12 +1611,11 @@ mod tests {
     }
 
     fn pool(len: usize) -> Pool {
-        let target = link::Target::of(
-            &fred::types::config::Config::default(),
+        let target = Target::new(
+            ("127.0.0.1".to_string(), 6379),
             Proto::Resp2,
             (Duration::from_secs(1), Duration::from_secs(1)),
-        )
-        .expect("a standalone server without TLS");
+        );
         Pool {
             slots: (0..len)
                 .map(|_| {
@@ -1704,8 +1623,8 @@ mod tests {
                         Dialer::Link(Arc::new(target.clone())),
                         Arc::new(AtomicBool::new(false)),
                         "test".into(),
-                        0,
-                        Tokens::default(),
+                        (0, Tokens::default()),
+                        None,
                         None,
                     )
                 })
@@ -1841,8 +1760,8 @@ mod tests {
         };
         assert_eq!(
             request_slot(&routed),
-            Some(fred::util::redis_keyslot(b"elsewhere")),
-            "the route key, as fred routes it"
+            Some(keyslot(b"elsewhere")),
+            "the route key"
         );
         let keyless = [Bytes::from_static(b"TIME")];
         assert_eq!(request_slot(&Request::new(&keyless, Proto::Resp2, 1)), None);

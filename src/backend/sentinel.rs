@@ -18,19 +18,20 @@
 //! never read, and no dial reaches it while it is down. A `-odown` without a switch (it
 //! came back before a failover) lets dials reach it again.
 //!
-//! Own code over fred's Sentinel client: the order (subscribe, then query), the choice of
+//! Own code over a client library's Sentinel support: the order (subscribe, then query), the choice of
 //! sentinel and the pause between tries are what fencing depends on, and they are a few
 //! lines over the link's framing.
 
-use super::{link, BackendError};
+use super::codec::{read_frame, write_command};
+use super::dial::{self, Stream, Tls};
+use super::BackendError;
 use crate::error::{classify, ErrorClass};
+use crate::error::{LinkError as Error, LinkErrorKind as ErrorKind};
 use bytes::{Bytes, BytesMut};
-use fred::error::{Error, ErrorKind};
 use redis_protocol::resp3::types::BytesFrame as Frame;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::TcpStream;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -147,6 +148,8 @@ pub struct Watch {
     master: String,
     sentinels: Vec<Addr>,
     connection_timeout: Duration,
+    /// TLS to the sentinels, when the backend speaks it.
+    tls: Option<Tls>,
     view: watch::Sender<View>,
     /// The view's generation, for the hot path's liveness check.
     generation: AtomicU64,
@@ -187,6 +190,13 @@ impl Watch {
         found.ok_or_else(|| self.no_primary())
     }
 
+    /// The primary connections may be dialled to now, and its generation; None while there
+    /// is none (not named yet, or held down).
+    pub fn usable_now(&self) -> Option<(Addr, u64)> {
+        let view = self.view.borrow();
+        view.usable().map(|addr| (addr.clone(), view.generation))
+    }
+
     fn no_primary(&self) -> Error {
         let view = self.view.borrow();
         if view.misnamed() {
@@ -205,7 +215,7 @@ impl Watch {
             (Some(_), true) => "it changed while dialling",
         };
         Error::new(
-            ErrorKind::IO,
+            ErrorKind::Io,
             format!(
                 "no primary of '{}' to dial: {why} (sentinels {:?})",
                 self.master, self.sentinels
@@ -287,7 +297,7 @@ impl Watch {
         ];
         let mut subscribe = vec![Bytes::from_static(b"SUBSCRIBE")];
         subscribe.extend(channels.iter().map(|c| Bytes::from_static(c.as_bytes())));
-        link::write_command(&mut stream, &subscribe).await?;
+        write_command(&mut stream, &subscribe).await?;
         let mut buf = BytesMut::with_capacity(4096);
         for _ in channels {
             let confirmed = self.read(&mut stream, &mut buf).await?;
@@ -299,7 +309,7 @@ impl Watch {
         self.query(from).await?;
         loop {
             tokio::select! {
-                frame = link::read_frame(&mut stream, &mut buf) => {
+                frame = read_frame(&mut stream, &mut buf) => {
                     if let Some(event) = self.event(&frame?) {
                         self.apply(from, event);
                     }
@@ -314,19 +324,12 @@ impl Watch {
         }
     }
 
-    async fn connect(&self, host: &str, port: u16) -> Result<TcpStream, Error> {
-        let stream =
-            tokio::time::timeout(self.connection_timeout, TcpStream::connect((host, port)))
-                .await
-                .map_err(|_| {
-                    Error::new(ErrorKind::Timeout, "connecting to a sentinel timed out")
-                })??;
-        stream.set_nodelay(true)?;
-        Ok(stream)
+    async fn connect(&self, host: &str, port: u16) -> Result<Stream, Error> {
+        dial::open((host, port), self.tls.as_ref(), self.connection_timeout).await
     }
 
-    async fn read(&self, stream: &mut TcpStream, buf: &mut BytesMut) -> Result<Frame, Error> {
-        tokio::time::timeout(self.connection_timeout, link::read_frame(stream, buf))
+    async fn read(&self, stream: &mut Stream, buf: &mut BytesMut) -> Result<Frame, Error> {
+        tokio::time::timeout(self.connection_timeout, read_frame(stream, buf))
             .await
             .map_err(|_| Error::new(ErrorKind::Timeout, "a sentinel did not answer in time"))?
     }
@@ -340,7 +343,7 @@ impl Watch {
             Bytes::from_static(b"GET-MASTER-ADDR-BY-NAME"),
             Bytes::from(self.master.clone()),
         ];
-        link::write_command(&mut stream, &ask).await?;
+        write_command(&mut stream, &ask).await?;
         let answer = self.read(&mut stream, &mut BytesMut::new()).await?;
         match answer {
             Frame::Array { data, .. } => {
@@ -446,12 +449,14 @@ impl Follower {
         master: &str,
         sentinels: Vec<Addr>,
         connection_timeout: Duration,
+        tls: Option<Tls>,
     ) -> Follower {
         let watch = Arc::new(Watch {
             backend: backend.into(),
             master: master.to_string(),
             sentinels,
             connection_timeout,
+            tls,
             view: watch::Sender::new(View::default()),
             generation: AtomicU64::new(0),
             requery: Notify::new(),

@@ -4,6 +4,7 @@
 
 pub mod rows;
 pub mod table;
+pub mod wait;
 
 use bytes::Bytes;
 use table::{Exec, Idempotence, Spec};

@@ -21,7 +21,7 @@ use auth::open_to_all;
 use info::command_reply;
 
 use crate::backend::DoubleStyle;
-use crate::backend::{Backend, BackendError, Dedicated, Proto, Reply, Request};
+use crate::backend::{Backend, BackendError, Blocking, Dedicated, Proto, Reply, Request};
 use crate::command::table::{self, Idempotence, Local};
 use crate::command::{Command, CommandError};
 use crate::error::{classify, ErrorClass};
@@ -821,7 +821,12 @@ impl Conn {
         let clients = self.shared.clients.clone();
         let dedicated = self.dedicated_for(namespace).await?;
         let request = Request {
-            blocking,
+            // Inside MULTI, Redis runs a blocking command without blocking.
+            blocking: if blocking {
+                Blocking::of(args)
+            } else {
+                Blocking::No
+            },
             route,
             hold: namespace.policy.backoff.total_before_jitter(),
             ..Request::new(args, proto, pin)

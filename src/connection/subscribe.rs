@@ -494,10 +494,7 @@ async fn subscribe_on(
                 Some(at) => at,
                 None => {
                     let hold = ns.policy.backoff.total_before_jitter();
-                    let feed = ns
-                        .backend
-                        .feed(subs.outbox.clone(), hold)
-                        .map_err(|e| error(format!("ERR holdfast: {e}")))?;
+                    let feed = ns.backend.feed(subs.outbox.clone(), hold);
                     subs.feeds.push((ns.backend.clone(), feed));
                     subs.feeds.len() - 1
                 }

@@ -27,8 +27,8 @@ pub use ahead::Ahead;
 pub use hooks::RequestHooks;
 pub use reply::{chain, failure_reply, shutting_down};
 
-use crate::backend::{Backend, BackendError, Placement, Reply, Request};
-use crate::command::table::{self, Idempotence, Spec};
+use crate::backend::{Backend, BackendError, Blocking, Placement, Reply, Request};
+use crate::command::table::{self, Idempotence, Reach, Spec};
 use crate::command::Command;
 use crate::config::ReplyMode;
 use crate::error::{classify, ErrorClass};
@@ -636,7 +636,7 @@ impl Session {
             proto: self.proto,
             pin: self.pin.load(Ordering::Relaxed),
             placement: placement(spec, class, &self.pin),
-            blocking: false,
+            blocking: Blocking::No,
             hold: Duration::ZERO,
             token,
             again: false,
@@ -646,7 +646,9 @@ impl Session {
             } else {
                 namespace.replicas
             },
-            // fred hashes the first argument, and follows a MOVED where it was not a key.
+            // A script's error reply may follow its writes (Redis does not roll it back).
+            error_may_write: spec.reach == Reach::Scripts && class != Idempotence::Read,
+            // Routed by its first argument; a MOVED where that was not a key is followed.
             route: None,
             raw,
         };
@@ -811,7 +813,7 @@ mod tests {
     #[test]
     fn a_bound_read_is_never_in_doubt() {
         let lost = || BackendError::Sent {
-            source: fred::error::Error::new(fred::error::ErrorKind::IO, "reset"),
+            source: crate::error::LinkError::new(crate::error::LinkErrorKind::Io, "reset"),
         };
         let refused = || BackendError::AcquireTimeout {
             waited: Duration::ZERO,

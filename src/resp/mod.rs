@@ -11,7 +11,7 @@ pub use redis_protocol::resp3::types::BytesFrame as Frame;
 use redis_protocol::resp3::types::VerbatimStringFormat;
 
 /// The protocol version the client speaks, and so the one its replies must be in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Proto {
     /// RESP2 (the default until `HELLO 3`).
     Resp2,

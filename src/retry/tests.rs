@@ -6,9 +6,9 @@ use crate::backend::fake::Script;
 use crate::backend::BackendError;
 use crate::config::{BudgetConfig, RetryConfig};
 use crate::error::classify;
+use crate::error::{LinkError, LinkErrorKind};
 use crate::retry::backoff::Backoff;
 use bytes::Bytes;
-use fred::error::{Error as FredError, ErrorKind};
 use redis_protocol::resp3::types::BytesFrame as Frame;
 use Idempotence::*;
 
@@ -36,13 +36,13 @@ fn pong() -> Result<Frame, BackendError> {
 
 fn refused() -> Result<Frame, BackendError> {
     Err(BackendError::Connect {
-        source: FredError::new(ErrorKind::IO, "refused"),
+        source: LinkError::new(LinkErrorKind::Io, "refused"),
     })
 }
 
 fn reset_after_send() -> Result<Frame, BackendError> {
     Err(BackendError::Sent {
-        source: FredError::new(ErrorKind::IO, "reset"),
+        source: LinkError::new(LinkErrorKind::Io, "reset"),
     })
 }
 

@@ -19,6 +19,7 @@
 use super::store::{err, Store};
 use bytes::Bytes;
 use holdfast::backend::{BackendError, Reply, Request};
+use holdfast::error::{LinkError, LinkErrorKind};
 use holdfast::exec::Dispatch;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -156,8 +157,8 @@ enum Draw {
     Oom,
 }
 
-fn fred(kind: fred::error::ErrorKind) -> fred::error::Error {
-    fred::error::Error::new(kind, "simulated")
+fn link(kind: LinkErrorKind) -> LinkError {
+    LinkError::new(kind, "simulated")
 }
 
 impl World {
@@ -348,7 +349,7 @@ impl World {
                 })
             }
             Draw::Refused => Outcome::Now(Err(BackendError::Connect {
-                source: fred(fred::error::ErrorKind::IO),
+                source: link(LinkErrorKind::Io),
             })),
             Draw::Blackholed => Outcome::Blackholed,
             Draw::TurnedAway(text) => Outcome::Now(Err(BackendError::reply(Bytes::from(text)))),
@@ -358,11 +359,11 @@ impl World {
             Draw::AppliedLost => {
                 self.apply(inner, rid, own, request);
                 Outcome::Now(Err(BackendError::Sent {
-                    source: fred(fred::error::ErrorKind::IO),
+                    source: link(LinkErrorKind::Io),
                 }))
             }
             Draw::LostUnapplied => Outcome::Now(Err(BackendError::Sent {
-                source: fred(fred::error::ErrorKind::IO),
+                source: link(LinkErrorKind::Io),
             })),
             Draw::Stalled { applied } => {
                 if applied {
@@ -485,7 +486,7 @@ impl Dispatch for World {
                 Outcome::Stalled => {
                     tokio::time::sleep(self.response_timeout).await;
                     Err(BackendError::Sent {
-                        source: fred(fred::error::ErrorKind::Timeout),
+                        source: link(LinkErrorKind::Timeout),
                     })
                 }
             };
@@ -562,7 +563,7 @@ impl Dispatch for World {
                 .map(|outcome| match outcome {
                     Outcome::Now(result) => result,
                     Outcome::Blackholed | Outcome::Stalled => Err(BackendError::Sent {
-                        source: fred(fred::error::ErrorKind::Timeout),
+                        source: link(LinkErrorKind::Timeout),
                     }),
                 })
                 .collect();

@@ -24,21 +24,11 @@ use tokio::sync::Notify;
 /// with `BLOCK` among its options.
 pub fn waits(args: &[Bytes]) -> bool {
     let name = args.first().map(|n| n.as_ref()).unwrap_or_default();
-    is_blocking(name) || (is_stream_read(name) && block_at(args).is_some())
+    is_blocking(name) || (is_stream_read(name) && crate::command::wait::block_at(args).is_some())
 }
 
 fn is_stream_read(name: &[u8]) -> bool {
     name.eq_ignore_ascii_case(b"XREAD") || name.eq_ignore_ascii_case(b"XREADGROUP")
-}
-
-/// Where `BLOCK` is among a stream read's options (before `STREAMS`: a key may be named
-/// `BLOCK`).
-fn block_at(a: &[Bytes]) -> Option<usize> {
-    let end = a
-        .iter()
-        .position(|x| args::is(x, "STREAMS"))
-        .unwrap_or(a.len());
-    a[..end].iter().position(|x| args::is(x, "BLOCK"))
 }
 
 /// A stream read's keys: the first half of what follows `STREAMS`.
@@ -83,32 +73,12 @@ pub fn is_blocking(name: &[u8]) -> bool {
 /// # Errors
 /// Redis's error reply for a timeout that is not a float or is negative.
 pub fn timeout(a: &[Bytes]) -> Result<Option<Duration>, Fail> {
-    let upper = a
-        .first()
-        .map(|n| n.to_ascii_uppercase())
-        .unwrap_or_default();
-    if is_stream_read(&upper) {
-        // Milliseconds, an integer.
-        let ms = match block_at(a).and_then(|i| a.get(i + 1)) {
-            Some(text) => super::streams::block_ms(text)?,
-            None => return Ok(Some(Duration::ZERO)),
-        };
-        return Ok((ms > 0).then(|| Duration::from_millis(ms)));
+    match crate::command::wait::wait(a) {
+        Some(Ok(wait)) => Ok(wait),
+        Some(Err(refused)) => fail(refused.to_string()),
+        // A stream read without BLOCK: no wait.
+        None => Ok(Some(Duration::ZERO)),
     }
-    let at = match upper.as_slice() {
-        b"BLMPOP" | b"BZMPOP" => 1,
-        _ => a.len().saturating_sub(1),
-    };
-    let text = a.get(at).map(|t| t.as_ref()).unwrap_or_default();
-    let Some(seconds) = args::parse_f64(text) else {
-        return fail("ERR timeout is not a float or out of range");
-    };
-    let ms = (seconds * 1000.0).ceil();
-    // Redis converts to a 64-bit integer: what overflows comes out negative.
-    if !(0.0..9.2e18).contains(&ms) {
-        return fail("ERR timeout is negative");
-    }
-    Ok((ms > 0.0).then(|| Duration::from_millis(ms as u64)))
 }
 
 /// The keys a blocking command waits on: every list (or sorted set) it may pop from; not
