@@ -172,6 +172,13 @@ pub const POOL_WAITING: Def = def(
     &["backend"],
     "Attempts waiting for a pooled backend connection to be dialled.",
 );
+/// Links dialled ahead for clients' own connections, ready now.
+pub const WARM: Def = def(
+    "holdfast_warm_connections",
+    Gauge,
+    &["backend"],
+    "Backend connections dialled ahead for clients' own connections (blocking commands, WATCH), ready now.",
+);
 /// Primaries a Sentinel or Cluster backend followed to a new address.
 pub const PRIMARY_CHANGES: Def = def(
     "holdfast_primary_changes_total",
@@ -304,6 +311,7 @@ pub const CATALOGUE: &[Def] = &[
     BACKEND_UP,
     POOL_CONNECTED,
     POOL_WAITING,
+    WARM,
     PRIMARY_CHANGES,
     FENCED,
     FAILOVER_SECONDS,
@@ -658,6 +666,7 @@ pub fn register(config: &crate::config::Config) {
         if redis {
             let _ = gauge!(POOL_CONNECTED.name, "backend" => name.clone());
             let _ = gauge!(POOL_WAITING.name, "backend" => name.clone());
+            let _ = gauge!(WARM.name, "backend" => name.clone());
             let _ = counter!(FENCED.name, "backend" => name.clone());
             let _ = counter!(PUBSUB_RESUBSCRIBES.name, "backend" => name.clone());
         }
@@ -834,6 +843,11 @@ pub fn pool_connected(backend: &str, up: bool) {
     } else {
         g.decrement(1.0);
     }
+}
+
+/// `ready` links are dialled ahead for the backend's clients' own connections now.
+pub fn warm_connections(backend: &str, ready: usize) {
+    gauge!(WARM.name, "backend" => backend.to_string()).set(ready as f64);
 }
 
 /// A Sentinel backend's primary moved.

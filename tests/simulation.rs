@@ -21,7 +21,11 @@
 //! - every reply within the retry schedule's longest hold: every delay plus every attempt's
 //!   `acquire_timeout` and `response_timeout` (and one attempt's more for each read of a
 //!   settled request);
-//! - in a world without faults, every request answered (no `UNAVAILABLE`, no `INDOUBT`).
+//! - in a world without faults, every request answered (no `UNAVAILABLE`, no `INDOUBT`);
+//! - on a client's own connection (`exec::own`: `BZPOPMIN`, `WATCH`, `MULTI`/`EXEC`), each
+//!   command sent once, answered within one attempt's wait per command sent (and its own
+//!   timeout), and no `EXEC` applied on a connection that lost the client's `WATCH` (the
+//!   world checks that one itself).
 //!
 //! `cargo test --test simulation` runs `HF_SIM_SEEDS` seeds (default 3,000) from
 //! `HF_SIM_FROM` (default 0); `HF_SIM_SEED=n` runs one seed and prints its trace. A failure
@@ -33,8 +37,9 @@ use bytes::Bytes;
 use holdfast::command::table::Idempotence;
 use holdfast::command::Command;
 use holdfast::config::{BudgetConfig, ReplyMode, RetryConfig};
+use holdfast::exec::own::Own;
 use holdfast::exec::settle::Plan;
-use holdfast::exec::{Dispatch, Ended, Outcome, Session};
+use holdfast::exec::{failure_reply, Dispatch, Ended, Outcome, Session};
 use holdfast::namespace::Namespace;
 use holdfast::retry::backoff::Backoff;
 use holdfast::retry::budget::RetryBudget;
@@ -42,7 +47,7 @@ use holdfast::retry::policy::Policy;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redis_protocol::resp3::types::BytesFrame as Frame;
-use sim::world::{error_text, Faults, World};
+use sim::world::{error_text, Faults, OwnSim, World};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -65,6 +70,16 @@ enum Step {
     Burst(Vec<Vec<Bytes>>),
     /// Waits this long.
     Pause(Duration),
+    /// A blocking pop on the client's own connection.
+    Pop(Vec<Bytes>),
+    /// A transaction on the client's own connection: `WATCH` of these keys first when given
+    /// (and nothing more when it fails), a pop on the same connection next when given, then
+    /// `MULTI`, the queue, `EXEC`.
+    Transaction {
+        watch: Option<Vec<Bytes>>,
+        pop: Option<Vec<Bytes>>,
+        queue: Vec<Vec<Bytes>>,
+    },
 }
 
 /// One request as the client saw it.
@@ -81,6 +96,9 @@ struct Record {
     burst: usize,
     /// What the command answers against the keyspace as the reply came back.
     dry: Frame,
+    /// On the client's own connection: the commands it may send, and its own wait (its
+    /// longest time is an attempt's wait per command, and that).
+    own: Option<(u32, Duration)>,
 }
 
 fn words(text: &str) -> Vec<Bytes> {
@@ -135,12 +153,42 @@ fn request(rng: &mut StdRng, c: u64, stream_id: &mut u64) -> Vec<Bytes> {
     words(&text)
 }
 
+/// A blocking pop of client `c`'s sorted sets, waiting up to half a second.
+fn pop(rng: &mut StdRng, c: u64) -> Vec<Bytes> {
+    words(&format!(
+        "BZPOPMIN c{c}:z{} 0.{}",
+        rng.gen_range(0..2),
+        rng.gen_range(1..6)
+    ))
+}
+
 fn script(rng: &mut StdRng, c: u64) -> Vec<Step> {
     let mut stream_id = 0;
     let mut steps = Vec::new();
     for _ in 0..rng.gen_range(8..30) {
         if rng.gen_bool(0.3) {
             steps.push(Step::Pause(Duration::from_millis(rng.gen_range(0..2_000))));
+        }
+        if rng.gen_bool(0.1) {
+            steps.push(Step::Pop(pop(rng, c)));
+            continue;
+        }
+        if rng.gen_bool(0.1) {
+            let queue: Vec<Vec<Bytes>> = (0..rng.gen_range(1..4))
+                .map(|_| request(rng, c, &mut stream_id))
+                .collect();
+            // Watch a key the queue touches, or one of the keys the client writes elsewhere.
+            let watch = rng.gen_bool(0.6).then(|| {
+                let key = if rng.gen_bool(0.7) {
+                    queue[0][1].clone()
+                } else {
+                    Bytes::from(format!("c{c}:n{}", rng.gen_range(0..2)))
+                };
+                vec![Bytes::from_static(b"WATCH"), key]
+            });
+            let pop = rng.gen_bool(0.3).then(|| pop(rng, c));
+            steps.push(Step::Transaction { watch, pop, queue });
+            continue;
         }
         let n = if rng.gen_bool(0.35) {
             rng.gen_range(2..8)
@@ -200,6 +248,12 @@ async fn client(
     give_up: watch::Receiver<bool>,
 ) -> Vec<Record> {
     let mut session = Session::new(c, give_up);
+    let mut own = Own::default();
+    let mut link = OwnSim {
+        world: world.clone(),
+        client: c,
+        acquire_timeout: namespace.acquire_timeout,
+    };
     let mut records = Vec::new();
     let mut index = 0usize;
     let mut bursts = 0usize;
@@ -207,6 +261,99 @@ async fn client(
         let burst = match step {
             Step::Pause(d) => {
                 tokio::time::sleep(d).await;
+                continue;
+            }
+            Step::Pop(args) => {
+                bursts += 1;
+                own_pop(
+                    &world,
+                    &namespace,
+                    &mut own,
+                    &mut link,
+                    (c, &mut index, bursts),
+                    args,
+                    &mut records,
+                )
+                .await;
+                continue;
+            }
+            Step::Transaction { watch, pop, queue } => {
+                bursts += 1;
+                let mut watched = false;
+                if let Some(args) = watch {
+                    world.begin(c, index, &args);
+                    let started = Instant::now();
+                    let result = own.watch(&mut link, &args).await;
+                    watched = result.is_ok();
+                    let (reply, outcome) = failure_reply(result, &*namespace);
+                    records.push(Record {
+                        client: c,
+                        index,
+                        dry: Frame::SimpleString {
+                            data: Bytes::from_static(b"OK"),
+                            attributes: None,
+                        },
+                        args,
+                        class: Idempotence::Read,
+                        plan: "own",
+                        reply,
+                        outcome,
+                        took: started.elapsed(),
+                        burst: bursts,
+                        own: Some((1, Duration::ZERO)),
+                    });
+                    index += 1;
+                    if !watched {
+                        continue;
+                    }
+                }
+                if let Some(args) = pop {
+                    own_pop(
+                        &world,
+                        &namespace,
+                        &mut own,
+                        &mut link,
+                        (c, &mut index, bursts),
+                        args,
+                        &mut records,
+                    )
+                    .await;
+                }
+                let queue: Vec<Command> = queue
+                    .into_iter()
+                    .filter_map(|args| Command::parse(args).ok())
+                    .collect();
+                let exec = words("EXEC");
+                world.begin(c, index, &exec);
+                world.expect_watch(c, watched);
+                let started = Instant::now();
+                let result = own
+                    .transaction(&mut link, &queue, None)
+                    .await
+                    .map(|frame| frame.unwrap_or(Frame::Null));
+                let (reply, outcome) = failure_reply(result, &*namespace);
+                let writes = queue.iter().any(Command::writes);
+                records.push(Record {
+                    client: c,
+                    index,
+                    // Nothing applied: the transaction was aborted (a watched key changed, or
+                    // its WATCH was lost).
+                    dry: Frame::Null,
+                    args: exec,
+                    class: if writes {
+                        Idempotence::NonIdempotent
+                    } else {
+                        Idempotence::Read
+                    },
+                    plan: "own",
+                    reply,
+                    outcome,
+                    took: started.elapsed(),
+                    burst: bursts,
+                    // MULTI, the queue, EXEC, and an UNWATCH when its WATCH was lost.
+                    own: Some((queue.len() as u32 + 3, Duration::ZERO)),
+                });
+                index += 1;
                 continue;
             }
             Step::Burst(burst) => burst,
@@ -262,12 +409,52 @@ async fn client(
                     outcome,
                     took,
                     burst: bursts,
+                    own: None,
                 });
                 index += 1;
             }
         }
     }
     records
+}
+
+/// A blocking pop on client `c`'s own connection, recorded.
+async fn own_pop(
+    world: &World,
+    namespace: &Namespace<World>,
+    own: &mut Own,
+    link: &mut OwnSim,
+    (c, index, burst): (u64, &mut usize, usize),
+    args: Vec<Bytes>,
+    records: &mut Vec<Record>,
+) {
+    let Ok(command) = Command::parse(args) else {
+        return;
+    };
+    world.begin(c, *index, &command.args);
+    let wait = command
+        .args
+        .last()
+        .and_then(|t| std::str::from_utf8(t).ok())
+        .and_then(|t| t.parse::<f64>().ok())
+        .map_or(Duration::ZERO, Duration::from_secs_f64);
+    let started = Instant::now();
+    let result = own.alone(link, &command, None).await;
+    let (reply, outcome) = failure_reply(result, namespace);
+    records.push(Record {
+        client: c,
+        index: *index,
+        dry: world.dry_run(&command.args),
+        args: command.args,
+        class: command.class,
+        plan: "own",
+        reply,
+        outcome,
+        took: started.elapsed(),
+        burst,
+        own: Some((1, wait)),
+    });
+    *index += 1;
 }
 
 /// The longest one retry loop may hold a request: every delay at its longest, and every
@@ -383,7 +570,7 @@ fn run_seed(seed: u64, trace: bool) -> Result<Tally, String> {
     });
     let fates = world.fates();
     let calm = faults.calm() && setup.shutdown_at.is_none();
-    let mut problems = Vec::new();
+    let mut problems = world.violations();
     for r in &records {
         let fate = fates.get(&(r.client, r.index)).cloned().unwrap_or_default();
         let apps = fate.applied.len();
@@ -426,6 +613,21 @@ fn run_seed(seed: u64, trace: bool) -> Result<Tally, String> {
             Ended::Answer if apps > 0 && r.class != Idempotence::Read => {
                 problems.push(say("a bare error answer after the command was applied"));
             }
+            // A client's own connection: once, and the reply the world delivered (or, nothing
+            // applied, what an aborted transaction or the keyspace answers).
+            Ended::Ok if r.plan == "own" => {
+                let expected = if apps == 0 {
+                    Some(&r.dry)
+                } else {
+                    fate.delivered.as_ref()
+                };
+                if expected != Some(&r.reply) {
+                    problems.push(say(&format!(
+                        "the reply is not the one delivered: expected {}",
+                        expected.map_or("nothing".to_string(), show)
+                    )));
+                }
+            }
             Ended::Ok => {
                 let settles = r.plan != "fast";
                 let expected = if apps == 0 {
@@ -451,14 +653,18 @@ fn run_seed(seed: u64, trace: bool) -> Result<Tally, String> {
             }
             _ => {}
         }
-        let once = r.plan == "exact" || r.class == Idempotence::NonIdempotent;
+        let once = r.plan == "exact" || r.plan == "own" || r.class == Idempotence::NonIdempotent;
         if once && apps > 1 {
             problems.push(say(&format!("applied {apps} times")));
         }
         // A request cut short by shutdown is answered sooner, never later. A settled
         // request's reads each take one attempt's wait more than the schedule.
         let reads = if r.plan == "settled" { 2 } else { 0 };
-        let bound = hold + (setup.acquire_timeout + setup.response_timeout) * reads;
+        let attempt = setup.acquire_timeout + setup.response_timeout;
+        let bound = match r.own {
+            Some((sends, wait)) => attempt * sends + wait,
+            None => hold + attempt * reads,
+        };
         if r.took > bound {
             problems.push(say(&format!(
                 "answered after {:?}, beyond the longest hold {bound:?}",

@@ -3,42 +3,15 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use support::resp::frame_len;
+use support::tls::{tls_redis, Certs};
 use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::timeout;
-
-/// A CA and a certificate it signed for 127.0.0.1 and localhost, as PEM files.
-struct Certs {
-    dir: tempfile::TempDir,
-}
-
-impl Certs {
-    fn new() -> Certs {
-        let dir = tempfile::tempdir().unwrap();
-        let ca_key = rcgen::KeyPair::generate().unwrap();
-        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        let ca = ca_params.self_signed(&ca_key).unwrap();
-        let key = rcgen::KeyPair::generate().unwrap();
-        let params =
-            rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
-                .unwrap();
-        let cert = params.signed_by(&key, &ca, &ca_key).unwrap();
-        std::fs::write(dir.path().join("ca.pem"), ca.pem()).unwrap();
-        std::fs::write(dir.path().join("cert.pem"), cert.pem()).unwrap();
-        std::fs::write(dir.path().join("key.pem"), key.serialize_pem()).unwrap();
-        Certs { dir }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-}
 
 async fn tls_command(
     stream: &mut tokio_rustls::client::TlsStream<TcpStream>,
@@ -143,80 +116,8 @@ fn bad_tls_files_name_the_key() {
     assert!(message.contains("backends.m.tls_ca"), "{message}");
 }
 
-/// holdfast run as its binary with `envs` (the system trust store is read from the
-/// environment: `SSL_CERT_FILE`), `body` its configuration below `[server]`; killed on drop.
-struct Spawned {
-    child: std::process::Child,
-    addr: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Spawned {
-    fn start(body: &str, envs: &[(&str, &Path)]) -> Spawned {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("holdfast.toml");
-        let addr = format!("127.0.0.1:{}", free_port());
-        let metrics = format!("127.0.0.1:{}", free_port());
-        let text = format!("[server]\nlisten = \"{addr}\"\nmetrics_listen = \"{metrics}\"\n{body}");
-        std::fs::write(&path, text).unwrap();
-        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_holdfast"));
-        command
-            .arg("--config")
-            .arg(&path)
-            .env("HOLDFAST_LOG", "warn")
-            // Only the test's own store: no directory, nor libpq's variables, may add to it.
-            .env_remove("SSL_CERT_DIR")
-            .env_remove("PGSSLROOTCERT")
-            .env_remove("PGSSLMODE")
-            .env_remove("PGPASSWORD")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null());
-        for (name, value) in envs {
-            command.env(name, value);
-        }
-        let child = command.spawn().unwrap();
-        Spawned {
-            child,
-            addr,
-            _dir: dir,
-        }
-    }
-
-    async fn connect(&self) -> RawConn {
-        connect_when_listening(&self.addr).await
-    }
-}
-
-impl Drop for Spawned {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// A short retry schedule, so a connection that cannot be made answers within seconds.
 const QUICK: &str = "[defaults]\nreply_mode = \"fast\"\nacquire_timeout = \"2s\"\n[defaults.retry]\nmax_attempts = 5\nmin_delay = \"200ms\"\nmax_delay = \"1s\"\njitter = 0.0\n";
-
-/// A TLS-only redis-server with `certs`' certificate; its TLS port.
-fn tls_redis(certs: &Certs) -> (RedisServer, u16) {
-    let tls_port = free_port();
-    let cert = certs.path("cert.pem").display().to_string();
-    let key = certs.path("key.pem").display().to_string();
-    let ca = certs.path("ca.pem").display().to_string();
-    let redis = RedisServer::start_with(&[
-        "--tls-port",
-        &tls_port.to_string(),
-        "--tls-cert-file",
-        &cert,
-        "--tls-key-file",
-        &key,
-        "--tls-ca-cert-file",
-        &ca,
-        "--tls-auth-clients",
-        "no",
-    ]);
-    (redis, tls_port)
-}
 
 /// Without `tls_ca`, a `rediss://` backend is verified against the system's trust store
 /// (here the environment's `SSL_CERT_FILE` holding the test's CA, as a managed Redis's CA

@@ -56,6 +56,8 @@ struct Shared {
     /// Tells the link's task that the link was closed, even while its writer is stuck in a
     /// write to a peer that stopped reading.
     closing: Notify,
+    /// Its writer gathers several clients' commands into one write ([`Signals::shared`]).
+    gathers: bool,
 }
 
 /// What a link tells its pool, kept across the pool slot's dials.
@@ -65,6 +67,21 @@ pub struct Signals {
     pub unwritten: Arc<AtomicBool>,
     /// `WAIT`s written and not yet answered.
     pub acking: Arc<AtomicUsize>,
+    /// The link is shared: its writer lets the other ready clients queue their commands
+    /// before it writes (one write for all). A client's own link writes at once: a command
+    /// it carries (a blocking one, `WATCH`) must reach the server before commands other
+    /// clients send after it.
+    pub shared: bool,
+}
+
+impl Signals {
+    /// The signals of a shared (pooled) link.
+    pub fn shared() -> Signals {
+        Signals {
+            shared: true,
+            ..Signals::default()
+        }
+    }
 }
 
 struct State {
@@ -257,6 +274,7 @@ impl Link {
             closing: Notify::new(),
             unwritten: signals.unwritten,
             acking: signals.acking,
+            gathers: signals.shared,
         });
         let task = tokio::spawn(run(stream, shared.clone(), target.proto()));
         Ok((Link { shared }, task, server))
@@ -510,7 +528,7 @@ where
             // Under load, let the other ready clients queue their commands too: one write for
             // all. A lone client's command (the last write carried one, and nothing else is
             // in flight) goes at once: the yield would cost it a pass through the event loop.
-            let lone = last == 1 && shared.state().waiting.len() == 1;
+            let lone = !shared.gathers || (last == 1 && shared.state().waiting.len() == 1);
             if !lone {
                 tokio::task::yield_now().await;
             }
@@ -744,6 +762,7 @@ mod tests {
                 closing: Notify::new(),
                 unwritten: Arc::default(),
                 acking: Arc::default(),
+                gathers: true,
             }),
         };
         let args = [Bytes::from_static(b"INCR"), Bytes::from_static(b"k")];

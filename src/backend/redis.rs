@@ -187,6 +187,11 @@ impl Slot {
         follow: Option<Arc<Watch>>,
         warm: Option<Arc<Warm>>,
     ) -> Arc<Slot> {
+        let signals = if backend.is_empty() {
+            link::Signals::default()
+        } else {
+            link::Signals::shared()
+        };
         Arc::new(Slot {
             dialer,
             live: ArcSwapOption::empty(),
@@ -195,7 +200,7 @@ impl Slot {
             backend,
             redirections,
             tokens,
-            signals: link::Signals::default(),
+            signals,
             follow,
             warm,
         })
@@ -206,11 +211,19 @@ impl Slot {
         self.live.load_full().filter(|live| live.is_up())
     }
 
-    /// Starts one dial in a task of its own; on success a watcher signals the moment the
-    /// connection's task ends.
+    /// Starts one dial in a task of its own, so a waiter that gives up does not abandon it.
     fn dial(self: &Arc<Self>) -> JoinHandle<Result<(), LinkError>> {
         let slot = self.clone();
-        tokio::spawn(async move {
+        tokio::spawn(async move { slot.open().await })
+    }
+
+    /// Dials (or takes a link dialled ahead) and makes it the slot's connection; a watcher
+    /// signals the moment the connection's task ends. A client's own connection is opened
+    /// here directly, not in a task: with a link ready it is its client's at once, with no
+    /// pass through the scheduler that would let other clients' commands overtake its first.
+    async fn open(self: &Arc<Self>) -> Result<(), LinkError> {
+        let slot = self;
+        {
             let pooled = !slot.backend.is_empty();
             // Under Sentinel, the primary the view names, and the generation the connection
             // will belong to.
@@ -317,7 +330,7 @@ impl Slot {
                 }
             });
             Ok(())
-        })
+        }
     }
 }
 
@@ -1015,7 +1028,21 @@ impl RedisBackend {
             self.follow(),
             self.warm.clone(),
         );
-        let live = ensure_connected(&slot, acquire_timeout).await?;
+        let opened = match tokio::time::timeout(acquire_timeout, slot.open()).await {
+            Ok(opened) => opened,
+            Err(_) => {
+                return Err(BackendError::AcquireTimeout {
+                    waited: acquire_timeout,
+                })
+            }
+        };
+        opened.map_err(|source| BackendError::Connect { source })?;
+        let live = slot.live().ok_or_else(|| BackendError::Connect {
+            source: LinkError::new(
+                LinkErrorKind::Io,
+                "the connection closed as soon as it opened",
+            ),
+        })?;
         Ok(DedicatedRedis {
             live,
             response_timeout: self.response_timeout,
@@ -1382,16 +1409,19 @@ impl DedicatedRedis {
 }
 
 /// Whether a backend still answers, for its clients blocked on their own connections: a
-/// `PING` on a shared connection, one at a time per server, an answer good for
-/// [`PROBE_EVERY`] to every client that asks.
+/// `PING` on a shared connection, one at a time per server. An answer is good for
+/// [`PROBE_EVERY`] to every client that asks; a probe that ends while others wait for it
+/// answers them all, so a hundred clients blocked on a frozen server hear of it together,
+/// not a probe's wait apart.
 #[derive(Default)]
 struct Probe {
     /// The shared connection it is sent on (the first RESP2 one).
     slot: Option<Arc<Slot>>,
     /// How long a probe may wait for its answer.
     response_timeout: Duration,
-    /// When each server (None: the only one) last answered.
-    answered: std::sync::Mutex<HashMap<Option<Addr>, Instant>>,
+    /// Each server's (None: the only one) last probe: when it ended, and whether it was
+    /// answered.
+    last: std::sync::Mutex<HashMap<Option<Addr>, (Instant, bool)>>,
     /// One probe at a time: the others wait for its answer.
     asking: Mutex<()>,
 }
@@ -1416,38 +1446,41 @@ impl Probe {
         }
     }
 
-    fn fresh(&self, server: &Option<Addr>) -> bool {
-        let answered = self.answered.lock().unwrap_or_else(|p| p.into_inner());
-        answered
-            .get(server)
-            .is_some_and(|at| at.elapsed() < PROBE_EVERY)
+    fn last(&self, server: &Option<Addr>) -> Option<(Instant, bool)> {
+        let last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        last.get(server).copied()
     }
 
     async fn answers(&self, route: Option<&[u8]>, server: &Option<Addr>) -> bool {
-        if self.fresh(server) {
-            return true;
+        let asked = Instant::now();
+        if let Some((at, true)) = self.last(server) {
+            if at.elapsed() < PROBE_EVERY {
+                return true;
+            }
         }
         let _asking = self.asking.lock().await;
-        // Another probe may have answered while this one waited.
-        if self.fresh(server) {
-            return true;
+        // A probe that ended while this one waited answers it.
+        if let Some((at, answered)) = self.last(server) {
+            if at >= asked {
+                return answered;
+            }
         }
-        let Some(slot) = &self.slot else {
-            return false;
+        let answered = match &self.slot {
+            Some(slot) => {
+                let args = [Bytes::from_static(b"PING")];
+                let ping = Request {
+                    route,
+                    ..Request::new(&args, Proto::Resp2, 0)
+                };
+                match ensure_connected(slot, self.response_timeout).await {
+                    Ok(live) => live.send(&ping, self.response_timeout).await.is_ok(),
+                    Err(_) => false,
+                }
+            }
+            None => false,
         };
-        let args = [Bytes::from_static(b"PING")];
-        let ping = Request {
-            route,
-            ..Request::new(&args, Proto::Resp2, 0)
-        };
-        let answered = match ensure_connected(slot, self.response_timeout).await {
-            Ok(live) => live.send(&ping, self.response_timeout).await.is_ok(),
-            Err(_) => false,
-        };
-        if answered {
-            let mut at = self.answered.lock().unwrap_or_else(|p| p.into_inner());
-            at.insert(server.clone(), Instant::now());
-        }
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        last.insert(server.clone(), (Instant::now(), answered));
         answered
     }
 }

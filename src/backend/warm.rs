@@ -57,6 +57,8 @@ pub type Taken = (Link, JoinHandle<()>, Server);
 
 /// A backend's links dialled ahead.
 pub struct Warm {
+    /// The backend's name, for the metric.
+    backend: String,
     /// Links kept ready per protocol and server.
     want: usize,
     ready: Mutex<HashMap<(Proto, Addr), Vec<Ready>>>,
@@ -78,6 +80,7 @@ impl Warm {
             return None;
         }
         let warm = Arc::new(Warm {
+            backend: backend.to_string(),
             want,
             ready: Mutex::new(HashMap::new()),
             taken: Arc::new(Notify::new()),
@@ -119,8 +122,15 @@ impl Warm {
             taken
         };
         let one = taken?;
+        self.report();
         self.taken.notify_one();
         Some((one.link, one.task, one.server))
+    }
+
+    /// Says how many links are ready (`holdfast_warm_connections`).
+    fn report(&self) {
+        let ready: usize = self.lock().values().map(Vec::len).sum();
+        crate::metrics::warm_connections(&self.backend, ready);
     }
 
     /// Links ready now for `proto` at `addr`.
@@ -195,6 +205,7 @@ async fn keep(
                 return;
             };
             warm.prune(&wanted);
+            warm.report();
         }
         'fill: for proto in [Proto::Resp2, Proto::Resp3] {
             for (addr, generation) in &wanted {
@@ -223,13 +234,16 @@ async fn keep(
                         link.close();
                         return;
                     };
-                    let mut ready = warm.lock();
-                    ready.entry((proto, addr.clone())).or_default().push(Ready {
-                        link,
-                        task,
-                        server,
-                        generation: *generation,
-                    });
+                    warm.lock()
+                        .entry((proto, addr.clone()))
+                        .or_default()
+                        .push(Ready {
+                            link,
+                            task,
+                            server,
+                            generation: *generation,
+                        });
+                    warm.report();
                 }
             }
         }

@@ -157,6 +157,12 @@ impl Command {
         self.class != Idempotence::Read && !self.spec.blocking_read
     }
 
+    /// Whether an error reply to it may come after it wrote: a script that raised after
+    /// `redis.call` changed something (Redis does not roll a script back).
+    pub fn error_may_write(&self) -> bool {
+        self.spec.error_may_write(self.class)
+    }
+
     /// Whether holdfast answers it itself.
     pub fn local(&self) -> Option<table::Local> {
         match self.spec.exec {

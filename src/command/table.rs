@@ -301,6 +301,12 @@ impl Spec {
         }
     }
 
+    /// Whether an error reply to an invocation of `class` may come after it wrote: a script
+    /// that writes (Redis does not roll a script back when it raises).
+    pub fn error_may_write(&self, class: Idempotence) -> bool {
+        self.reach == Reach::Scripts && class != Idempotence::Read
+    }
+
     /// Whether `argc` arguments (name included) satisfy the arity.
     pub fn arity_ok(&self, argc: usize) -> bool {
         let argc = argc as i64;

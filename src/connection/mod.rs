@@ -13,7 +13,6 @@
 mod auth;
 mod info;
 mod pipelined;
-mod replicas;
 mod subscribe;
 mod transaction;
 
@@ -24,12 +23,11 @@ use crate::backend::DoubleStyle;
 use crate::backend::{Backend, BackendError, Blocking, Dedicated, Proto, Reply, Request};
 use crate::command::table::{self, Idempotence, Local};
 use crate::command::{Command, CommandError};
-use crate::error::{classify, ErrorClass};
-use crate::exec::{bound_failure, failure_reply, Activity, Ahead, Session};
+use crate::exec::own::{Own, OwnLink};
+use crate::exec::{failure_reply, Activity, Ahead, Session};
 use crate::metrics as m;
 use crate::namespace::Namespace;
 use crate::resp::{encode_reply, Limits, Nils, Output, ProtocolError, Sink};
-use crate::retry::{Failure, GaveUp, Why};
 use crate::shared::{Shared, State};
 use bytes::{Bytes, BytesMut};
 use redis_protocol::resp3::types::BytesFrame as Frame;
@@ -39,7 +37,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 // The TSC clock: a request reads it twice, and the system clock cost 3% of a pipelined
@@ -95,12 +92,8 @@ struct Conn {
     multi: Option<Multi>,
     /// A backend connection of this client's own, and the backend it belongs to.
     dedicated: Option<(Arc<Backend>, Dedicated)>,
-    /// WATCH is active on `dedicated`.
-    watching: bool,
-    /// A WATCH was active on a connection that was closed since (a lost reply, a blocking
-    /// command on another backend): the next EXEC cannot know whether a watched key changed,
-    /// so it aborts (nil) instead of applying unconditionally. Cleared as WATCH's state is.
-    watch_lost: bool,
+    /// Whether a WATCH stands on `dedicated`, or stood on one closed since (`exec::own`).
+    own: Own,
     /// The command being handled had its first dispatch sent ahead: the namespace it was
     /// routed to then (it is not routed again), and what it left.
     ahead: Option<(Arc<Namespace>, Ahead<Reply, BackendError>)>,
@@ -182,8 +175,7 @@ pub async fn serve<S>(
         name: None,
         multi: None,
         dedicated: None,
-        watching: false,
-        watch_lost: false,
+        own: Own::default(),
         ahead: None,
         subs: None,
         routed: None,
@@ -761,17 +753,13 @@ impl Conn {
         self.exec.activity().failed.store(true, Ordering::Relaxed);
         self.routed = Some(namespace.series);
         let in_flight = namespace.series.in_flight();
-        let result = match self
-            .send_dedicated(namespace, &command.args, true, route)
-            .await
-        {
-            // A pop that took something waits for the replicas (`replicas.rs`).
-            Ok(frame) => {
-                let took = replicas::took_effect(command.writes(), &frame);
-                self.replicated(namespace, route, took, frame).await
-            }
-            Err(e) => Err(bound_failure(e, !command.writes())),
-        };
+        let replicas = namespace
+            .replicas
+            .filter(|_| namespace.backend.replicates());
+        let mut own = std::mem::take(&mut self.own);
+        let mut link = OwnConn::to(self, Some(namespace), route);
+        let result = own.alone(&mut link, command, replicas).await;
+        self.own = own;
         drop(in_flight);
         let (frame, outcome) = failure_reply(result, &**namespace);
         m::request(
@@ -792,8 +780,7 @@ impl Conn {
         if !same {
             if let Some((_, old)) = self.dedicated.take() {
                 old.close().await;
-                self.watch_lost |= self.watching;
-                self.watching = false;
+                self.own.connection_lost();
             }
             let fresh = namespace
                 .backend
@@ -839,18 +826,6 @@ impl Conn {
         let _unblock = blocking.then(|| Unblock(blocked));
         let result = dedicated.send(&request).await;
         drop(_unblock);
-        if let Err(e) = &result {
-            // Anything but the server's own error reply leaves the connection's state
-            // unknown (a lost reply, a refused redirection inside MULTI): it is closed, and
-            // its WATCH or blocking state is gone with it.
-            if !matches!(e, BackendError::Reply { .. }) {
-                if let Some((_, d)) = self.dedicated.take() {
-                    d.close().await;
-                }
-                self.watch_lost |= self.watching;
-                self.watching = false;
-            }
-        }
         result
     }
 
@@ -936,6 +911,56 @@ impl Conn {
     }
 }
 
+/// The client's own connection to a namespace's backend, as `exec::own` sends on it: to
+/// `route`'s node on a Cluster. Without a namespace (`UNWATCH`) it is the connection there
+/// is, whatever its backend.
+struct OwnConn<'a> {
+    conn: &'a mut Conn,
+    namespace: Option<&'a Arc<Namespace>>,
+    route: Option<&'a [u8]>,
+}
+
+impl<'a> OwnConn<'a> {
+    fn to(
+        conn: &'a mut Conn,
+        namespace: Option<&'a Arc<Namespace>>,
+        route: Option<&'a [u8]>,
+    ) -> OwnConn<'a> {
+        OwnConn {
+            conn,
+            namespace,
+            route,
+        }
+    }
+}
+
+impl OwnLink for OwnConn<'_> {
+    async fn send(&mut self, args: &[Bytes], blocking: bool) -> Result<Frame, BackendError> {
+        match self.namespace {
+            Some(namespace) => {
+                self.conn
+                    .send_dedicated(namespace, args, blocking, self.route)
+                    .await
+            }
+            None => match &self.conn.dedicated {
+                Some((_, dedicated)) => {
+                    let request = Request::new(args, self.conn.exec.proto, self.conn.id);
+                    dedicated.send(&request).await
+                }
+                None => Err(BackendError::Unsupported {
+                    what: "no connection of its own".to_string(),
+                }),
+            },
+        }
+    }
+
+    async fn close(&mut self) {
+        if let Some((_, dedicated)) = self.conn.dedicated.take() {
+            dedicated.close().await;
+        }
+    }
+}
+
 /// A command's first key: on a Cluster, the node a connection-bound command goes to.
 pub(super) fn first_key(command: &Command) -> Option<&[u8]> {
     command.keys().next().map(|k| k.as_ref())
@@ -944,6 +969,7 @@ pub(super) fn first_key(command: &Command) -> Option<&[u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     /// An inline command counts as the multibulk of its arguments; a multibulk as sent.
     #[test]

@@ -1,6 +1,7 @@
 //! WATCH and MULTI/EXEC: commands are queued by holdfast and sent as one transaction at EXEC
 //! on the client's own backend connection, so a transaction that never reaches EXEC applies
-//! nothing. One that wrote waits there for `min_replicas_ack` (`replicas.rs`).
+//! nothing. What the client hears after a fault there is `exec::own`'s to decide; this file
+//! routes the transaction and encodes its reply.
 
 use super::*;
 
@@ -51,7 +52,7 @@ impl Conn {
             Ok(ns) => ns.clone(),
             Err(e) => return error(e.to_string()),
         };
-        if self.watching {
+        if self.own.watching() {
             if let Some((backend, _)) = &self.dedicated {
                 if !Arc::ptr_eq(backend, &namespace.backend) {
                     return error(
@@ -60,26 +61,17 @@ impl Conn {
                 }
             }
         }
-        let result = self
-            .send_dedicated(&namespace, &command.args, false, super::first_key(command))
-            .await;
-        if result.is_ok() {
-            self.watching = true;
-        }
-        // WATCH applies nothing: a lost reply to it is never in doubt.
-        failure_reply(result.map_err(|e| bound_failure(e, true)), &*namespace).0
+        let mut own = std::mem::take(&mut self.own);
+        let mut link = OwnConn::to(self, Some(&namespace), super::first_key(command));
+        let result = own.watch(&mut link, &command.args).await;
+        self.own = own;
+        failure_reply(result, &*namespace).0
     }
 
     pub(super) async fn unwatch(&mut self) {
-        if self.watching {
-            if let Some((_, dedicated)) = &self.dedicated {
-                let args = [Bytes::from_static(b"UNWATCH")];
-                let request = Request::new(&args, self.exec.proto, self.id);
-                let _ = dedicated.send(&request).await;
-            }
-        }
-        self.watching = false;
-        self.watch_lost = false;
+        let mut own = std::mem::take(&mut self.own);
+        own.unwatch(&mut OwnConn::to(self, None, None)).await;
+        self.own = own;
     }
 
     /// Runs the queued commands as one MULTI/EXEC on the client's own backend connection.
@@ -97,7 +89,7 @@ impl Conn {
             );
             return Flow::Continue;
         }
-        if self.watch_lost {
+        if self.own.watch_lost() {
             // The WATCH went with its connection: whether a watched key changed cannot be
             // known, so the transaction is aborted as if one had (nothing is sent), the answer
             // an optimistic-locking client already handles by trying again.
@@ -159,7 +151,7 @@ impl Conn {
             );
             return Flow::Continue;
         }
-        if self.watching {
+        if self.own.watching() {
             if let Some((backend, _)) = &self.dedicated {
                 if !Arc::ptr_eq(backend, &namespace.backend) {
                     self.unwatch().await;
@@ -171,18 +163,18 @@ impl Conn {
                 }
             }
         }
-        let result = match self.run_transaction(&namespace, &multi.queue).await {
-            // A transaction that wrote waits for the replicas (`replicas.rs`).
-            Ok(frame) => {
-                let writes: Vec<bool> = multi.queue.iter().map(Command::writes).collect();
-                let took = super::replicas::transaction_took_effect(&writes, &frame);
-                let route = multi.queue.iter().find_map(super::first_key);
-                self.replicated(&namespace, route, took, frame).await
-            }
-            Err(failure) => Err(failure),
-        };
-        self.watching = false;
-        self.watch_lost = false;
+        // On a Cluster the whole transaction goes to the node of its first key (keys in
+        // other slots are refused there, as Redis Cluster refuses them).
+        let route = multi.queue.iter().find_map(super::first_key);
+        let replicas = namespace
+            .replicas
+            .filter(|_| namespace.backend.replicates());
+        let mut own = std::mem::take(&mut self.own);
+        let mut link = OwnConn::to(self, Some(&namespace), route);
+        let result = own.transaction(&mut link, &multi.queue, replicas).await;
+        self.own = own;
+        // A WATCH lost meanwhile (checked above, before routing): nil, nothing sent.
+        let result = result.map(|frame| frame.unwrap_or(Frame::Null));
         let frame = match result {
             Ok(frame) => frame,
             Err(failure) => {
@@ -220,53 +212,6 @@ impl Conn {
             ),
         }
         Flow::Continue
-    }
-
-    pub(super) async fn run_transaction(
-        &mut self,
-        namespace: &Arc<Namespace>,
-        queue: &[Command],
-    ) -> Result<Frame, Failure<BackendError>> {
-        let multi = [Bytes::from_static(b"MULTI")];
-        // On a Cluster the whole transaction goes to the node of its first key (keys in
-        // other slots are refused there, as Redis Cluster refuses them).
-        let route = queue.iter().find_map(super::first_key);
-        // Nothing is applied before EXEC is sent: a failure up to there is not in doubt.
-        self.send_dedicated(namespace, &multi, false, route)
-            .await
-            .map_err(not_applied)?;
-        for command in queue {
-            match self
-                .send_dedicated(namespace, &command.args, false, route)
-                .await
-            {
-                Ok(_) => {}
-                // Redis answered the queueing itself with an error; EXEC will say EXECABORT.
-                Err(BackendError::Reply { .. }) => {}
-                Err(e) => return Err(not_applied(e)),
-            }
-        }
-        let exec = [Bytes::from_static(b"EXEC")];
-        // A transaction of reads applies nothing: a lost EXEC reply is not in doubt.
-        let reads = !queue.iter().any(Command::writes);
-        self.send_dedicated(namespace, &exec, false, route)
-            .await
-            .map_err(|e| bound_failure(e, reads))
-    }
-}
-
-/// A failure before EXEC was sent: a transaction that never reached EXEC applied nothing.
-pub(super) fn not_applied(error: BackendError) -> Failure<BackendError> {
-    match classify(&error) {
-        ErrorClass::Other => Failure::Answer(error, 0, 1),
-        class => Failure::Unavailable(GaveUp {
-            last: error,
-            class,
-            attempts: 1,
-            elapsed: Duration::ZERO,
-            why: Why::MustNotRepeat,
-            maybe_applied: 0,
-        }),
     }
 }
 

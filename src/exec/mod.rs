@@ -15,11 +15,13 @@
 //!
 //! Backends are reached through [`Dispatch`], statically dispatched: holdfast's own
 //! [`Backend`], and in tests a simulated world (`tests/simulation.rs`). Connection-bound
-//! commands (a client's own backend connection) are the connection's; this module lends it
-//! [`bound_failure`] and [`failure_reply`] so they are answered in the same words.
+//! commands (a client's own backend connection: blocking commands, `WATCH`, `MULTI`/`EXEC`)
+//! are decided in `own.rs`, through its own seam, and answered in the same words
+//! ([`failure_reply`]).
 
 pub mod ahead;
 mod hooks;
+pub mod own;
 mod reply;
 pub mod settle;
 
@@ -28,7 +30,7 @@ pub use hooks::RequestHooks;
 pub use reply::{chain, failure_reply, shutting_down};
 
 use crate::backend::{Backend, BackendError, Blocking, Placement, Reply, Request};
-use crate::command::table::{self, Idempotence, Reach, Spec};
+use crate::command::table::{self, Idempotence, Spec};
 use crate::command::Command;
 use crate::config::ReplyMode;
 use crate::error::{classify, ErrorClass};
@@ -555,6 +557,12 @@ impl Session {
             },
             None => None,
         };
+        if let Some(why) = settle.unsettled(pre.as_ref(), &reply, post.as_ref()) {
+            let last = BackendError::Unsupported {
+                what: why.to_string(),
+            };
+            return Err(unsettled(last, maybe_applied, attempts, started));
+        }
         let settled = settle.settle(pre.as_ref(), reply.clone(), post.as_ref());
         if settled != reply {
             m::reply_correction(&namespace.name, command.label(), "settled");
@@ -647,7 +655,7 @@ impl Session {
                 namespace.replicas
             },
             // A script's error reply may follow its writes (Redis does not roll it back).
-            error_may_write: spec.reach == Reach::Scripts && class != Idempotence::Read,
+            error_may_write: spec.error_may_write(class),
             // Routed by its first argument; a MOVED where that was not a key is followed.
             route: None,
             raw,

@@ -19,6 +19,10 @@
 //!   dispatch (for `SETNX`, writing our very value after our read found it absent) makes the
 //!   rebuilt reply count its change as ours. Redis itself gives no atomic read-then-write
 //!   across a lost reply; the window is the time of one round trip plus the retry's hold.
+//!   One case needs no such writer and is answered `INDOUBT` instead ([`Settle::unsettled`]):
+//!   a `SET … NX` with an expiry whose value is gone or another's at the read after a
+//!   refused retry. Our write may have landed, expired, and been followed by another
+//!   client's `SET … NX` (two workers taking a lock): "not set" would be untrue.
 //! - **exact**: a token travels with every dispatch of the request; the backend applies the
 //!   command and records its reply under the token atomically, and a retry that finds the
 //!   token answers the recorded reply and applies nothing. Single-key writes only; others
@@ -66,6 +70,8 @@ pub enum Settle {
         read: Vec<Bytes>,
         ours: Vec<Bytes>,
         answers: NxAnswers,
+        /// It sets an expiry (`EX`, `PX`, `EXAT`, `PXAT`): our write may vanish by itself.
+        expires: bool,
     },
     /// `XADD` with an explicit id: `top` (the entries at or above the id) runs first, and
     /// one there answers the refusal without a dispatch; a refusal after a dispatch that may
@@ -243,6 +249,7 @@ pub fn settle(args: &[Bytes]) -> Option<Settle> {
             read: vec![b("GET"), key.clone()],
             ours: vec![rest.first()?.clone()],
             answers: NxAnswers::Integer,
+            expires: false,
         },
         b"HSETNX" => {
             let field = rest.first()?;
@@ -251,6 +258,7 @@ pub fn settle(args: &[Bytes]) -> Option<Settle> {
                 read: read("HGET", key, vec![field.clone()]),
                 ours: vec![rest.get(1)?.clone()],
                 answers: NxAnswers::Integer,
+                expires: false,
             }
         }
         b"MSETNX" => {
@@ -271,6 +279,7 @@ pub fn settle(args: &[Bytes]) -> Option<Settle> {
                 read: mget,
                 ours: pairs.iter().skip(1).step_by(2).cloned().collect(),
                 answers: NxAnswers::Integer,
+                expires: false,
             }
         }
         b"SET" => {
@@ -282,11 +291,15 @@ pub fn settle(args: &[Bytes]) -> Option<Settle> {
             if !nx || other {
                 return None;
             }
+            let expires = options
+                .iter()
+                .any(|o| is(o, "EX") || is(o, "PX") || is(o, "EXAT") || is(o, "PXAT"));
             Settle::IfAbsent {
                 exists: vec![b("EXISTS"), key.clone()],
                 read: vec![b("GET"), key.clone()],
                 ours: vec![rest.first()?.clone()],
                 answers: NxAnswers::OkOrNil,
+                expires,
             }
         }
         b"XADD" => {
@@ -437,6 +450,33 @@ impl Settle {
             }
             Settle::Append { read, .. } => is_error(reply).then_some(read.as_slice()),
             Settle::Removed { .. } | Settle::Added { .. } => None,
+        }
+    }
+
+    /// Why the first application's reply cannot be told from these reads, if it cannot: a
+    /// write-if-absent with an expiry, refused on a retry after a dispatch that may have
+    /// landed, whose read finds no value of ours where nothing was before: ours may have
+    /// expired and another taken its place, or another was there first. Only called, like
+    /// [`Settle::settle`], when an earlier dispatch may have been applied.
+    pub fn unsettled(
+        &self,
+        pre: Option<&Frame>,
+        reply: &Frame,
+        post: Option<&Frame>,
+    ) -> Option<&'static str> {
+        match self {
+            Settle::IfAbsent {
+                ours,
+                answers,
+                expires: true,
+                ..
+            } if answers.is_refusal(reply)
+                && pre.is_some_and(|p| existing(Count::Integer, p) == Some(0))
+                && post.is_some_and(|found| !found_ours(found, ours)) =>
+            {
+                Some("refused on a retry, with no value of ours found: our write may have landed and expired before another took its place")
+            }
+            _ => None,
         }
     }
 

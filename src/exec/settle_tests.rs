@@ -233,6 +233,98 @@ fn a_value_stored_before_our_first_dispatch_is_not_ours() {
     assert!(settle(&args(&["MSETNX", "a", "1", "a", "2"])).is_none());
 }
 
+/// A `SET … NX` with an expiry refused on a retry, whose read finds no value of ours where
+/// nothing was before, may have landed and expired before another client's took its place:
+/// in doubt, never "not set". Without an expiry, or where the key was there before, or our
+/// value is found, the reply settles as ever.
+#[test]
+fn an_expiring_set_nx_refused_without_our_value_is_in_doubt() {
+    let absent = int(0);
+    let present = int(1);
+    let mine = bulk("mine");
+    let theirs = bulk("theirs");
+    for (words, pre, post, doubt) in [
+        (
+            &["SET", "k", "mine", "NX", "PX", "100"][..],
+            &absent,
+            Some(&theirs),
+            true,
+        ),
+        (
+            &["SET", "k", "mine", "PX", "100", "NX"][..],
+            &absent,
+            Some(&theirs),
+            true,
+        ),
+        (
+            &["set", "k", "mine", "nx", "ex", "1"][..],
+            &absent,
+            Some(&theirs),
+            true,
+        ),
+        (
+            &["SET", "k", "mine", "NX", "EXAT", "9"][..],
+            &absent,
+            Some(&theirs),
+            true,
+        ),
+        (
+            &["SET", "k", "mine", "NX", "PXAT", "9"][..],
+            &absent,
+            Some(&Frame::Null),
+            true,
+        ),
+        // Ours found: our write, settled.
+        (
+            &["SET", "k", "mine", "NX", "PX", "100"][..],
+            &absent,
+            Some(&mine),
+            false,
+        ),
+        // There before our first dispatch: another's, a refusal.
+        (
+            &["SET", "k", "mine", "NX", "PX", "100"][..],
+            &present,
+            Some(&theirs),
+            false,
+        ),
+        // No expiry: our write cannot vanish by itself.
+        (
+            &["SET", "k", "mine", "NX"][..],
+            &absent,
+            Some(&theirs),
+            false,
+        ),
+        (&["SETNX", "k", "mine"][..], &absent, Some(&theirs), false),
+        // The read did not answer: left to the executor's own rule.
+        (
+            &["SET", "k", "mine", "NX", "PX", "100"][..],
+            &absent,
+            None,
+            false,
+        ),
+    ] {
+        let s = settled(words);
+        let refused = if words[0] == "SETNX" {
+            int(0)
+        } else {
+            Frame::Null
+        };
+        assert_eq!(
+            s.unsettled(Some(pre), &refused, post).is_some(),
+            doubt,
+            "{words:?} {pre:?} {post:?}"
+        );
+    }
+    // A reply that set it is settled by the reply itself.
+    let s = settled(&["SET", "k", "mine", "NX", "PX", "100"]);
+    let ok = Frame::SimpleString {
+        data: Bytes::from_static(b"OK"),
+        attributes: None,
+    };
+    assert_eq!(s.unsettled(Some(&absent), &ok, Some(&theirs)), None);
+}
+
 #[test]
 fn another_clients_value_is_not_ours() {
     let setnx = settled(&["SETNX", "k", "mine"]);

@@ -103,6 +103,13 @@ fn entry((ms, seq): Id, fields: &[Bytes]) -> Frame {
     ])
 }
 
+/// A comparable picture of `key`'s value (None: absent), for `WATCH`.
+impl Store {
+    pub fn snapshot(&self, key: &[u8]) -> Option<String> {
+        self.keys.get(key).map(|v| format!("{v:?}"))
+    }
+}
+
 /// A command's reply, and whether it ran (changed the keyspace or read it without an error).
 pub struct Applied {
     pub reply: Frame,
@@ -215,7 +222,9 @@ impl Store {
                 self.hash(&name, key, rest)
             }
             b"SADD" | b"SREM" | b"SMISMEMBER" | b"SMEMBERS" => self.set(&name, key, rest),
-            b"ZADD" | b"ZREM" | b"ZMSCORE" | b"ZSCORE" | b"ZINCRBY" => self.zset(&name, key, rest),
+            b"ZADD" | b"ZREM" | b"ZMSCORE" | b"ZSCORE" | b"ZINCRBY" | b"BZPOPMIN" => {
+                self.zset(&name, key, rest)
+            }
             b"XADD" | b"XRANGE" | b"XREVRANGE" => self.stream(&name, key, rest, now_ms),
             _ => err("ERR unknown command in the simulated store"),
         }
@@ -354,6 +363,25 @@ impl Store {
                     })
                     .collect(),
             ),
+            // One key, as the simulation sends it: the lowest member (ties by name), or nil
+            // (the wait for one is the world's).
+            b"BZPOPMIN" => {
+                let Some(z) = zset else {
+                    return Frame::Null;
+                };
+                let lowest = z
+                    .iter()
+                    .min_by(|a, b| a.1.total_cmp(b.1).then_with(|| a.0.cmp(b.0)))
+                    .map(|(m, s)| (m.clone(), *s));
+                let Some((member, score)) = lowest else {
+                    return Frame::Null;
+                };
+                z.remove(&member);
+                if z.is_empty() {
+                    self.keys.remove(&key);
+                }
+                array(vec![bulk(key), bulk(member), bulk(score_text(score))])
+            }
             b"ZREM" => {
                 let Some(z) = zset else { return int(0) };
                 let n = rest.iter().filter(|m| z.remove(*m).is_some()).count() as i64;

@@ -10,6 +10,14 @@
 //! connection may die at any position (what was written before the cut may have been
 //! applied), and a request may be turned away on its own.
 //!
+//! A client's own connection ([`OwnSim`], behind `exec::own`'s seam) has the same faults, and
+//! one more consequence: any fault but an error reply closes it, and the server forgets what
+//! it held there (a `WATCH`, a `MULTI` begun). `BZPOPMIN` on an empty key waits out its
+//! timeout; `EXEC` applies its queue as one application, or nothing when a watched key
+//! changed. The world also checks one rule itself: an `EXEC` whose client watched keys is
+//! never applied on a connection that does not hold that `WATCH` (a lost `WATCH` must not
+//! let the transaction apply unwatched).
+//!
 //! Exact mode's tokens are kept as Redis keeps them: applied and recorded atomically,
 //! forgotten after a TTL (set to what the configuration check allows: the longest a request
 //! can be retried). A first dispatch (`Request::again` false) is not looked up, as a SQL
@@ -20,12 +28,13 @@ use super::store::{err, Store};
 use bytes::Bytes;
 use holdfast::backend::{BackendError, Reply, Request};
 use holdfast::error::{LinkError, LinkErrorKind};
+use holdfast::exec::own::OwnLink;
 use holdfast::exec::Dispatch;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redis_protocol::resp3::types::BytesFrame as Frame;
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -132,6 +141,32 @@ struct Inner {
     /// The request each client is executing now, and the command's own arguments (so a
     /// settling read is told apart from the command).
     current: BTreeMap<u64, (usize, Vec<Bytes>)>,
+    /// Each client's own connection, as the server holds it.
+    own: BTreeMap<u64, OwnState>,
+    /// Each client's coming `EXEC`: whether the client watched keys for it.
+    watched: BTreeMap<u64, bool>,
+    /// Rules the world saw broken itself.
+    violations: Vec<String>,
+}
+
+/// What the server holds of a client's own connection.
+#[derive(Default)]
+struct OwnState {
+    /// The connection's number: a new one after each close.
+    epoch: u64,
+    /// A `MULTI` begun: the queued commands, and whether one was refused (`EXECABORT`).
+    multi: Option<(Vec<Vec<Bytes>>, bool)>,
+    /// The watched keys, with what each held when watched.
+    watched: Vec<(Bytes, Option<String>)>,
+}
+
+impl OwnState {
+    /// The connection closed: the server forgets what it held there.
+    fn close(&mut self) {
+        self.epoch += 1;
+        self.multi = None;
+        self.watched.clear();
+    }
 }
 
 /// The simulated backend.
@@ -177,6 +212,9 @@ impl World {
                 fates: BTreeMap::new(),
                 writes: Vec::new(),
                 current: BTreeMap::new(),
+                own: BTreeMap::new(),
+                watched: BTreeMap::new(),
+                violations: Vec::new(),
             }),
             faults,
             response_timeout,
@@ -196,6 +234,16 @@ impl World {
     /// Client `client` starts executing its request `index`, `args`.
     pub fn begin(&self, client: u64, index: usize, args: &[Bytes]) {
         self.lock().current.insert(client, (index, args.to_vec()));
+    }
+
+    /// Client `client`'s coming `EXEC` follows a `WATCH` of its own (or not).
+    pub fn expect_watch(&self, client: u64, watched: bool) {
+        self.lock().watched.insert(client, watched);
+    }
+
+    /// Rules the world saw broken.
+    pub fn violations(&self) -> Vec<String> {
+        self.lock().violations.clone()
     }
 
     /// What happened to every request.
@@ -318,6 +366,90 @@ impl World {
         applied.reply
     }
 
+    /// Runs `args` on client `client`'s own connection: `WATCH`, `MULTI`, a command queued
+    /// after it, `EXEC`, or a command run at once.
+    fn own_apply(
+        &self,
+        inner: &mut Inner,
+        client: u64,
+        rid: Rid,
+        own: bool,
+        args: &[Bytes],
+    ) -> Frame {
+        let now = Instant::now();
+        let name = args[0].to_ascii_uppercase();
+        let mut state = inner.own.remove(&client).unwrap_or_default();
+        let reply = match name.as_slice() {
+            b"WATCH" => {
+                for key in &args[1..] {
+                    let held = inner.store.snapshot(key);
+                    state.watched.push((key.clone(), held));
+                }
+                super::store::ok()
+            }
+            b"UNWATCH" => {
+                state.watched.clear();
+                super::store::ok()
+            }
+            b"MULTI" => {
+                state.multi = Some((Vec::new(), false));
+                super::store::ok()
+            }
+            b"EXEC" => {
+                let watched = std::mem::take(&mut state.watched);
+                match state.multi.take() {
+                    None => err("ERR EXEC without MULTI"),
+                    Some((_, true)) => {
+                        err("EXECABORT Transaction discarded because of previous errors.")
+                    }
+                    Some((queue, false)) => {
+                        if inner.watched.remove(&client) == Some(true) && watched.is_empty() {
+                            inner.violations.push(format!(
+                                "client {client}: EXEC of request {} applied on a connection that holds none of its WATCH",
+                                rid.1
+                            ));
+                        }
+                        let changed = watched
+                            .iter()
+                            .any(|(key, held)| inner.store.snapshot(key) != *held);
+                        if changed {
+                            Frame::Null
+                        } else {
+                            let now_ms = self.now_ms();
+                            let replies: Vec<Frame> = queue
+                                .iter()
+                                .map(|q| inner.store.apply(q, now_ms).reply)
+                                .collect();
+                            let reply = Frame::Array {
+                                data: replies,
+                                attributes: None,
+                            };
+                            if own {
+                                let fate = inner.fates.entry(rid).or_default();
+                                fate.applied.push(reply.clone());
+                                fate.applied_at.push(now);
+                                inner.writes.push(Write { rid });
+                            }
+                            reply
+                        }
+                    }
+                }
+            }
+            _ => match &mut state.multi {
+                Some((queue, _)) => {
+                    queue.push(args.to_vec());
+                    Frame::SimpleString {
+                        data: Bytes::from_static(b"QUEUED"),
+                        attributes: None,
+                    }
+                }
+                None => self.run(inner, rid, own, args, now),
+            },
+        };
+        inner.own.insert(client, state);
+        reply
+    }
+
     /// One dispatch whose fate was drawn: applied (or not) now, then the reply, an error,
     /// or a wait first.
     fn settle_draw(
@@ -386,7 +518,10 @@ fn is_write(args: &[Bytes]) -> bool {
     let name = args[0].to_ascii_uppercase();
     !matches!(
         name.as_slice(),
-        b"GET"
+        b"WATCH"
+            | b"UNWATCH"
+            | b"MULTI"
+            | b"GET"
             | b"MGET"
             | b"EXISTS"
             | b"HGET"
@@ -572,6 +707,111 @@ impl Dispatch for World {
             }
             Some(out)
         }
+    }
+}
+
+/// A client's own connection in the world, behind `exec::own`'s seam.
+pub struct OwnSim {
+    pub world: Arc<World>,
+    pub client: u64,
+    pub acquire_timeout: Duration,
+}
+
+impl OwnLink for OwnSim {
+    async fn send(&mut self, args: &[Bytes], blocking: bool) -> Result<Frame, BackendError> {
+        let world = &*self.world;
+        let client = self.client;
+        // A blocking command's own wait: its last argument, in seconds.
+        let wait = if blocking {
+            args.last()
+                .and_then(|t| std::str::from_utf8(t).ok())
+                .and_then(|t| t.parse::<f64>().ok())
+                .map_or(Duration::ZERO, Duration::from_secs_f64)
+        } else {
+            Duration::ZERO
+        };
+        let (rid, own) = {
+            let inner = world.lock();
+            World::identify(&inner, client, 0, args)
+        };
+        let flight = InFlight::start(world, rid, own);
+        let (draw, reply) = {
+            let mut inner = world.lock();
+            let draw = world.draw(&mut inner, rid, own, is_write(args));
+            if own
+                && matches!(
+                    draw,
+                    Draw::AppliedLost | Draw::LostUnapplied | Draw::Stalled { .. }
+                )
+            {
+                inner.fates.entry(rid).or_default().ambiguous += 1;
+            }
+            let reply = match draw {
+                Draw::Deliver | Draw::AppliedLost | Draw::Stalled { applied: true } => {
+                    Some(world.own_apply(&mut inner, client, rid, own, args))
+                }
+                // Turned away: the server refuses it (inside MULTI, the transaction with it).
+                Draw::TurnedAway(_) | Draw::Oom => {
+                    if let Some(state) = inner.own.get_mut(&client) {
+                        match &mut state.multi {
+                            Some((_, dirty)) if !args[0].eq_ignore_ascii_case(b"EXEC") => {
+                                *dirty = true
+                            }
+                            _ => state.multi = None,
+                        }
+                    }
+                    None
+                }
+                _ => None,
+            };
+            // Any other fault ends the connection; the server forgets what it held there.
+            if !matches!(draw, Draw::Deliver | Draw::TurnedAway(_) | Draw::Oom) {
+                inner.own.entry(client).or_default().close();
+            }
+            if let (true, Draw::Deliver, Some(reply)) = (own, draw, &reply) {
+                inner.fates.entry(rid).or_default().delivered = Some(reply.clone());
+            }
+            (draw, reply)
+        };
+        let result = match (draw, reply) {
+            (Draw::Deliver, Some(reply)) => {
+                if blocking && matches!(reply, Frame::Null) {
+                    tokio::time::sleep(wait).await;
+                }
+                BackendError::check_reply(reply)
+            }
+            (Draw::Refused, _) => Err(BackendError::Connect {
+                source: link(LinkErrorKind::Io),
+            }),
+            (Draw::Blackholed, _) => {
+                tokio::time::sleep(self.acquire_timeout).await;
+                Err(BackendError::AcquireTimeout {
+                    waited: self.acquire_timeout,
+                })
+            }
+            (Draw::TurnedAway(text), _) => Err(BackendError::reply(Bytes::from(text))),
+            (Draw::Oom, _) => Err(BackendError::reply(Bytes::from_static(b"OOM no memory"))),
+            (Draw::Stalled { .. }, _) => {
+                tokio::time::sleep(world.response_timeout + wait).await;
+                Err(BackendError::Sent {
+                    source: link(LinkErrorKind::Timeout),
+                })
+            }
+            _ => Err(BackendError::Sent {
+                source: link(LinkErrorKind::Io),
+            }),
+        };
+        flight.finish();
+        result
+    }
+
+    async fn close(&mut self) {
+        self.world
+            .lock()
+            .own
+            .entry(self.client)
+            .or_default()
+            .close();
     }
 }
 

@@ -8,6 +8,7 @@ pub mod redis;
 pub mod relay;
 pub mod resp;
 pub mod sentinel;
+pub mod tls;
 
 // Each test binary uses its own part of the support code.
 #[allow(unused_imports)]
@@ -168,6 +169,81 @@ backend = "main"
 {ns_extra}
 "#
     )
+}
+
+/// holdfast run as its binary with `envs` (the system trust store is read from the
+/// environment: `SSL_CERT_FILE`), `body` its configuration below `[server]`; killed on drop.
+pub struct Spawned {
+    child: std::process::Child,
+    /// `127.0.0.1:P` of its Redis endpoint.
+    pub addr: String,
+    /// `127.0.0.1:P` of its metrics port.
+    pub metrics_addr: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Spawned {
+    pub fn start(body: &str, envs: &[(&str, &std::path::Path)]) -> Spawned {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("holdfast.toml");
+        let addr = format!("127.0.0.1:{}", free_port());
+        let metrics = format!("127.0.0.1:{}", free_port());
+        let text = format!("[server]\nlisten = \"{addr}\"\nmetrics_listen = \"{metrics}\"\n{body}");
+        std::fs::write(&path, text).unwrap();
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_holdfast"));
+        command
+            .arg("--config")
+            .arg(&path)
+            .env("HOLDFAST_LOG", "warn")
+            // Only the test's own store: no directory, nor libpq's variables, may add to it.
+            .env_remove("SSL_CERT_DIR")
+            .env_remove("PGSSLROOTCERT")
+            .env_remove("PGSSLMODE")
+            .env_remove("PGPASSWORD")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        for (name, value) in envs {
+            command.env(name, value);
+        }
+        let child = command.spawn().unwrap();
+        Spawned {
+            child,
+            addr,
+            metrics_addr: metrics,
+            _dir: dir,
+        }
+    }
+
+    pub async fn connect(&self) -> RawConn {
+        connect_when_listening(&self.addr).await
+    }
+
+    /// The value of the metric line that starts with `series`, 0 if absent or not served.
+    pub async fn metric(&self, series: &str) -> f64 {
+        let Ok(Ok(mut stream)) = tokio::time::timeout(
+            std::time::Duration::from_secs(2),
+            TcpStream::connect(&self.metrics_addr),
+        )
+        .await
+        else {
+            return 0.0;
+        };
+        let asked = stream
+            .write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await;
+        let mut text = String::new();
+        if asked.is_err() || stream.read_to_string(&mut text).await.is_err() {
+            return 0.0;
+        }
+        metric_value(&text, series)
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// Waits until `check` holds, or panics after `limit` naming `what`.
