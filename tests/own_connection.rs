@@ -671,3 +671,79 @@ for t in threads:
     t.join()
 print("\n".join(lines), flush=True)
 "#;
+
+/// A blocking pop, a transaction and a subscription through a backend whose servers speak
+/// TLS only to holdfast, in RESP2 and RESP3; `direct` runs a command on the server that holds
+/// the key `{m}`.
+async fn own_connection_over(backend: &str, direct: impl Fn(&[&str]) -> String) {
+    let config = format!("{backend}\n[[namespaces]]\nname = \"main\"\nbackend = \"main\"\n");
+    let proxy = Proxy::start(&config).await;
+    for way in [WAYS[2], WAYS[3]] {
+        let mut c = client(&proxy.addr, way).await;
+        direct(&["ZADD", "{m}message", "1", "job-1"]);
+        let popped = text(&reply_within_cmd(&mut c, &["BZPOPMIN", "{m}message", "0"]).await);
+        assert!(popped.contains("job-1"), "{way:?}: {popped}");
+        direct(&["SET", "{m}a", "message"]);
+        assert_eq!(c.command(&["MULTI"]).await, b"+OK\r\n");
+        assert_eq!(c.command(&["GET", "{m}a"]).await, b"+QUEUED\r\n");
+        assert_eq!(c.command(&["INCR", "{m}n"]).await, b"+QUEUED\r\n");
+        let exec = text(&reply_within_cmd(&mut c, &["EXEC"]).await);
+        assert!(
+            exec.starts_with("*2\r\n$7\r\nmessage\r\n:"),
+            "{way:?}: {exec}"
+        );
+        let mut subscriber = client(&proxy.addr, way).await;
+        let confirmed = text(&subscriber.command(&["SUBSCRIBE", "news"]).await);
+        assert!(confirmed.contains("subscribe"), "{confirmed}");
+        // Subscribed once confirmed: a cluster node delivers what another published.
+        direct(&["PUBLISH", "news", "over-tls"]);
+        let message = text(&reply_within(&mut subscriber, Duration::from_secs(10), "news").await);
+        assert!(message.contains("over-tls"), "{way:?}: {message}");
+    }
+    proxy.stop().await;
+}
+
+async fn reply_within_cmd(conn: &mut RawConn, args: &[&str]) -> Vec<u8> {
+    conn.send(&encode_str(args)).await;
+    reply_within(conn, Duration::from_secs(10), args[0]).await
+}
+
+/// A client's own connection and Pub/Sub over TLS through Sentinel (to the sentinels and the
+/// primary they name) and through a Cluster (to each node, slot map included).
+#[tokio::test(flavor = "multi_thread")]
+async fn sentinel_and_cluster_backends_speak_tls() {
+    use support::cluster::Cluster;
+    use support::sentinel::Sentinel;
+    use support::tls::{tls_args, tls_conf, tls_redis_with};
+    let certs = Certs::new();
+    let ca = certs.path("ca.pem").display().to_string();
+
+    let (primary, primary_tls) = tls_redis_with(&certs, &["--tls-replication", "yes"]);
+    let sentinel_tls = free_port();
+    let sentinel = Sentinel::start_with(primary_tls, &tls_conf(&certs, sentinel_tls));
+    until(
+        Duration::from_secs(15),
+        "the sentinel to name the primary",
+        || sentinel.names_master(primary_tls),
+    )
+    .await;
+    let backend = format!(
+        "[backends.main]\nkind = \"sentinel\"\nmaster_name = \"mymaster\"\nsentinels = [\"127.0.0.1:{sentinel_tls}\"]\ntls_ca = \"{ca}\"\nresponse_timeout = \"2s\"\n"
+    );
+    own_connection_over(&backend, |args| primary.cmd(args)).await;
+
+    let tls_ports = std::sync::Mutex::new(Vec::new());
+    let cluster = Cluster::start_with(|| {
+        let port = free_port();
+        tls_ports.lock().unwrap().push(port);
+        let mut args = tls_args(&certs, port);
+        args.extend(["--tls-cluster".to_string(), "yes".to_string()]);
+        args
+    });
+    let seed = tls_ports.lock().unwrap()[0];
+    let backend = format!(
+        "[backends.main]\nkind = \"cluster\"\nnodes = [\"127.0.0.1:{seed}\"]\ntls = true\ntls_ca = \"{ca}\"\nresponse_timeout = \"2s\"\n"
+    );
+    let owner = cluster.primary_of("{m}");
+    own_connection_over(&backend, |args| cluster.nodes[owner].cmd(args)).await;
+}

@@ -20,12 +20,18 @@ impl Cluster {
     /// Starts six nodes, creates the cluster and waits until every node says `cluster_state:ok`
     /// and every replica has synced.
     pub fn start() -> Cluster {
+        Cluster::start_with(Vec::new)
+    }
+
+    /// As [`Cluster::start`], each node started with the arguments `extra` makes for it.
+    pub fn start_with(extra: impl Fn() -> Vec<String>) -> Cluster {
         let nodes: Vec<RedisServer> = (0..6)
             .map(|_| {
                 // The cluster bus gets a free port of its own (port + 10000 may be taken).
                 let bus = super::free_port().to_string();
                 let timeout = NODE_TIMEOUT_MS.to_string();
-                RedisServer::start_with(&[
+                let extra = extra();
+                let mut args = vec![
                     "--cluster-enabled",
                     "yes",
                     "--cluster-port",
@@ -38,7 +44,9 @@ impl Cluster {
                     // that lost its data takes part again.
                     "--cluster-replica-validity-factor",
                     "0",
-                ])
+                ];
+                args.extend(extra.iter().map(String::as_str));
+                RedisServer::start_with(&args)
             })
             .collect();
         let addrs: Vec<String> = nodes.iter().map(|n| n.addr()).collect();

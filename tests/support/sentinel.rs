@@ -18,6 +18,11 @@ impl Sentinel {
     /// Monitors the master on `master_port` as `mymaster`, quorum 2.
     /// `down-after-milliseconds` below ~1500 ms flaps on a loaded 2-core machine.
     pub fn start(master_port: u16) -> Sentinel {
+        Sentinel::start_with(master_port, "")
+    }
+
+    /// As [`Sentinel::start`], with `extra` lines in its configuration (TLS).
+    pub fn start_with(master_port: u16, extra: &str) -> Sentinel {
         let dir = tempfile::tempdir().expect("a temp dir");
         let port = super::free_port();
         let conf = dir.path().join("sentinel.conf");
@@ -28,7 +33,7 @@ impl Sentinel {
              sentinel monitor mymaster 127.0.0.1 {master_port} 2\n\
              sentinel down-after-milliseconds mymaster 1500\n\
              sentinel failover-timeout mymaster 10000\n\
-             sentinel parallel-syncs mymaster 1\n",
+             sentinel parallel-syncs mymaster 1\n{extra}",
             dir.path().display()
         )
         .expect("sentinel.conf written");

@@ -16,11 +16,19 @@ impl Certs {
         let ca_key = rcgen::KeyPair::generate().unwrap();
         let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
         ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        // Names of their own: with rcgen's default name on both, OpenSSL (a redis-server
+        // verifying another: a sentinel, a cluster node) takes the leaf for self-signed.
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "holdfast test CA");
         let ca = ca_params.self_signed(&ca_key).unwrap();
         let key = rcgen::KeyPair::generate().unwrap();
-        let params =
+        let mut params =
             rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
                 .unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "127.0.0.1");
         let cert = params.signed_by(&key, &ca, &ca_key).unwrap();
         std::fs::write(dir.path().join("ca.pem"), ca.pem()).unwrap();
         std::fs::write(dir.path().join("cert.pem"), cert.pem()).unwrap();
@@ -37,6 +45,35 @@ impl Certs {
 /// clear text on its own port.
 pub fn tls_redis(certs: &Certs) -> (RedisServer, u16) {
     tls_redis_with(certs, &[])
+}
+
+/// The arguments that make a redis-server (or a sentinel, in its file) speak TLS on
+/// `tls_port` with `certs`' certificate, to its clients, replicas and cluster bus.
+pub fn tls_args(certs: &Certs, tls_port: u16) -> Vec<String> {
+    let path = |name: &str| certs.path(name).display().to_string();
+    [
+        "--tls-port".to_string(),
+        tls_port.to_string(),
+        "--tls-cert-file".to_string(),
+        path("cert.pem"),
+        "--tls-key-file".to_string(),
+        path("key.pem"),
+        "--tls-ca-cert-file".to_string(),
+        path("ca.pem"),
+        "--tls-auth-clients".to_string(),
+        "no".to_string(),
+        "--tls-replication".to_string(),
+        "yes".to_string(),
+    ]
+    .to_vec()
+}
+
+/// The same settings as lines of a configuration file (a sentinel's).
+pub fn tls_conf(certs: &Certs, tls_port: u16) -> String {
+    tls_args(certs, tls_port)
+        .chunks(2)
+        .map(|pair| format!("{} {}\n", pair[0].trim_start_matches("--"), pair[1]))
+        .collect()
 }
 
 /// A redis-server as [`tls_redis`] makes it, with more arguments.
