@@ -16,13 +16,15 @@
 //!   backends, swapped whole on reload), the retry budget, client ids and the give-up signal.
 //! - [`exec`]: the request executor: a routed command in, its reply and outcome out; reply
 //!   modes (`exec::settle`), retries through `retry`, pipelined first dispatches, the
-//!   backend seam ([`exec::Dispatch`]).
+//!   backend seam ([`exec::Dispatch`]); a client's own connection (`exec::own`: blocking
+//!   commands, `WATCH`, transactions).
 //! - [`namespace`]: key prefix → namespace → backend and retry policy.
 //! - [`retry`]: the retry loop, its policy (no I/O), backoff and the process-wide budget.
-//! - [`backend`]: Redis: a standalone server's shared connections are holdfast's own
-//!   (`backend::link`: many clients' commands in one write), Sentinel, Cluster, TLS and a
-//!   client's own connection go through fred; exact mode's Redis script, its token keys and
-//!   reply repair (`backend::exact`); PostgreSQL and SQLite through sqlx (the Redis data
+//! - [`backend`]: Redis: every connection is holdfast's own link (`backend::link`: replies
+//!   paired by order; the shared ones carry many clients' commands in one write), over TCP or
+//!   TLS (`backend::dial`), to a standalone server, the primary Sentinel names or a Cluster's
+//!   nodes; a client's own connections dialled ahead (`backend::warm`); exact mode's Redis
+//!   script, its token keys and reply repair (`backend::exact`); PostgreSQL and SQLite through sqlx (the Redis data
 //!   model on tables, group commit, batched GETs, exact-mode tokens); Pub/Sub as each kind
 //!   carries it (`backend::feed`: a subscriber's own Redis connections, followed through a
 //!   failover; `backend::sql::broker`: in process, or `LISTEN`/`NOTIFY`); a scripted fake

@@ -211,7 +211,7 @@ pub fn restore_map_order(frame: Frame) -> Frame {
 }
 
 /// Takes one complete reply off the front of `buf`, in the connection's protocol, as a RESP3
-/// frame (RESP2 replies converted as fred converts them).
+/// frame (a RESP2 nil as `Null`, an error as a simple error).
 pub(super) fn decode(buf: &mut BytesMut, proto: Proto) -> Result<Option<Frame>, LinkError> {
     let protocol = |e: redis_protocol::error::RedisProtocolError| {
         LinkError::new(LinkErrorKind::Protocol, format!("undecodable reply: {e}"))

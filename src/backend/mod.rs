@@ -35,9 +35,8 @@ pub use crate::resp::{DoubleStyle, Proto};
 /// From holdfast's own Redis connections a reply is the bytes Redis wrote, already in the
 /// client's protocol (each pool speaks one), and goes to the client unchanged: nothing is
 /// decoded and encoded again, and nothing a decoded frame forgets is lost (a RESP2 `*-1`, a
-/// double's digits, a map's order). Error replies, pushes and everything from fred or SQL
-/// and everything from SQL come decoded, boxed: a frame is 152 bytes, and a reply is moved
-/// through every layer.
+/// double's digits, a map's order). Error replies, pushes and everything from SQL come
+/// decoded, boxed: a frame is 152 bytes, and a reply is moved through every layer.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reply {
     /// One complete reply as Redis encoded it in `proto`; never an error reply (those are
