@@ -73,9 +73,12 @@ struct Unscannable;
 /// `decode_range`: that builds a frame of ranges, a vector per array and a hash map per RESP3
 /// map, where only the length is wanted; a proptest holds this scan to its decoder.
 fn scan(buf: &[u8]) -> Result<Option<usize>, Unscannable> {
-    let mut at = 0;
-    // Replies still to be passed over: the one asked for, then the items of aggregates.
-    let mut pending: usize = 1;
+    scan_from(buf, 0, 1)
+}
+
+/// Where `pending` replies starting at `at` in `buf` end; None while incomplete.
+fn scan_from(buf: &[u8], mut at: usize, mut pending: usize) -> Result<Option<usize>, Unscannable> {
+    // Replies still to be passed over: those asked for, then the items of aggregates.
     while pending > 0 {
         let Some(&kind) = buf.get(at) else {
             return Ok(None);
@@ -143,13 +146,10 @@ fn reply_kind(buf: &[u8]) -> Result<Option<u8>, Unscannable> {
             return Ok(None);
         };
         let n = length(&rest[1..cr])?.ok_or(Unscannable)?;
-        // The attribute's pairs, scanned as one aggregate of 2n items.
-        let mut pairs = format!("*{}\r\n", n.checked_mul(2).ok_or(Unscannable)?).into_bytes();
-        let header = pairs.len();
-        let body = rest.get(cr + 2..).ok_or(Unscannable)?;
-        pairs.extend_from_slice(body);
-        match scan(&pairs)? {
-            Some(len) => at += cr + 2 + (len - header),
+        // Past the attribute's line, then its pairs.
+        let pairs = n.checked_mul(2).ok_or(Unscannable)?;
+        match scan_from(buf, at + cr + 2, pairs)? {
+            Some(end) => at = end,
             None => return Ok(None),
         }
     }

@@ -35,8 +35,9 @@ impl std::fmt::Debug for Tls {
     }
 }
 
-/// Where a connection goes and how it introduces itself.
-#[derive(Clone, Debug)]
+/// Where a connection goes and how it introduces itself. Its `Debug` never shows the
+/// password.
+#[derive(Clone)]
 pub struct Target {
     host: String,
     port: u16,
@@ -48,6 +49,20 @@ pub struct Target {
     connection_timeout: Duration,
     /// The reply timeout its senders give: how often a link looks for expired slots.
     response_timeout: Duration,
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("database", &self.database)
+            .field("proto", &self.proto)
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
 }
 
 impl Target {
@@ -452,5 +467,20 @@ mod tests {
         let info = b"# Server\r\nredis_version:7.2.4\r\nredis_mode:standalone\r\n";
         assert_eq!(redis_version(info), Some((7, 2)));
         assert_eq!(redis_version(b"# Server\r\n"), None);
+    }
+
+    #[test]
+    fn a_target_never_shows_its_password() {
+        let target = Target::new(
+            ("127.0.0.1".to_string(), 6379),
+            Proto::Resp2,
+            (Duration::from_secs(1), Duration::from_secs(1)),
+        )
+        .with_auth(Some("app".to_string()), Some("s3cret".to_string()));
+        let shown = format!("{target:?}");
+        assert!(
+            !shown.contains("s3cret") && shown.contains("redacted"),
+            "{shown}"
+        );
     }
 }

@@ -503,6 +503,24 @@ fn addresses(name: &str, field: &str, addrs: &[String]) -> Result<Vec<Addr>, Bac
         .collect()
 }
 
+/// The target of a backend whose servers are found at each dial (the primary Sentinel
+/// names, a Cluster's nodes): no address of its own.
+fn found_at_each_dial(
+    name: &str,
+    password_file: Option<&std::path::Path>,
+    (tls, tls_ca): (bool, Option<&std::path::Path>),
+    timeouts: (Duration, Duration),
+) -> Result<Target, BackendError> {
+    let password = match password_file {
+        Some(path) => Some(password_from(name, path)?),
+        None => None,
+    };
+    let tls = tls_of(name, tls, tls_ca)?;
+    Ok(Target::new((String::new(), 0), Proto::Resp2, timeouts)
+        .with_auth(None, password)
+        .with_tls(tls))
+}
+
 /// What [`RedisBackend::with`] builds a backend of.
 struct Parts {
     target: Target,
@@ -563,24 +581,18 @@ impl RedisBackend {
     /// [`BackendError::Unsupported`] when an address or the password file is unusable.
     pub fn sentinel(name: &str, config: &SentinelConfig) -> Result<RedisBackend, BackendError> {
         let sentinels = addresses(name, "sentinels", &config.sentinels)?;
-        let password = match &config.password_file {
-            Some(path) => Some(password_from(name, path)?),
-            None => None,
-        };
-        let tls = tls_of(name, config.tls, config.tls_ca.as_deref())?;
-        let target = Target::new(
-            (String::new(), 0),
-            Proto::Resp2,
+        let target = found_at_each_dial(
+            name,
+            config.password_file.as_deref(),
+            (config.tls, config.tls_ca.as_deref()),
             (config.connection_timeout, config.response_timeout),
-        )
-        .with_auth(None, password)
-        .with_tls(tls.clone());
+        )?;
         let follower = Follower::start(
             name,
             &config.master_name,
             sentinels,
             config.connection_timeout,
-            tls,
+            target.tls().cloned(),
         );
         Ok(RedisBackend::with(
             name,
@@ -605,18 +617,12 @@ impl RedisBackend {
     /// [`BackendError::Unsupported`] when an address or the password file is unusable.
     pub fn cluster(name: &str, config: &ClusterConfig) -> Result<RedisBackend, BackendError> {
         let seeds = addresses(name, "nodes", &config.nodes)?;
-        let password = match &config.password_file {
-            Some(path) => Some(password_from(name, path)?),
-            None => None,
-        };
-        let tls = tls_of(name, config.tls, config.tls_ca.as_deref())?;
-        let target = Target::new(
-            (String::new(), 0),
-            Proto::Resp2,
+        let target = found_at_each_dial(
+            name,
+            config.password_file.as_deref(),
+            (config.tls, config.tls_ca.as_deref()),
             (config.connection_timeout, config.response_timeout),
-        )
-        .with_auth(None, password)
-        .with_tls(tls);
+        )?;
         let topology = Topology::start(name, seeds, &target);
         Ok(RedisBackend::with(
             name,

@@ -756,6 +756,7 @@ impl Conn {
         let replicas = namespace
             .replicas
             .filter(|_| namespace.backend.replicates());
+        self.leave_other_backend(namespace).await;
         let mut own = std::mem::take(&mut self.own);
         let mut link = OwnConn::to(self, Some(namespace), route);
         let result = own.alone(&mut link, command, replicas).await;
@@ -771,6 +772,19 @@ impl Conn {
         frame
     }
 
+    /// Before a command on `namespace`'s backend: the client's own connection to another
+    /// backend is closed, and a WATCH that stood on it is lost. Done before `exec::own`'s state
+    /// is lent out for the command, so the state sees it.
+    async fn leave_other_backend(&mut self, namespace: &Arc<Namespace>) {
+        let other = matches!(&self.dedicated, Some((backend, _)) if !Arc::ptr_eq(backend, &namespace.backend));
+        if other {
+            if let Some((_, old)) = self.dedicated.take() {
+                old.close().await;
+            }
+            self.own.connection_lost();
+        }
+    }
+
     /// The client's own connection to `namespace`'s backend, opened on first use.
     async fn dedicated_for(
         &mut self,
@@ -778,9 +792,10 @@ impl Conn {
     ) -> Result<&Dedicated, BackendError> {
         let same = matches!(&self.dedicated, Some((backend, _)) if Arc::ptr_eq(backend, &namespace.backend));
         if !same {
+            // Callers left another backend's connection first (`leave_other_backend`), while
+            // its WATCH state was theirs to update.
             if let Some((_, old)) = self.dedicated.take() {
                 old.close().await;
-                self.own.connection_lost();
             }
             let fresh = namespace
                 .backend

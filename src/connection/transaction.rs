@@ -61,6 +61,7 @@ impl Conn {
                 }
             }
         }
+        self.leave_other_backend(&namespace).await;
         let mut own = std::mem::take(&mut self.own);
         let mut link = OwnConn::to(self, Some(&namespace), super::first_key(command));
         let result = own.watch(&mut link, &command.args).await;
@@ -169,6 +170,7 @@ impl Conn {
         let replicas = namespace
             .replicas
             .filter(|_| namespace.backend.replicates());
+        self.leave_other_backend(&namespace).await;
         let mut own = std::mem::take(&mut self.own);
         let mut link = OwnConn::to(self, Some(&namespace), route);
         let result = own.transaction(&mut link, &multi.queue, replicas).await;
