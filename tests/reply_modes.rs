@@ -501,6 +501,113 @@ async fn settled_and_exact_on_postgres_through_lost_commits() {
     exact.stop().await;
 }
 
+/// Exact mode covers blocking commands on SQL: a pop (or group read) whose `COMMIT` went
+/// through and whose reply was lost answers, on the retry, what the first take took; the
+/// source loses exactly one element, and nothing is delivered twice.
+#[tokio::test(flavor = "multi_thread")]
+async fn exact_blocking_pops_on_postgres_answer_what_they_took_through_lost_commits() {
+    let pg = PgServer::start();
+    let relay = Relay::start(&pg.addr()).await;
+    let exact = Proxy::start(&config(
+        &postgres_backend(&relay.addr()),
+        "exact_blocking",
+        "exact",
+    ))
+    .await;
+    let mut conn = exact.connect().await;
+    assert_eq!(
+        text(&conn.command(&["RPUSH", "src", "a", "b", "c"]).await),
+        ":3\r\n"
+    );
+    assert_eq!(
+        text(&conn.command(&["ZADD", "z", "1", "one", "2", "two"]).await),
+        ":2\r\n"
+    );
+    assert_eq!(
+        text(
+            &conn
+                .command(&["XGROUP", "CREATE", "s", "g", "$", "MKSTREAM"])
+                .await
+        ),
+        "+OK\r\n"
+    );
+    assert_eq!(
+        text(&conn.command(&["XADD", "s", "5-1", "f", "v"]).await),
+        "$3\r\n5-1\r\n"
+    );
+    exact_through_lost_replies(
+        &exact,
+        &relay,
+        b"COMMIT",
+        1,
+        &["BLMOVE", "src", "dst", "LEFT", "RIGHT", "5"],
+        "$1\r\na\r\n",
+    )
+    .await;
+    exact_through_lost_replies(
+        &exact,
+        &relay,
+        b"COMMIT",
+        3,
+        &["BRPOPLPUSH", "src", "dst", "0"],
+        "$1\r\nc\r\n",
+    )
+    .await;
+    exact_through_lost_replies(
+        &exact,
+        &relay,
+        b"COMMIT",
+        2,
+        &["BZPOPMIN", "z", "5"],
+        "*3\r\n$1\r\nz\r\n$3\r\none\r\n$1\r\n1\r\n",
+    )
+    .await;
+    exact_through_lost_replies(
+        &exact,
+        &relay,
+        b"COMMIT",
+        2,
+        &[
+            "XREADGROUP",
+            "GROUP",
+            "g",
+            "c",
+            "BLOCK",
+            "5000",
+            "STREAMS",
+            "s",
+            ">",
+        ],
+        "*1\r\n*2\r\n$1\r\ns\r\n*1\r\n*2\r\n$3\r\n5-1\r\n*2\r\n$1\r\nf\r\n$1\r\nv\r\n",
+    )
+    .await;
+    let mut conn = exact.connect().await;
+    let range = |key: &'static str| ["LRANGE", key, "0", "-1"];
+    assert_eq!(
+        text(&conn.command(&range("src")).await),
+        "*1\r\n$1\r\nb\r\n",
+        "the source lost exactly the two taken"
+    );
+    assert_eq!(
+        text(&conn.command(&range("dst")).await),
+        "*2\r\n$1\r\nc\r\n$1\r\na\r\n",
+        "BRPOPLPUSH pushes at the head"
+    );
+    assert_eq!(text(&conn.command(&["ZCARD", "z"]).await), ":1\r\n");
+    let pending = text(&conn.command(&["XPENDING", "s", "g"]).await);
+    assert!(pending.starts_with("*4\r\n:1\r\n"), "{pending}");
+    // Delivered once: nothing new for the group.
+    assert_eq!(
+        text(
+            &conn
+                .command(&["XREADGROUP", "GROUP", "g", "c", "STREAMS", "s", ">"])
+                .await
+        ),
+        "*-1\r\n"
+    );
+    exact.stop().await;
+}
+
 /// The token itself, on every backend kind: a second dispatch with the same token answers
 /// the first one's reply and applies nothing; another token applies again.
 #[tokio::test(flavor = "multi_thread")]

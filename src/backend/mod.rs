@@ -309,6 +309,14 @@ impl Backend {
         matches!(self, Backend::Redis(_))
     }
 
+    /// Whether a blocking command can carry exact mode's token here: a SQL backend records
+    /// what a pop took under it in the pop's own transaction, so the pop's wait tries again
+    /// after a lost reply and answers what was taken. A Redis server cannot (a blocking
+    /// command does not block inside a script), so there a lost reply stays in doubt.
+    pub fn blocks_exactly(&self) -> bool {
+        matches!(self, Backend::Sql(_))
+    }
+
     /// Whether [`Backend::dispatch_batch`] sends requests together: every backend does.
     pub fn pipelines(&self) -> bool {
         true

@@ -757,8 +757,15 @@ impl Conn {
             .replicas
             .filter(|_| namespace.backend.replicates());
         self.leave_other_backend(namespace).await;
+        // Exact mode: a pop that may take something carries a token where the backend can
+        // record what it took with it (`Backend::blocks_exactly`).
+        let token = (namespace.reply_mode == crate::config::ReplyMode::Exact
+            && command.writes()
+            && namespace.backend.blocks_exactly())
+        .then(|| crate::exec::new_token(self.id));
         let mut own = std::mem::take(&mut self.own);
         let mut link = OwnConn::to(self, Some(namespace), route);
+        link.token = token.as_deref().map(str::as_bytes);
         let result = own.alone(&mut link, command, replicas).await;
         self.own = own;
         drop(in_flight);
@@ -817,6 +824,7 @@ impl Conn {
         args: &[Bytes],
         blocking: bool,
         route: Option<&[u8]>,
+        token: Option<&[u8]>,
     ) -> Result<Frame, BackendError> {
         let proto = self.exec.proto;
         let pin = self.id;
@@ -831,6 +839,7 @@ impl Conn {
             },
             route,
             hold: namespace.policy.backoff.total_before_jitter(),
+            token: token.filter(|_| blocking),
             ..Request::new(args, proto, pin)
         };
         let blocked = &clients.blocked;
@@ -933,6 +942,8 @@ struct OwnConn<'a> {
     conn: &'a mut Conn,
     namespace: Option<&'a Arc<Namespace>>,
     route: Option<&'a [u8]>,
+    /// Exact mode's token for the blocking command sent alone on it.
+    token: Option<&'a [u8]>,
 }
 
 impl<'a> OwnConn<'a> {
@@ -945,6 +956,7 @@ impl<'a> OwnConn<'a> {
             conn,
             namespace,
             route,
+            token: None,
         }
     }
 }
@@ -954,7 +966,7 @@ impl OwnLink for OwnConn<'_> {
         match self.namespace {
             Some(namespace) => {
                 self.conn
-                    .send_dedicated(namespace, args, blocking, self.route)
+                    .send_dedicated(namespace, args, blocking, self.route, self.token)
                     .await
             }
             None => match &self.conn.dedicated {

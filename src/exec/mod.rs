@@ -193,6 +193,11 @@ fn token_of(instance: u64, n: u64, id: u64) -> String {
     format!("{instance:016x}:{n:016x}:{id}")
 }
 
+/// A new exact-mode token for client `id`'s request.
+pub fn new_token(id: u64) -> String {
+    token_of(instance(), next_token(), id)
+}
+
 /// The next of this process's exact-mode tokens (with [`instance`], unique).
 fn next_token() -> u64 {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -398,7 +403,7 @@ impl Session {
                 // random place in it (15 minutes of tokens outgrow SQLite's page cache, and
                 // scattered inserts read pages back: exact mode's DEL ran at half fast mode's
                 // rate). The client connection's id is there for whoever reads one.
-                let token = token_of(instance(), next_token(), self.id);
+                let token = new_token(self.id);
                 // With its token, every dispatch of the request may be repeated: the backend
                 // applies it once and answers the first application's reply.
                 let attempted = Attempted {

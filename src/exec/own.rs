@@ -5,6 +5,9 @@
 //!
 //! - A command sent alone (`BLPOP`, `XREAD … BLOCK`) is sent once: a failure after it was
 //!   handed over leaves a pop in doubt, a read not applied ([`bound_failure`]).
+//!   In exact mode a SQL backend's pop carries a token, and the backend's own wait tries
+//!   again after a lost reply and answers what was taken (`Backend::blocks_exactly`); what
+//!   reaches here is its failure once that is no longer possible.
 //! - `WATCH` applies nothing: its failure is never in doubt. A connection that fails (any
 //!   failure but the server's own error reply leaves its state unknown) is closed, and a
 //!   `WATCH` that stood on it is lost: the next `EXEC` answers nil and sends nothing, the

@@ -168,6 +168,39 @@ pub async fn attempt(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     }
 }
 
+/// What a blocking command's wait does when a try failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AfterFailure {
+    /// Try again after `blocking_poll`: the try took nothing, or exact mode's token will
+    /// answer what it took.
+    TryAgain,
+    /// Answer the failure.
+    Answer,
+}
+
+/// The rule for a failed try of class `class`, the database failing since `down` ago, the
+/// namespace holding requests for `hold`; `exact`: the command carries a token.
+///
+/// A try not attempted took nothing, so the wait goes on through an outage as any request
+/// is held. A try that may have taken something (its `COMMIT`'s reply lost) ends the wait in
+/// doubt, unless it carries a token: the pop and the token commit together, so the next try
+/// answers what the first took, or, finding no token, takes for the first time. Either way
+/// nothing is taken twice.
+pub fn after_failure(
+    class: crate::error::ErrorClass,
+    exact: bool,
+    down: Duration,
+    hold: Duration,
+) -> AfterFailure {
+    use crate::error::ErrorClass;
+    let held = down < hold;
+    match class {
+        ErrorClass::NotAttempted if held => AfterFailure::TryAgain,
+        ErrorClass::Transient if held && exact => AfterFailure::TryAgain,
+        _ => AfterFailure::Answer,
+    }
+}
+
 /// `[key, [element]]` (what `LMPOP` and `ZMPOP` answer) as `[key, element]` (`BLPOP`) or
 /// `[key, member, score]` (`BZPOPMIN`); nil stays nil.
 fn flatten(reply: Frame) -> Frame {
@@ -326,6 +359,30 @@ impl Drop for Waiter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_try_is_tried_again_only_when_that_takes_nothing_twice() {
+        use crate::error::ErrorClass::{NotAttempted, Other, Transient};
+        use AfterFailure::{Answer, TryAgain};
+        let s = Duration::from_secs;
+        let cases = [
+            (NotAttempted, false, s(1), s(5), TryAgain),
+            (NotAttempted, true, s(1), s(5), TryAgain),
+            (NotAttempted, false, s(5), s(5), Answer),
+            // A lost reply: in doubt, unless the token answers it.
+            (Transient, false, s(0), s(5), Answer),
+            (Transient, true, s(0), s(5), TryAgain),
+            (Transient, true, s(5), s(5), Answer),
+            (Other, true, s(0), s(5), Answer),
+        ];
+        for (class, exact, down, hold, want) in cases {
+            assert_eq!(
+                after_failure(class, exact, down, hold),
+                want,
+                "{class:?} exact={exact} down={down:?}"
+            );
+        }
+    }
 
     #[test]
     fn only_a_write_that_may_have_changed_something_wakes() {

@@ -773,7 +773,10 @@ async fn commit_outcomes(
 }
 
 /// The group with a savepoint per request; each looks for its own token (`apply_exact`),
-/// and one whose submitter gave up before its claim is not applied.
+/// and one whose submitter gave up before its claim is not applied. The optimistic pass's
+/// rollback released the key locks: a retry of a claimed request may have been applied by
+/// another writer since. Looking up every token here, first dispatches' too, under the locks
+/// taken again, finds it.
 async fn careful(
     inner: &Inner,
     group: &[Job],
@@ -1146,6 +1149,63 @@ mod tests {
                 assert_eq!(run(jobs).await, want, "{pass}: {what}");
             }
         }
+    }
+
+    /// The gap between the passes: the optimistic pass claimed a request and rolled back,
+    /// releasing its key locks, and before the careful pass takes them again a retry of the
+    /// same request (its token, sent again) is applied by another writer and commits. The
+    /// careful pass looks for the token under its locks (`apply_exact`: on PostgreSQL a
+    /// statement of its own, after the locks, so it sees that commit) and answers the
+    /// retry's reply, applying nothing. In the other order the retry finds the careful
+    /// pass's token. Either way the request is applied once.
+    #[tokio::test]
+    async fn a_retry_applied_between_the_two_passes_is_not_applied_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = sqlite(&dir).await;
+        let inner = &backend.inner;
+        let states = |state: u8| vec![Arc::new(AtomicU8::new(state))];
+        let progress = super::Progress::default();
+        let incr = |key: &str, again: bool| Job {
+            again,
+            ..job(&["INCR", key], Some(key), false)
+        };
+        // A group that commits keeps SQLite's one writer connection (`held`); the careful
+        // pass opens its own, so none is kept here.
+        let group = |jobs: Vec<Job>, state: u8| async move {
+            let states: Vec<Arc<AtomicU8>> = jobs
+                .iter()
+                .map(|_| Arc::new(AtomicU8::new(state)))
+                .collect();
+            let progress = super::Progress::default();
+            integers(
+                super::commit_group(
+                    inner,
+                    &jobs,
+                    &states,
+                    &mut super::Held::default(),
+                    &progress,
+                )
+                .await,
+            )
+        };
+        // The retry first, then the careful pass of the claimed first dispatch.
+        let retry = group(vec![incr("x", true)], TAKEN).await;
+        let careful = super::careful(inner, &[incr("x", false)], &states(CLAIMED), &progress).await;
+        assert_eq!((retry, integers(careful)), (vec![Some(1)], vec![Some(1)]));
+        // The careful pass first, then the retry.
+        let careful = super::careful(inner, &[incr("y", false)], &states(CLAIMED), &progress).await;
+        let retry = group(vec![incr("y", true)], TAKEN).await;
+        assert_eq!((integers(careful), retry), (vec![Some(1)], vec![Some(1)]));
+        // Applied once each: a plain INCR after them counts 2.
+        let after = group(
+            vec![
+                job(&["INCR", "x"], None, false),
+                job(&["INCR", "y"], None, false),
+            ],
+            TAKEN,
+        )
+        .await;
+        assert_eq!(after, vec![Some(2), Some(2)]);
     }
 
     fn job(args: &[&str], token: Option<&str>, batch: bool) -> Job {

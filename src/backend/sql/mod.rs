@@ -1298,7 +1298,9 @@ impl SqlDedicated {
             None if name.as_slice() == b"EXEC" => Err(BackendError::reply(Bytes::from_static(
                 b"ERR EXEC without MULTI",
             ))),
-            None if blocking::waits(request.args) => self.block(request.args, request.hold).await,
+            None if blocking::waits(request.args) => {
+                self.block(request.args, request.hold, request.token).await
+            }
             None => self.once(request.args).await,
         }
     }
@@ -1406,10 +1408,16 @@ impl SqlDedicated {
 
     /// A blocking command: tried, and tried again whenever one of its keys may have
     /// something, until it takes something or its timeout passes (then nil, as Redis).
-    /// While the database cannot be reached (a try NotAttempted: it took nothing) it keeps
-    /// trying every `blocking_poll`, for up to `hold`, as any command is held through an
-    /// outage; a try that may have taken something (Transient) ends it with the error.
-    async fn block(&self, args: &[Bytes], hold: Duration) -> Result<Frame, BackendError> {
+    /// A failed try is tried again or answered by [`blocking::after_failure`]: through an
+    /// outage for up to `hold`; after a lost reply only with exact mode's `token`, which
+    /// every try carries (recorded only by the one that takes something), so the try after
+    /// it answers what was taken, even past the command's own timeout.
+    async fn block(
+        &self,
+        args: &[Bytes],
+        hold: Duration,
+        token: Option<&[u8]>,
+    ) -> Result<Frame, BackendError> {
         let until = match blocking::timeout(args) {
             Ok(limit) => limit.map(|d| tokio::time::Instant::now() + d),
             // One attempt answers the error Redis answers first (BLMOVE's sides come
@@ -1429,29 +1437,59 @@ impl SqlDedicated {
         // wakes it.
         let waiter = self.inner.wakers.wait_on(blocking::keys(args));
         let mut down_since = None;
+        // The failure of a try that may have taken something: the next try must look for
+        // its token, and must come; none that follows can make it less in doubt.
+        let mut owed: Option<BackendError> = None;
         loop {
-            match self.once(args).await {
-                Ok(Frame::Null) => down_since = None,
-                Ok(reply) => return Ok(reply),
-                Err(e) if crate::error::classify(&e) == crate::error::ErrorClass::NotAttempted => {
-                    let since = *down_since.get_or_insert_with(tokio::time::Instant::now);
-                    if since.elapsed() >= hold {
-                        return Err(e);
-                    }
-                    let next = tokio::time::Instant::now() + self.inner.wakers.poll();
-                    match until {
-                        Some(until) if until <= next => {
-                            tokio::time::sleep_until(until).await;
-                            return Ok(Frame::Null);
-                        }
-                        _ => tokio::time::sleep_until(next).await,
+            let tried = self
+                .inner
+                .run(
+                    &[args],
+                    self.proto,
+                    self.acquire_timeout,
+                    false,
+                    token.map(|id| Token {
+                        id,
+                        again: owed.is_some(),
+                    }),
+                )
+                .await
+                .and_then(|mut replies| {
+                    BackendError::check_reply(replies.pop().unwrap_or(Frame::Null))
+                });
+            let e = match tried {
+                // Found nothing: neither now nor under its token.
+                Ok(Frame::Null) => {
+                    down_since = None;
+                    owed = None;
+                    if !waiter.wait(until).await {
+                        return Ok(Frame::Null);
                     }
                     continue;
                 }
-                Err(e) => return Err(e),
+                Ok(reply) => return Ok(reply),
+                Err(e) => e,
+            };
+            let class = crate::error::classify(&e);
+            let since = *down_since.get_or_insert_with(tokio::time::Instant::now);
+            let next = blocking::after_failure(class, token.is_some(), since.elapsed(), hold);
+            match (class, next) {
+                (crate::error::ErrorClass::Transient, blocking::AfterFailure::TryAgain) => {
+                    owed = Some(e)
+                }
+                (_, blocking::AfterFailure::TryAgain) => {}
+                // Not attempted: an earlier try's doubt stands. An error reply: the try ran,
+                // looked for the token and found none, so it is the answer.
+                (crate::error::ErrorClass::NotAttempted, _) => return Err(owed.unwrap_or(e)),
+                _ => return Err(e),
             }
-            if !waiter.wait(until).await {
-                return Ok(Frame::Null);
+            let next = tokio::time::Instant::now() + self.inner.wakers.poll();
+            match until {
+                Some(until) if until <= next && owed.is_none() => {
+                    tokio::time::sleep_until(until).await;
+                    return Ok(Frame::Null);
+                }
+                _ => tokio::time::sleep_until(next).await,
             }
         }
     }

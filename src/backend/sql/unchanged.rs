@@ -48,9 +48,13 @@ pub fn changed_nothing(args: &[Bytes], reply: &Frame) -> bool {
         ),
         // `SET … NX` or `XX` refused. With `GET` the nil is the old value of a key that was
         // absent, and the write was made.
+        // A blocking pop, or a group read, that found nothing took nothing (every try of a
+        // blocking command carries its token until one takes something).
         Frame::Null => {
-            name.as_slice() == b"SET"
-                && !args.iter().skip(3).any(|a| a.eq_ignore_ascii_case(b"GET"))
+            (name.as_slice() == b"SET"
+                && !args.iter().skip(3).any(|a| a.eq_ignore_ascii_case(b"GET")))
+                || super::blocking::is_blocking(&name)
+                || name.as_slice() == b"XREADGROUP"
         }
         _ => false,
     }
@@ -107,6 +111,19 @@ mod tests {
             (&["SET", "k", "v", "NX", "GET"], bulk("old"), false),
             // Only the commands listed: a nil from any other is not taken to say so.
             (&["GETDEL", "k"], Frame::Null, false),
+            // A blocking pop or group read that timed out took nothing.
+            (
+                &["BLMOVE", "a", "b", "LEFT", "RIGHT", "0"],
+                Frame::Null,
+                true,
+            ),
+            (&["bzpopmin", "z", "1"], Frame::Null, true),
+            (
+                &["XREADGROUP", "GROUP", "g", "c", "STREAMS", "s", ">"],
+                Frame::Null,
+                true,
+            ),
+            (&["BLPOP", "l", "0"], bulk("x"), false),
             (&["LPOP", "l"], Frame::Null, false),
             (&[], int(0), false),
         ];
