@@ -65,6 +65,7 @@ pub const LIMIT_NAMES: &[&str] = &[
     "max_queued_commands",
     "max_pubsub_backlog",
     "pubsub_lost",
+    "pubsub_gap",
     "idle_timeout",
     "tls_handshake",
     "inline",

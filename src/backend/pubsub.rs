@@ -136,11 +136,11 @@ impl Feed {
     }
 
     /// Unsubscribes from `names`, returning once the backend released them (a Redis server
-    /// answered; in process, at once).
+    /// answered; on PostgreSQL the registry changed; on SQLite at once).
     pub async fn unsubscribe(&self, kind: Kind, names: &[Bytes]) {
         match self {
             Feed::Redis(feed) => feed.unsubscribe(kind, names).await,
-            Feed::Local(ticket) => ticket.unsubscribe(kind, names),
+            Feed::Local(ticket) => ticket.unsubscribe(kind, names).await,
         }
     }
 }

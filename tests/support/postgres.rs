@@ -481,6 +481,31 @@ impl PgServer {
         }
     }
 
+    /// Kills the server as a crash would: SIGKILL to the postmaster and to every process it
+    /// forked, by PID, then waits until they are gone. [`start_again`] brings it back.
+    ///
+    /// [`start_again`]: PgServer::start_again
+    pub fn crash(&mut self) {
+        let Some(pid) = self.pid() else {
+            return;
+        };
+        let forked = children(pid);
+        signal("-KILL", &[pid]);
+        signal("-KILL", &forked);
+        if let Some(mut child) = self.child.take() {
+            let _ = child.wait();
+        }
+        self.postmaster_pid = None;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while forked
+            .iter()
+            .any(|&p| matches!(proc_stat(p), Some((state, _)) if state != 'Z'))
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// `stop_immediate`, sleep `pause` (the outage), `start_again`.
     pub fn restart_after(&mut self, pause: Duration) {
         self.stop_immediate();

@@ -1,17 +1,30 @@
 //! Pub/Sub on a SQL backend: holdfast is the server. Subscribers register with the backend's
-//! broker ([`Ticket`]); a committed `PUBLISH` is delivered to every matching subscriber of
-//! this process, and the reply counts them, as Redis counts its clients.
+//! broker ([`Ticket`]); a committed `PUBLISH` is delivered to every matching subscriber, and
+//! the reply counts the subscribers it will reach, as Redis counts its clients.
+//!
+//! On SQLite the subscribers are this process's, delivered to when the transaction commits.
 //!
 //! On PostgreSQL a `PUBLISH` is a `NOTIFY` inside the command's transaction (so a `PUBLISH`
 //! in a `MULTI` that never commits sends nothing, and exact mode's token makes a retried one
-//! send once), and one `LISTEN` connection per holdfast, opened at the first subscription,
+//! send once), and one `LISTEN` session per holdfast, opened at the first subscription,
 //! hears every holdfast's: deliveries to this process's subscribers come from it, so they
-//! arrive in commit order. The reply counts the subscribers of this holdfast only (as a
-//! Redis Cluster node counts its own). NOTIFY carries text of under 8000 bytes: a channel and
-//! message are sent base64-encoded, so together they may have at most [`MAX_NOTIFY_BYTES`];
-//! a longer one is refused before anything is sent. A message published while the `LISTEN`
-//! connection is down (the server restarting) is not heard by this holdfast's subscribers,
-//! as a Redis subscriber misses what is published while it reconnects.
+//! arrive in commit order. NOTIFY carries text of under 8000 bytes: a channel and message
+//! are sent base64-encoded, so together they may have at most [`MAX_NOTIFY_BYTES`]; a longer
+//! one is refused before anything is sent.
+//!
+//! **The count is the database's.** Each `LISTEN` session holds an advisory lock of its own
+//! for its life and writes, in table `hf_pubsub`, one row per name its holdfast's subscribers
+//! hold (with how many hold it) under that lock's key. A `PUBLISH` counts, in its own
+//! transaction, the rows of sessions whose lock is held now (`pg_locks`): the subscribers of
+//! every holdfast on the database that are listening, and none of a session that ended (a
+//! crashed holdfast, a restarted server), whose `NOTIFY`s nobody hears. A `SUBSCRIBE` is
+//! confirmed once its rows are written, an `UNSUBSCRIBE` once they are changed.
+//!
+//! **A gap closes the subscriber.** What is committed while a `LISTEN` session is down is
+//! heard by nobody. When this holdfast's session ends, every client subscribed through it is
+//! closed (`holdfast_limits_total{limit="pubsub_gap"}`): its library connects and subscribes
+//! again, and knows it may have missed messages, as a Redis subscriber does when its own
+//! connection drops. None is left open over a gap.
 
 use super::args::glob;
 use crate::backend::pubsub::{Delivery, Kind, Outbox};
@@ -25,7 +38,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
 /// The PostgreSQL channel every holdfast of a database listens on.
 pub const PG_CHANNEL: &str = "holdfast_pubsub";
@@ -52,17 +65,45 @@ impl Sub {
     }
 }
 
+/// A name of one kind, as the registry keeps it.
+type Name = (Kind, Bytes);
+
 #[derive(Default)]
 struct State {
     next: u64,
     subs: HashMap<u64, Sub>,
+    /// How many subscribers hold each name: the registry rows this holdfast wants.
+    totals: HashMap<Name, i64>,
+    /// Names whose total changed since the registry was last written.
+    dirty: HashSet<Name>,
+    /// Counts changes of `totals`: a change is in the registry once `Listen::synced`
+    /// reaches its number.
+    changes: u64,
 }
 
-/// PostgreSQL's `LISTEN` side: the hosts to try, and whether it is listening now.
+impl State {
+    /// `by` more (or fewer) subscribers hold `name`.
+    fn add(&mut self, kind: Kind, name: &Bytes, by: i64) {
+        let key = (kind, name.clone());
+        let total = self.totals.entry(key.clone()).or_insert(0);
+        *total += by;
+        if *total <= 0 {
+            self.totals.remove(&key);
+        }
+        self.dirty.insert(key);
+        self.changes += 1;
+    }
+}
+
+/// PostgreSQL's `LISTEN` side: the hosts to try, and how far the registry is written.
 struct Listen {
     urls: Vec<String>,
     started: AtomicBool,
-    up: watch::Sender<bool>,
+    /// The last change of `State::totals` written to the registry by the session listening
+    /// now; None while no session is listening.
+    synced: watch::Sender<Option<u64>>,
+    /// Wakes the listening task: the totals changed.
+    changed: Arc<Notify>,
 }
 
 /// The subscribers of one SQL backend in this process.
@@ -79,7 +120,8 @@ impl Broker {
         let listen = (!urls.is_empty()).then(|| Listen {
             urls,
             started: AtomicBool::new(false),
-            up: watch::channel(false).0,
+            synced: watch::channel(None).0,
+            changed: Arc::new(Notify::new()),
         });
         Arc::new(Broker {
             name: name.into(),
@@ -119,9 +161,9 @@ impl Broker {
         self.reach(shard, channel, Some(payload))
     }
 
-    /// How many of this process's subscribers a message to `channel` reaches (PostgreSQL's
-    /// `PUBLISH` reply: the deliveries come through `LISTEN`).
-    pub fn count(&self, shard: bool, channel: &Bytes) -> i64 {
+    /// How many of this process's subscribers a message to `channel` reaches.
+    #[cfg(test)]
+    fn count(&self, shard: bool, channel: &Bytes) -> i64 {
         self.reach(shard, channel, None)
     }
 
@@ -161,11 +203,15 @@ impl Broker {
         count
     }
 
-    /// The reply to a committed `PUBLISH`/`SPUBLISH` (`command`, answered `reply` in its
-    /// transaction): the subscribers of this process it reaches, delivered to them here on
-    /// SQLite (PostgreSQL's come through `LISTEN`). None for any other command, or a
-    /// `PUBLISH` answered with an error (nothing was sent).
+    /// The reply to a committed `PUBLISH`/`SPUBLISH` on SQLite (`command`, answered `reply`
+    /// in its transaction): delivered to this process's subscribers now, and counting them.
+    /// None for any other command, a `PUBLISH` answered with an error (nothing was sent), or
+    /// on PostgreSQL, whose reply was counted in the transaction ([`registered`]) and whose
+    /// deliveries come through `LISTEN`.
     pub fn published(&self, command: &[Bytes], reply: &Frame) -> Option<i64> {
+        if self.notifies() {
+            return None;
+        }
         let name = command.first()?;
         let shard = if name.eq_ignore_ascii_case(b"SPUBLISH") {
             true
@@ -178,11 +224,7 @@ impl Broker {
             return None;
         }
         let (channel, payload) = (command.get(1)?, command.get(2)?);
-        Some(if self.notifies() {
-            self.count(shard, channel)
-        } else {
-            self.deliver(shard, channel, payload)
-        })
+        Some(self.deliver(shard, channel, payload))
     }
 
     /// Whether `PUBLISH` goes through `NOTIFY`.
@@ -265,8 +307,13 @@ impl Broker {
         }
     }
 
-    /// Starts listening (PostgreSQL) if not yet, and waits up to `timeout` for it.
-    async fn listening(self: &Arc<Self>, timeout: Duration) -> Result<(), BackendError> {
+    /// Starts listening (PostgreSQL) if not yet, and waits up to `timeout` for a session
+    /// that listens and has written the registry up to change `change`.
+    async fn listening(
+        self: &Arc<Self>,
+        change: u64,
+        timeout: Duration,
+    ) -> Result<(), BackendError> {
         let Some(listen) = &self.listen else {
             return Ok(());
         };
@@ -277,9 +324,15 @@ impl Broker {
                 tokio::spawn(listen_loop(Arc::downgrade(self)));
             }
         }
-        let mut up = listen.up.subscribe();
-        let listening = async move { up.wait_for(|up| *up).await.is_ok() };
-        match tokio::time::timeout(timeout, listening).await {
+        listen.changed.notify_one();
+        let mut synced = listen.synced.subscribe();
+        let written = async move {
+            synced
+                .wait_for(|s| s.is_some_and(|n| n >= change))
+                .await
+                .is_ok()
+        };
+        match tokio::time::timeout(timeout, written).await {
             Ok(true) => Ok(()),
             _ => Err(BackendError::Sql {
                 stage: super::SqlStage::Connect,
@@ -287,6 +340,83 @@ impl Broker {
             }),
         }
     }
+
+    /// The session ended: every client subscribed may have missed a message, and is closed.
+    fn gap(&self) {
+        let state = self.state();
+        for sub in state.subs.values() {
+            let subscribed =
+                !(sub.channels.is_empty() && sub.patterns.is_empty() && sub.shards.is_empty());
+            if subscribed {
+                sub.outbox.lose("pubsub_gap");
+            }
+        }
+        if let Some(listen) = &self.listen {
+            listen.synced.send_replace(None);
+        }
+    }
+
+    /// The registry rows to write: every name (a new session), or those changed since the
+    /// last write; with the number of the last change they hold.
+    fn changes(&self, every: bool) -> (u64, Vec<(Name, i64)>) {
+        let mut state = self.state();
+        let names: Vec<Name> = if every {
+            state.dirty.clear();
+            state.totals.keys().cloned().collect()
+        } else {
+            state.dirty.drain().collect()
+        };
+        let rows = names
+            .into_iter()
+            .map(|name| {
+                let total = state.totals.get(&name).copied().unwrap_or(0);
+                (name, total)
+            })
+            .collect();
+        (state.changes, rows)
+    }
+}
+
+/// The advisory-lock class of `LISTEN` sessions (`hfPS`): a session holds the lock
+/// `(LOCK_CLASS, its key)` for its life, and its registry rows carry the key.
+const LOCK_CLASS: i32 = 0x6866_5053;
+
+/// The keys of the `LISTEN` sessions alive now: those whose lock is held (`pg_locks` shows
+/// a two-integer advisory lock with `objsubid` 2).
+const LIVE: &str = "SELECT objid::bigint FROM pg_locks WHERE locktype = 'advisory' \
+                    AND classid = 1751535699 AND objsubid = 2 AND granted";
+
+/// A `PUBLISH`'s reply on PostgreSQL, counted in its transaction: the subscriptions of every
+/// listening session that a message to `channel` matches (a client matching by two patterns
+/// counts twice, as in Redis).
+///
+/// # Errors
+/// The database's.
+pub async fn registered(
+    conn: &mut sqlx::AnyConnection,
+    shard: bool,
+    channel: &[u8],
+) -> Result<i64, sqlx::Error> {
+    let (kind, patterns) = if shard {
+        (Kind::Shard.index() as i64, -1)
+    } else {
+        (Kind::Channel.index() as i64, Kind::Pattern.index() as i64)
+    };
+    let sql = format!(
+        "SELECT kind, name, clients FROM hf_pubsub \
+         WHERE ((kind = $1 AND name = $2) OR kind = $3) AND listener IN ({LIVE})"
+    );
+    let rows: Vec<(i64, Vec<u8>, i64)> = sqlx::query_as(&sql)
+        .bind(kind)
+        .bind(channel.to_vec())
+        .bind(patterns)
+        .fetch_all(conn)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .filter(|(k, name, _)| *k == kind || glob(name, channel))
+        .map(|(_, _, clients)| clients)
+        .sum())
 }
 
 /// `NOTIFY`'s payload for a message: `m` or `s` (shard), the channel and the message, each
@@ -343,23 +473,122 @@ fn idle(broker: &Weak<Broker>) -> bool {
         return false;
     }
     listen.started.store(false, Ordering::Release);
-    listen.up.send_replace(false);
+    listen.synced.send_replace(None);
     drop(state);
     true
 }
 
-fn set_up(broker: &Weak<Broker>, up: bool) {
-    if let Some(b) = broker.upgrade() {
-        if let Some(listen) = &b.listen {
-            listen.up.send_replace(up);
-        }
-    }
+/// One `LISTEN` session: its connection, the key of its lock, and its server process.
+struct Session {
+    listener: sqlx::postgres::PgListener,
+    key: i64,
+    pid: i32,
 }
 
-/// Listens on the first host that accepts `LISTEN` (the primary), delivering what it hears,
-/// and listens again when the connection ends or stops answering, for as long as this
+/// Opens a session at `url`: listening first, then its lock taken, so a row under its key
+/// always names a session that hears. `previous`, this holdfast's last session, is ended on
+/// the server if it is still there (left because it stopped answering): its rows would count
+/// subscribers nobody delivers to. Rows of sessions that ended are removed.
+async fn open_session(url: &str, previous: Option<(i64, i32)>) -> Result<Session, sqlx::Error> {
+    let mut listener = sqlx::postgres::PgListener::connect(url).await?;
+    listener.listen(PG_CHANNEL).await?;
+    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut listener)
+        .await?;
+    let key = loop {
+        let key = i64::from(rand::random::<u32>() >> 1);
+        let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1, $2)")
+            .bind(LOCK_CLASS)
+            .bind(key as i32)
+            .fetch_one(&mut listener)
+            .await?;
+        if locked {
+            break key;
+        }
+    };
+    if let Some((old, old_pid)) = previous {
+        let _ = sqlx::query(
+            "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' \
+             AND classid = 1751535699 AND objsubid = 2 AND objid = $1::bigint::oid AND pid = $2",
+        )
+        .bind(old)
+        .bind(old_pid)
+        .execute(&mut listener)
+        .await;
+    }
+    sqlx::query(&format!(
+        "DELETE FROM hf_pubsub WHERE listener NOT IN ({LIVE})"
+    ))
+    .execute(&mut listener)
+    .await?;
+    Ok(Session { listener, key, pid })
+}
+
+/// Writes `rows` (a name and how many subscribers hold it; 0: none any more) under the
+/// session's key.
+async fn write(session: &mut Session, rows: &[(Name, i64)]) -> Result<(), sqlx::Error> {
+    let (held, released): (Vec<_>, Vec<_>) = rows.iter().partition(|(_, total)| *total > 0);
+    if !held.is_empty() {
+        let kinds: Vec<i64> = held.iter().map(|((k, _), _)| k.index() as i64).collect();
+        let names: Vec<Vec<u8>> = held.iter().map(|((_, n), _)| n.to_vec()).collect();
+        let totals: Vec<i64> = held.iter().map(|(_, t)| *t).collect();
+        sqlx::query(
+            "INSERT INTO hf_pubsub (listener, kind, name, clients) \
+             SELECT $1, k, n, c FROM UNNEST($2::bigint[], $3::bytea[], $4::bigint[]) AS t(k, n, c) \
+             ON CONFLICT (listener, kind, name) DO UPDATE SET clients = excluded.clients",
+        )
+        .bind(session.key)
+        .bind(kinds)
+        .bind(names)
+        .bind(totals)
+        .execute(&mut session.listener)
+        .await?;
+    }
+    if !released.is_empty() {
+        let kinds: Vec<i64> = released
+            .iter()
+            .map(|((k, _), _)| k.index() as i64)
+            .collect();
+        let names: Vec<Vec<u8>> = released.iter().map(|((_, n), _)| n.to_vec()).collect();
+        sqlx::query(
+            "DELETE FROM hf_pubsub h USING UNNEST($2::bigint[], $3::bytea[]) AS t(k, n) \
+             WHERE h.listener = $1 AND h.kind = t.k AND h.name = t.n",
+        )
+        .bind(session.key)
+        .bind(kinds)
+        .bind(names)
+        .execute(&mut session.listener)
+        .await?;
+    }
+    Ok(())
+}
+
+/// Brings the registry in line with the subscribers (`every` name: a new session), and says
+/// how far it is written. False when the session failed.
+async fn sync(broker: &Weak<Broker>, session: &mut Session, every: bool) -> bool {
+    let Some(b) = broker.upgrade() else {
+        return false;
+    };
+    let (change, rows) = b.changes(every);
+    drop(b);
+    let written = tokio::time::timeout(LISTEN_PROBE, write(session, &rows)).await;
+    if !matches!(written, Ok(Ok(()))) {
+        return false;
+    }
+    if let Some(b) = broker.upgrade() {
+        if let Some(listen) = &b.listen {
+            listen.synced.send_replace(Some(change));
+        }
+    }
+    true
+}
+
+/// Listens on the first host that accepts `LISTEN` (the primary), keeping the registry in
+/// line and delivering what it hears; when the session ends or stops answering, closes the
+/// clients subscribed through it (`Broker::gap`) and listens again, for as long as this
 /// process has a subscriber.
 async fn listen_loop(broker: Weak<Broker>) {
+    let mut previous = None;
     loop {
         if idle(&broker) {
             return;
@@ -371,49 +600,64 @@ async fn listen_loop(broker: Weak<Broker>) {
             return;
         };
         let urls = listen.urls.clone();
+        let changed = listen.changed.clone();
         let name = strong.name.clone();
         drop(strong);
-        let mut listener = None;
+        let mut session = None;
         for url in &urls {
-            let open = async {
-                let mut l = sqlx::postgres::PgListener::connect(url).await?;
-                l.listen(PG_CHANNEL).await?;
-                Ok::<_, sqlx::Error>(l)
-            };
-            if let Ok(Ok(l)) = tokio::time::timeout(LISTEN_PROBE, open).await {
-                listener = Some(l);
+            if let Ok(Ok(s)) = tokio::time::timeout(LISTEN_PROBE, open_session(url, previous)).await
+            {
+                session = Some(s);
                 break;
             }
         }
-        let Some(mut listener) = listener else {
+        let Some(mut session) = session else {
             tokio::time::sleep(Duration::from_millis(200)).await;
             continue;
         };
-        set_up(&broker, true);
-        // Until the connection ends: what is published until it is back is not heard.
+        previous = Some((session.key, session.pid));
+        // No client is confirmed on this session before every name is written.
+        if !sync(&broker, &mut session, true).await {
+            continue;
+        }
         loop {
-            match tokio::time::timeout(LISTEN_CHECK, listener.try_recv()).await {
-                Ok(Ok(Some(note))) => {
-                    let Some(b) = broker.upgrade() else { return };
-                    if let Some((shard, channel, payload)) = decode(note.payload()) {
-                        b.deliver(shard, &channel, &payload);
-                    }
-                }
-                Ok(_) => break,
-                Err(_) => {
-                    if idle(&broker) {
-                        return;
-                    }
-                    let probe = sqlx::query("SELECT 1").execute(&mut listener);
-                    if !matches!(tokio::time::timeout(LISTEN_PROBE, probe).await, Ok(Ok(_))) {
+            tokio::select! {
+                biased;
+                () = changed.notified() => {
+                    if !sync(&broker, &mut session, false).await {
                         break;
                     }
                 }
+                heard = tokio::time::timeout(LISTEN_CHECK, session.listener.try_recv()) => match heard {
+                    Ok(Ok(Some(note))) => {
+                        let Some(b) = broker.upgrade() else { return };
+                        if let Some((shard, channel, payload)) = decode(note.payload()) {
+                            b.deliver(shard, &channel, &payload);
+                        }
+                    }
+                    Ok(_) => break,
+                    Err(_) => {
+                        if idle(&broker) {
+                            let bye = sqlx::query("DELETE FROM hf_pubsub WHERE listener = $1")
+                                .bind(session.key)
+                                .execute(&mut session.listener);
+                            let _ = tokio::time::timeout(LISTEN_PROBE, bye).await;
+                            return;
+                        }
+                        let probe = sqlx::query("SELECT 1").execute(&mut session.listener);
+                        if !matches!(tokio::time::timeout(LISTEN_PROBE, probe).await, Ok(Ok(_))) {
+                            break;
+                        }
+                    }
+                },
             }
         }
-        tracing::warn!(backend = %name, "the LISTEN connection ended; listening again");
+        // What was committed from here until a session listens again is heard by nobody.
+        tracing::warn!(backend = %name, "the LISTEN connection ended: its subscribers are closed, and it listens again");
         m::pubsub_resubscribe(&name);
-        set_up(&broker, false);
+        if let Some(b) = broker.upgrade() {
+            b.gap();
+        }
     }
 }
 
@@ -424,7 +668,7 @@ pub struct Ticket {
 }
 
 impl Ticket {
-    /// Adds `names`; on PostgreSQL, returns once this holdfast is listening.
+    /// Adds `names`; on PostgreSQL, returns once a session listens with them registered.
     ///
     /// # Errors
     /// [`BackendError::Sql`] when PostgreSQL accepted no `LISTEN` within `timeout`.
@@ -434,30 +678,74 @@ impl Ticket {
         names: &[Bytes],
         timeout: Duration,
     ) -> Result<(), BackendError> {
-        {
+        let change = {
             let mut state = self.broker.state();
-            if let Some(sub) = state.subs.get_mut(&self.id) {
-                sub.names(kind).extend(names.iter().cloned());
+            let added: Vec<Bytes> = match state.subs.get_mut(&self.id) {
+                Some(sub) => names
+                    .iter()
+                    .filter(|name| sub.names(kind).insert((*name).clone()))
+                    .cloned()
+                    .collect(),
+                None => Vec::new(),
+            };
+            for name in &added {
+                state.add(kind, name, 1);
             }
-        }
-        self.broker.listening(timeout).await
+            state.changes
+        };
+        self.broker.listening(change, timeout).await
     }
 
-    /// Removes `names`.
-    pub fn unsubscribe(&self, kind: Kind, names: &[Bytes]) {
-        let mut state = self.broker.state();
-        if let Some(sub) = state.subs.get_mut(&self.id) {
-            let set = sub.names(kind);
-            for name in names {
-                set.remove(name);
+    /// Removes `names`; on PostgreSQL, returns once the registry says so (a `PUBLISH` after
+    /// it does not count them), or at once when no session listens (none counts them).
+    pub async fn unsubscribe(&self, kind: Kind, names: &[Bytes]) {
+        let change = {
+            let mut state = self.broker.state();
+            let removed: Vec<Bytes> = match state.subs.get_mut(&self.id) {
+                Some(sub) => names
+                    .iter()
+                    .filter(|name| sub.names(kind).remove(*name))
+                    .cloned()
+                    .collect(),
+                None => Vec::new(),
+            };
+            for name in &removed {
+                state.add(kind, name, -1);
             }
+            state.changes
+        };
+        if let Some(listen) = &self.broker.listen {
+            listen.changed.notify_one();
+            let mut synced = listen.synced.subscribe();
+            let released = synced.wait_for(|s| s.map_or(true, |n| n >= change));
+            let _ = tokio::time::timeout(LISTEN_PROBE, released).await;
         }
     }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        self.broker.state().subs.remove(&self.id);
+        let mut state = self.broker.state();
+        if let Some(sub) = state.subs.remove(&self.id) {
+            for kind in Kind::ALL {
+                for name in sub_names(&sub, kind) {
+                    state.add(kind, &name, -1);
+                }
+            }
+        }
+        drop(state);
+        if let Some(listen) = &self.broker.listen {
+            listen.changed.notify_one();
+        }
+    }
+}
+
+/// A subscriber's names of `kind`.
+fn sub_names(sub: &Sub, kind: Kind) -> Vec<Bytes> {
+    match kind {
+        Kind::Channel => sub.channels.iter().cloned().collect(),
+        Kind::Pattern => sub.patterns.iter().cloned().collect(),
+        Kind::Shard => sub.shards.iter().cloned().collect(),
     }
 }
 
@@ -490,8 +778,8 @@ mod tests {
         assert_eq!(decode("mnot base64:"), None);
     }
 
-    #[test]
-    fn a_publish_counts_each_matching_subscription_as_redis_does() {
+    #[tokio::test]
+    async fn a_publish_counts_each_matching_subscription_as_redis_does() {
         let broker = Broker::new("t", Vec::new());
         let (outbox, mut rx) = Outbox::new(16, Arc::new(|_| {}));
         let ticket = broker.join(outbox);
@@ -518,7 +806,9 @@ mod tests {
         assert_eq!(kinds.len(), 4);
         assert_eq!(kinds[0], (Kind::Channel, None));
         assert_eq!(kinds[3], (Kind::Shard, None));
-        ticket.unsubscribe(Kind::Pattern, &names(&["n*", "*s"]));
+        ticket
+            .unsubscribe(Kind::Pattern, &names(&["n*", "*s"]))
+            .await;
         assert_eq!(broker.count(false, &news), 1);
         drop(ticket);
         assert_eq!(broker.count(false, &news), 0);

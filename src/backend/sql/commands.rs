@@ -269,13 +269,15 @@ pub async fn run(ctx: &mut Ctx<'_>, a: &[Bytes], allow_flush: bool) -> Out {
     }
 }
 
-/// `PUBLISH channel message`: on PostgreSQL a `NOTIFY`, sent if the transaction commits.
-/// The reply is a placeholder: the backend counts the subscribers once it has committed
-/// (`SqlBackend::run`), and on SQLite delivers to them then.
+/// `PUBLISH channel message`: on PostgreSQL a `NOTIFY`, sent if the transaction commits,
+/// answered with the subscribers the registry counts now (`broker::registered`). On SQLite
+/// the reply is a placeholder: the backend delivers and counts once it has committed
+/// (`SqlBackend::run`).
 async fn publish(ctx: &mut Ctx<'_>, a: &[Bytes], shard: bool) -> Out {
     let (Some(channel), Some(message)) = (a.get(1), a.get(2)) else {
         return fail(SYNTAX);
     };
+    let mut count = 0;
     if ctx.dialect == Dialect::Postgres {
         let text = match super::broker::encode(shard, channel, message) {
             Ok(text) => text,
@@ -287,9 +289,10 @@ async fn publish(ctx: &mut Ctx<'_>, a: &[Bytes], shard: bool) -> Out {
                 .bind(text),
         )
         .await?;
+        count = super::broker::registered(&mut *ctx.conn, shard, channel).await?;
     }
     Ok(Frame::Number {
-        data: 0,
+        data: count,
         attributes: None,
     })
 }

@@ -8,7 +8,8 @@ use super::store::Dialect;
 use sqlx::{AnyConnection, Executor};
 
 /// Migration `n` is `SQLITE[n - 1]` / `POSTGRES[n - 1]`: 1 the data model, 2 exact mode's
-/// recorded replies, 3 the versions of watched keys (`WATCH`), 4 stream consumer groups.
+/// recorded replies, 3 the versions of watched keys (`WATCH`), 4 stream consumer groups;
+/// PostgreSQL's 5 the registry of Pub/Sub subscriptions (`broker.rs`).
 const SQLITE: &[&str] = &[
     "
 CREATE TABLE hf_keys (
@@ -182,6 +183,16 @@ CREATE TABLE hf_xpel (
     PRIMARY KEY (key, grp, ms, seq)
 );
 CREATE INDEX hf_xpel_by_consumer ON hf_xpel (key, grp, consumer, ms, seq);
+",
+    "
+CREATE TABLE hf_pubsub (
+    listener BIGINT NOT NULL,
+    kind BIGINT NOT NULL,
+    name BYTEA NOT NULL,
+    clients BIGINT NOT NULL,
+    PRIMARY KEY (listener, kind, name)
+);
+CREATE INDEX hf_pubsub_by_name ON hf_pubsub (kind, name);
 ",
 ];
 
