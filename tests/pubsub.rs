@@ -162,6 +162,15 @@ async fn pubsub_answers_as_redis_does_on_postgres_and_across_two_holdfasts() {
     on_a.command(&["SUBSCRIBE", "orders"]).await;
     on_b.command(&["PSUBSCRIBE", "ord*"]).await;
     let mut publisher = b.connect().await;
+    // `PUBSUB` counts both holdfasts' subscribers too, as the PUBLISH replies do.
+    assert_eq!(
+        text(&publisher.command(&["PUBSUB", "NUMSUB", "orders"]).await),
+        "*2\r\n$6\r\norders\r\n:1\r\n"
+    );
+    assert_eq!(
+        text(&publisher.command(&["PUBSUB", "NUMPAT"]).await),
+        ":1\r\n"
+    );
     for i in 0..20 {
         let reply = publisher
             .command(&["PUBLISH", "orders", &format!("m{i}")])
@@ -987,4 +996,124 @@ async fn a_publish_counts_only_subscribers_of_holdfasts_still_listening() {
         sleep(Duration::from_millis(100)).await;
     }
     a.stop().await;
+}
+
+/// Holdfasts sharing one SQLite file hear each other: a `PUBLISH` through either reaches the
+/// subscribers of both, in the order published, and counts them all. A holdfast process
+/// stopped past its heartbeat closes its subscribers when it runs again (it may have been
+/// taken for dead, and messages for it not left), and one killed stops counting once its
+/// heartbeat is stale.
+#[tokio::test(flavor = "multi_thread")]
+async fn holdfasts_on_one_sqlite_file_hear_each_other_and_count_every_subscriber() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = sql_namespace(&format!(
+        "kind = \"sqlite\"\npath = \"{}\"",
+        dir.path().join("shared.db").display()
+    ));
+    let a = Proxy::start(&config).await;
+    let b = Proxy::start(&config).await;
+    let mut on_a = a.connect().await;
+    let mut on_b = b.connect().await;
+    on_a.command(&["SUBSCRIBE", "orders"]).await;
+    on_b.command(&["PSUBSCRIBE", "ord*"]).await;
+    let mut publisher = b.connect().await;
+    // `PUBSUB` counts both holdfasts' subscribers too, as the PUBLISH replies do.
+    assert_eq!(
+        text(&publisher.command(&["PUBSUB", "NUMSUB", "orders"]).await),
+        "*2\r\n$6\r\norders\r\n:1\r\n"
+    );
+    assert_eq!(
+        text(&publisher.command(&["PUBSUB", "NUMPAT"]).await),
+        ":1\r\n"
+    );
+    for i in 0..20 {
+        let reply = publisher
+            .command(&["PUBLISH", "orders", &format!("m{i}")])
+            .await;
+        assert_eq!(text(&reply), ":2\r\n", "a's subscriber and b's");
+    }
+    for i in 0..20 {
+        let m = format!("m{i}");
+        assert_eq!(
+            text(&on_a.read_reply().await),
+            format!(
+                "*3\r\n$7\r\nmessage\r\n$6\r\norders\r\n${}\r\n{m}\r\n",
+                m.len()
+            )
+        );
+        assert_eq!(
+            text(&on_b.read_reply().await),
+            format!(
+                "*4\r\n$8\r\npmessage\r\n$4\r\nord*\r\n$6\r\norders\r\n${}\r\n{m}\r\n",
+                m.len()
+            )
+        );
+    }
+    on_a.command(&["UNSUBSCRIBE", "orders"]).await;
+    assert_eq!(
+        text(&publisher.command(&["PUBLISH", "orders", "one"]).await),
+        ":1\r\n"
+    );
+
+    // A third holdfast, a process of its own, stopped for longer than its heartbeat counts.
+    let other = Spawned::start(&config, &[]);
+    let mut far = other.connect().await;
+    assert_eq!(
+        text(&far.command(&["SUBSCRIBE", "far"]).await),
+        "*3\r\n$9\r\nsubscribe\r\n$3\r\nfar\r\n:1\r\n"
+    );
+    assert_eq!(
+        text(&publisher.command(&["PUBLISH", "far", "before"]).await),
+        ":1\r\n"
+    );
+    assert_eq!(
+        text(&far.read_reply().await),
+        "*3\r\n$7\r\nmessage\r\n$3\r\nfar\r\n$6\r\nbefore\r\n"
+    );
+    other.signal("-STOP");
+    let stopped = Instant::now();
+    let mut answered = Vec::new();
+    while stopped.elapsed() < Duration::from_secs(4) {
+        answered.push(text(
+            &publisher.command(&["PUBLISH", "far", "meanwhile"]).await,
+        ));
+        sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        answered.last().map(String::as_str),
+        Some(":0\r\n"),
+        "taken for dead"
+    );
+    other.signal("-CONT");
+    // Told of the gap: its connection is closed, after whatever was left for it.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match far.try_read_reply(Duration::from_secs(5)).await {
+            Ok(_) => assert!(Instant::now() < deadline, "never closed"),
+            Err(support::resp::ReadError::Timeout { .. }) => panic!("left open over a gap"),
+            Err(_) => break,
+        }
+    }
+    // Subscribed again there, then killed: it stops counting once its heartbeat is stale.
+    let mut again = other.connect().await;
+    again.command(&["SUBSCRIBE", "far"]).await;
+    assert_eq!(
+        text(&publisher.command(&["PUBLISH", "far", "again"]).await),
+        ":1\r\n"
+    );
+    drop(other);
+    let killed = Instant::now();
+    loop {
+        let reply = text(&publisher.command(&["PUBLISH", "far", "anyone?"]).await);
+        if reply == ":0\r\n" {
+            break;
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(10),
+            "the killed holdfast's subscriber still counts: {reply}"
+        );
+        sleep(Duration::from_millis(100)).await;
+    }
+    a.stop().await;
+    b.stop().await;
 }

@@ -450,17 +450,15 @@ impl Conn {
         }
     }
 
-    /// One backend's answer to a `PUBSUB` question: a SQL backend's broker answers at once;
-    /// a Redis backend is asked through the executor (a read: held through a failover).
+    /// One backend's answer to a `PUBSUB` question, asked through the executor (a read:
+    /// held through a failover). A SQL backend answers from its registry of every holdfast's
+    /// subscriptions (`sql/broker.rs`).
     async fn ask(
         &mut self,
         namespace: &Arc<Namespace>,
         command: &Command,
         started: Instant,
     ) -> Result<Frame, Reply> {
-        if let Backend::Sql(sql) = &*namespace.backend {
-            return Ok(sql.pubsub(&command.args));
-        }
         let (reply, _) = self.forward_to(namespace.clone(), command, started).await;
         if reply.is_error() {
             return Err(reply);

@@ -218,6 +218,14 @@ impl Spawned {
         connect_when_listening(&self.addr).await
     }
 
+    /// Sends `signal` (`-STOP`, `-CONT`) to the process, by its PID.
+    pub fn signal(&self, signal: &str) {
+        let _ = std::process::Command::new("kill")
+            .arg(signal)
+            .arg(self.child.id().to_string())
+            .status();
+    }
+
     /// The value of the metric line that starts with `series`, 0 if absent or not served.
     pub async fn metric(&self, series: &str) -> f64 {
         let Ok(Ok(mut stream)) = tokio::time::timeout(

@@ -66,7 +66,7 @@ impl Sub {
 }
 
 /// A name of one kind, as the registry keeps it.
-type Name = (Kind, Bytes);
+pub(super) type Name = (Kind, Bytes);
 
 #[derive(Default)]
 struct State {
@@ -95,9 +95,20 @@ impl State {
     }
 }
 
-/// PostgreSQL's `LISTEN` side: the hosts to try, and how far the registry is written.
+/// How messages reach the other holdfasts on the database.
+pub enum Carrier {
+    /// PostgreSQL's `NOTIFY`, heard by a `LISTEN` session at the first of these hosts that
+    /// accepts it (a primary and its standbys).
+    Notify(Vec<String>),
+    /// SQLite's table `hf_messages`, read by a task of each process that has subscribers
+    /// (`inbox.rs`), through a connection of this pool.
+    Table(sqlx::AnyPool),
+}
+
+/// The side that keeps the registry and hears other holdfasts: how, and how far the
+/// registry is written.
 struct Listen {
-    urls: Vec<String>,
+    carrier: Carrier,
     started: AtomicBool,
     /// The last change of `State::totals` written to the registry by the session listening
     /// now; None while no session is listening.
@@ -109,22 +120,26 @@ struct Listen {
 /// The subscribers of one SQL backend in this process.
 pub struct Broker {
     name: Arc<str>,
+    /// Its id in the registry: random, positive, one per backend instance (two holdfasts in
+    /// one process, or a backend replaced by a reload, do not share one).
+    origin: i64,
     state: Mutex<State>,
     listen: Option<Listen>,
 }
 
 impl Broker {
-    /// A broker for SQLite (`urls` empty) or for PostgreSQL at `urls` (a primary and its
-    /// standbys: `LISTEN` is accepted by the primary only).
-    pub fn new(name: &str, urls: Vec<String>) -> Arc<Broker> {
-        let listen = (!urls.is_empty()).then(|| Listen {
-            urls,
+    /// A broker whose messages go through `carrier`; None: this process's subscribers
+    /// only, counted as they are delivered (unit tests).
+    pub fn new(name: &str, carrier: Option<Carrier>) -> Arc<Broker> {
+        let listen = carrier.map(|carrier| Listen {
+            carrier,
             started: AtomicBool::new(false),
             synced: watch::channel(None).0,
             changed: Arc::new(Notify::new()),
         });
         Arc::new(Broker {
             name: name.into(),
+            origin: (rand::random::<u64>() >> 1) as i64,
             state: Mutex::new(State::default()),
             listen,
         })
@@ -203,13 +218,20 @@ impl Broker {
         count
     }
 
-    /// The reply to a committed `PUBLISH`/`SPUBLISH` on SQLite (`command`, answered `reply`
-    /// in its transaction): delivered to this process's subscribers now, and counting them.
-    /// None for any other command, a `PUBLISH` answered with an error (nothing was sent), or
-    /// on PostgreSQL, whose reply was counted in the transaction ([`registered`]) and whose
-    /// deliveries come through `LISTEN`.
+    /// What follows a committed `PUBLISH`/`SPUBLISH` (`command`, answered `reply` in its
+    /// transaction): on SQLite it is delivered to this process's subscribers now (other
+    /// processes read it from `hf_messages`); PostgreSQL's deliveries come through `LISTEN`.
+    /// Returns the reply's count when it is not the transaction's: a broker with no registry
+    /// (unit tests) counts the subscribers it delivered to. None for any other command, or a
+    /// `PUBLISH` answered with an error (nothing was sent).
     pub fn published(&self, command: &[Bytes], reply: &Frame) -> Option<i64> {
-        if self.notifies() {
+        if matches!(
+            &self.listen,
+            Some(Listen {
+                carrier: Carrier::Notify(_),
+                ..
+            })
+        ) {
             return None;
         }
         let name = command.first()?;
@@ -224,87 +246,21 @@ impl Broker {
             return None;
         }
         let (channel, payload) = (command.get(1)?, command.get(2)?);
-        Some(self.deliver(shard, channel, payload))
+        let reached = self.deliver(shard, channel, payload);
+        self.listen.is_none().then_some(reached)
     }
 
-    /// Whether `PUBLISH` goes through `NOTIFY`.
-    pub fn notifies(&self) -> bool {
-        self.listen.is_some()
-    }
-
-    /// `PUBSUB CHANNELS | NUMSUB | NUMPAT | SHARDCHANNELS | SHARDNUMSUB` over this
-    /// process's subscribers. `args` are the whole command; arity was checked.
-    pub fn pubsub(&self, args: &[Bytes]) -> Frame {
-        let sub = args
-            .get(1)
-            .map(|s| s.to_ascii_uppercase())
-            .unwrap_or_default();
+    /// `PUBSUB …` over this process's subscribers alone (a broker with no registry).
+    #[cfg(test)]
+    fn pubsub_here(&self, args: &[Bytes]) -> Frame {
         let state = self.state();
-        let bulk = |data: Bytes| Frame::BlobString {
-            data,
-            attributes: None,
-        };
-        let number = |data: i64| Frame::Number {
-            data,
-            attributes: None,
-        };
-        let array = |data: Vec<Frame>| Frame::Array {
-            data,
-            attributes: None,
-        };
-        let active = |kind: Kind| -> BTreeSet<Bytes> {
+        answer(
+            args,
             state
-                .subs
-                .values()
-                .flat_map(|s| match kind {
-                    Kind::Channel => s.channels.iter(),
-                    Kind::Pattern => s.patterns.iter(),
-                    Kind::Shard => s.shards.iter(),
-                })
-                .cloned()
-                .collect()
-        };
-        let subscribers = |kind: Kind, name: &Bytes| -> i64 {
-            state
-                .subs
-                .values()
-                .filter(|s| match kind {
-                    Kind::Shard => s.shards.contains(name),
-                    _ => s.channels.contains(name),
-                })
-                .count() as i64
-        };
-        match sub.as_slice() {
-            b"CHANNELS" | b"SHARDCHANNELS" => {
-                let kind = if sub.as_slice() == b"CHANNELS" {
-                    Kind::Channel
-                } else {
-                    Kind::Shard
-                };
-                let pattern = args.get(2);
-                array(
-                    active(kind)
-                        .into_iter()
-                        .filter(|c| pattern.map_or(true, |p| glob(p, c)))
-                        .map(bulk)
-                        .collect(),
-                )
-            }
-            b"NUMSUB" | b"SHARDNUMSUB" => {
-                let kind = if sub.as_slice() == b"NUMSUB" {
-                    Kind::Channel
-                } else {
-                    Kind::Shard
-                };
-                let mut items = Vec::new();
-                for name in &args[2..] {
-                    items.push(bulk(name.clone()));
-                    items.push(number(subscribers(kind, name)));
-                }
-                array(items)
-            }
-            _ => number(active(Kind::Pattern).len() as i64),
-        }
+                .totals
+                .iter()
+                .map(|((kind, name), n)| (*kind, name.clone(), *n)),
+        )
     }
 
     /// Starts listening (PostgreSQL) if not yet, and waits up to `timeout` for a session
@@ -321,7 +277,11 @@ impl Broker {
             // Under the state lock: the listening task decides to stop under it too.
             let _state = self.state();
             if !listen.started.swap(true, Ordering::AcqRel) {
-                tokio::spawn(listen_loop(Arc::downgrade(self)));
+                let broker = Arc::downgrade(self);
+                match &listen.carrier {
+                    Carrier::Notify(_) => tokio::spawn(listen_loop(broker)),
+                    Carrier::Table(pool) => tokio::spawn(super::inbox::run(broker, pool.clone())),
+                };
             }
         }
         listen.changed.notify_one();
@@ -341,8 +301,30 @@ impl Broker {
         }
     }
 
+    /// Its id in the registry (SQLite's; a PostgreSQL session takes a key of its own).
+    pub fn origin(&self) -> i64 {
+        self.origin
+    }
+
+    /// The `[backends]` key.
+    pub(super) fn name(&self) -> Arc<str> {
+        self.name.clone()
+    }
+
+    /// The registry is written up to change `change` by the session listening now.
+    pub(super) fn synced(&self, change: u64) {
+        if let Some(listen) = &self.listen {
+            listen.synced.send_replace(Some(change));
+        }
+    }
+
+    /// The changes waiting to be written: for a task that sleeps between its writes.
+    pub(super) fn changed(&self) -> Option<Arc<Notify>> {
+        self.listen.as_ref().map(|l| l.changed.clone())
+    }
+
     /// The session ended: every client subscribed may have missed a message, and is closed.
-    fn gap(&self) {
+    pub(super) fn gap(&self) {
         let state = self.state();
         for sub in state.subs.values() {
             let subscribed =
@@ -358,7 +340,7 @@ impl Broker {
 
     /// The registry rows to write: every name (a new session), or those changed since the
     /// last write; with the number of the last change they hold.
-    fn changes(&self, every: bool) -> (u64, Vec<(Name, i64)>) {
+    pub(super) fn changes(&self, every: bool) -> (u64, Vec<(Name, i64)>) {
         let mut state = self.state();
         let names: Vec<Name> = if every {
             state.dirty.clear();
@@ -419,6 +401,107 @@ pub async fn registered(
         .sum())
 }
 
+/// `PUBSUB CHANNELS | NUMSUB | NUMPAT | SHARDCHANNELS | SHARDNUMSUB` (arity was checked)
+/// over every holdfast's subscriptions on the database: the registry's rows of the sessions
+/// alive now, as a `PUBLISH` counts them.
+///
+/// # Errors
+/// The database's.
+pub async fn pubsub(ctx: &mut super::store::Ctx<'_>, args: &[Bytes]) -> Result<Frame, sqlx::Error> {
+    let rows: Vec<(i64, Vec<u8>, i64)> = match ctx.dialect {
+        super::store::Dialect::Postgres => {
+            sqlx::query_as(&format!(
+                "SELECT kind, name, SUM(clients)::bigint FROM hf_pubsub \
+                 WHERE listener IN ({LIVE}) GROUP BY kind, name"
+            ))
+            .fetch_all(&mut *ctx.conn)
+            .await?
+        }
+        super::store::Dialect::Sqlite => {
+            sqlx::query_as(
+                "SELECT kind, name, SUM(clients) FROM hf_pubsub WHERE listener IN \
+                 (SELECT listener FROM hf_listeners WHERE seen > ?) GROUP BY kind, name",
+            )
+            .bind(ctx.now - super::inbox::ALIVE.as_millis() as i64)
+            .fetch_all(&mut *ctx.conn)
+            .await?
+        }
+    };
+    let kind = |k: i64| Kind::ALL.into_iter().find(|kind| kind.index() as i64 == k);
+    Ok(answer(
+        args,
+        rows.into_iter()
+            .filter_map(|(k, name, n)| Some((kind(k)?, Bytes::from(name), n))),
+    ))
+}
+
+/// The answer to `PUBSUB …` (`args`, the whole command) over `totals`: each name subscribed,
+/// and by how many clients.
+fn answer(args: &[Bytes], totals: impl Iterator<Item = (Kind, Bytes, i64)>) -> Frame {
+    let sub = args
+        .get(1)
+        .map(|s| s.to_ascii_uppercase())
+        .unwrap_or_default();
+    let totals: Vec<(Kind, Bytes, i64)> = totals.filter(|(_, _, n)| *n > 0).collect();
+    let bulk = |data: Bytes| Frame::BlobString {
+        data,
+        attributes: None,
+    };
+    let number = |data: i64| Frame::Number {
+        data,
+        attributes: None,
+    };
+    let array = |data: Vec<Frame>| Frame::Array {
+        data,
+        attributes: None,
+    };
+    let of = |kind: Kind| -> BTreeSet<Bytes> {
+        totals
+            .iter()
+            .filter(|(k, _, _)| *k == kind)
+            .map(|(_, name, _)| name.clone())
+            .collect()
+    };
+    let subscribers = |kind: Kind, name: &Bytes| -> i64 {
+        totals
+            .iter()
+            .filter(|(k, n, _)| *k == kind && n == name)
+            .map(|(_, _, count)| count)
+            .sum()
+    };
+    match sub.as_slice() {
+        b"CHANNELS" | b"SHARDCHANNELS" => {
+            let kind = if sub.as_slice() == b"CHANNELS" {
+                Kind::Channel
+            } else {
+                Kind::Shard
+            };
+            let pattern = args.get(2);
+            array(
+                of(kind)
+                    .into_iter()
+                    .filter(|c| pattern.map_or(true, |p| glob(p, c)))
+                    .map(bulk)
+                    .collect(),
+            )
+        }
+        b"NUMSUB" | b"SHARDNUMSUB" => {
+            let kind = if sub.as_slice() == b"NUMSUB" {
+                Kind::Channel
+            } else {
+                Kind::Shard
+            };
+            let mut items = Vec::new();
+            for name in args.get(2..).unwrap_or_default() {
+                items.push(bulk(name.clone()));
+                items.push(number(subscribers(kind, name)));
+            }
+            array(items)
+        }
+        _ => number(of(Kind::Pattern).len() as i64),
+    }
+}
+
 /// `NOTIFY`'s payload for a message: `m` or `s` (shard), the channel and the message, each
 /// base64 (NOTIFY carries text, and a Redis message is any bytes).
 ///
@@ -461,7 +544,7 @@ const LISTEN_PROBE: Duration = Duration::from_secs(2);
 
 /// Whether the listening task should stop: no subscriber is left in this process (or the
 /// broker is gone). Decided under the state lock, where [`Broker::listening`] starts it.
-fn idle(broker: &Weak<Broker>) -> bool {
+pub(super) fn idle(broker: &Weak<Broker>) -> bool {
     let Some(b) = broker.upgrade() else {
         return true;
     };
@@ -576,9 +659,7 @@ async fn sync(broker: &Weak<Broker>, session: &mut Session, every: bool) -> bool
         return false;
     }
     if let Some(b) = broker.upgrade() {
-        if let Some(listen) = &b.listen {
-            listen.synced.send_replace(Some(change));
-        }
+        b.synced(change);
     }
     true
 }
@@ -599,7 +680,10 @@ async fn listen_loop(broker: Weak<Broker>) {
         let Some(listen) = &strong.listen else {
             return;
         };
-        let urls = listen.urls.clone();
+        let Carrier::Notify(urls) = &listen.carrier else {
+            return;
+        };
+        let urls = urls.clone();
         let changed = listen.changed.clone();
         let name = strong.name.clone();
         drop(strong);
@@ -780,7 +864,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_publish_counts_each_matching_subscription_as_redis_does() {
-        let broker = Broker::new("t", Vec::new());
+        let broker = Broker::new("t", None);
         let (outbox, mut rx) = Outbox::new(16, Arc::new(|_| {}));
         let ticket = broker.join(outbox);
         let names = |n: &[&str]| -> Vec<Bytes> {
@@ -788,13 +872,41 @@ mod tests {
                 .map(|s| Bytes::copy_from_slice(s.as_bytes()))
                 .collect()
         };
-        {
-            let mut state = broker.state();
-            let sub = state.subs.get_mut(&ticket.id).expect("joined");
-            sub.names(Kind::Channel).extend(names(&["news"]));
-            sub.names(Kind::Pattern).extend(names(&["n*", "*s"]));
-            sub.names(Kind::Shard).extend(names(&["news"]));
+        let hour = Duration::from_secs(3600);
+        for (kind, list) in [
+            (Kind::Channel, names(&["news"])),
+            (Kind::Pattern, names(&["n*", "*s"])),
+            (Kind::Shard, names(&["news"])),
+        ] {
+            ticket
+                .subscribe(kind, &list, hour)
+                .await
+                .expect("no registry");
         }
+        let ask = |words: &[&str]| broker.pubsub_here(&names(words));
+        let number = |data| Frame::Number {
+            data,
+            attributes: None,
+        };
+        assert_eq!(ask(&["PUBSUB", "NUMPAT"]), number(2));
+        assert_eq!(
+            ask(&["PUBSUB", "NUMSUB", "news", "none"]),
+            Frame::Array {
+                data: vec![
+                    Frame::BlobString {
+                        data: Bytes::from_static(b"news"),
+                        attributes: None
+                    },
+                    number(1),
+                    Frame::BlobString {
+                        data: Bytes::from_static(b"none"),
+                        attributes: None
+                    },
+                    number(0),
+                ],
+                attributes: None
+            }
+        );
         let news = Bytes::from_static(b"news");
         assert_eq!(broker.count(false, &news), 3);
         assert_eq!(broker.deliver(false, &news, &Bytes::from_static(b"m")), 3);
@@ -810,7 +922,15 @@ mod tests {
             .unsubscribe(Kind::Pattern, &names(&["n*", "*s"]))
             .await;
         assert_eq!(broker.count(false, &news), 1);
+        assert_eq!(ask(&["PUBSUB", "NUMPAT"]), number(0));
         drop(ticket);
         assert_eq!(broker.count(false, &news), 0);
+        assert_eq!(
+            ask(&["PUBSUB", "CHANNELS"]),
+            Frame::Array {
+                data: vec![],
+                attributes: None
+            }
+        );
     }
 }

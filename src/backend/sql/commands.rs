@@ -53,7 +53,7 @@ pub fn writes(name: &[u8]) -> Option<bool> {
         | b"ZRANDMEMBER" | b"ZSCAN" | b"ZINTER" | b"ZUNION" | b"ZDIFF" | b"ZINTERCARD"
         | b"LRANGE" | b"LLEN" | b"LINDEX" | b"LPOS" | b"XLEN" | b"XRANGE" | b"XREVRANGE"
         | b"WAIT" | b"HF.WATCHED" | b"TIME" | b"SORT_RO" | b"XREAD" | b"HF.XLAST" | b"XPENDING"
-        | b"XINFO" | b"CONFIG" | b"GETBIT" | b"BITCOUNT" | b"BITPOS" => false,
+        | b"XINFO" | b"CONFIG" | b"GETBIT" | b"BITCOUNT" | b"BITPOS" | b"PUBSUB" => false,
         // holdfast's own: `WATCH` registers its keys (`watch`).
         b"HF.WATCH" => true,
         b"SET" | b"SETNX" | b"SETEX" | b"PSETEX" | b"GETSET" | b"GETDEL" | b"GETEX" | b"MSET"
@@ -243,6 +243,8 @@ pub async fn run(ctx: &mut Ctx<'_>, a: &[Bytes], allow_flush: bool) -> Out {
         b"SORT" => sort::sort(ctx, a, false).await,
         b"SORT_RO" => sort::sort(ctx, a, true).await,
         b"ZRANGESTORE" => zsets::zrangestore(ctx, a).await,
+        // Every holdfast's subscriptions on the database, from the registry (`broker`).
+        b"PUBSUB" => Ok(super::broker::pubsub(ctx, a).await?),
         b"PUBLISH" => publish(ctx, a, false).await,
         b"SPUBLISH" => publish(ctx, a, true).await,
         // holdfast's clock, which SQL expiry runs on too.
@@ -269,14 +271,23 @@ pub async fn run(ctx: &mut Ctx<'_>, a: &[Bytes], allow_flush: bool) -> Out {
     }
 }
 
-/// `PUBLISH channel message`: on PostgreSQL a `NOTIFY`, sent if the transaction commits,
-/// answered with the subscribers the registry counts now (`broker::registered`). On SQLite
-/// the reply is a placeholder: the backend delivers and counts once it has committed
-/// (`SqlBackend::run`).
+/// `PUBLISH channel message`, answered with the subscribers the registry counts now: on
+/// PostgreSQL a `NOTIFY`, sent if the transaction commits (`broker::registered`); on SQLite
+/// a row left for the other processes, and delivered to this one's once it has committed
+/// (`inbox::publish`, `SqlBackend::run`).
 async fn publish(ctx: &mut Ctx<'_>, a: &[Bytes], shard: bool) -> Out {
     let (Some(channel), Some(message)) = (a.get(1), a.get(2)) else {
         return fail(SYNTAX);
     };
+    if ctx.dialect == Dialect::Sqlite {
+        let (now, origin) = (ctx.now, ctx.origin);
+        let count =
+            super::inbox::publish(&mut *ctx.conn, (now, origin), shard, channel, message).await?;
+        return Ok(Frame::Number {
+            data: count,
+            attributes: None,
+        });
+    }
     let mut count = 0;
     if ctx.dialect == Dialect::Postgres {
         let text = match super::broker::encode(shard, channel, message) {

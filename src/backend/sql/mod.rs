@@ -22,6 +22,7 @@ mod blocking;
 pub mod broker;
 mod commands;
 mod config;
+mod inbox;
 pub use config::harmless_setting;
 mod deadline;
 mod group;
@@ -306,12 +307,14 @@ impl SqlBackend {
         };
         let writer = pool(1, true)?;
         let reader = pool(config.readers, false)?;
+        // Pub/Sub's own connection (`inbox.rs`), opened at the first subscription.
+        let messages = pool(1, true)?;
         Ok(SqlBackend::start(
             1,
             name,
             Dialect::Sqlite,
             (writer, reader),
-            (None, Vec::new()),
+            (None, broker::Carrier::Table(messages)),
             (
                 config.allow_flush,
                 config.response_timeout,
@@ -396,7 +399,7 @@ impl SqlBackend {
             name,
             Dialect::Postgres,
             (pool.clone(), pool),
-            (failover, listen_on),
+            (failover, broker::Carrier::Notify(listen_on)),
             (
                 config.allow_flush,
                 config.response_timeout,
@@ -410,7 +413,7 @@ impl SqlBackend {
         name: &str,
         dialect: Dialect,
         (writer, reader): (AnyPool, AnyPool),
-        (failover, listen_on): (Option<Failover>, Vec<String>),
+        (failover, carrier): (Option<Failover>, broker::Carrier),
         (allow_flush, response_timeout, blocking_poll): (bool, Duration, Duration),
     ) -> SqlBackend {
         let readers = reader.options().get_max_connections() as usize;
@@ -434,7 +437,7 @@ impl SqlBackend {
                 response_timeout,
             )),
             wakers: Arc::new(blocking::Wakers::new(blocking_poll)),
-            broker: broker::Broker::new(name, listen_on),
+            broker: broker::Broker::new(name, Some(carrier)),
         });
         // Migrate at start, and reap expired keys, for as long as the backend is in use.
         let weak = Arc::downgrade(&inner);
@@ -566,11 +569,6 @@ impl SqlBackend {
     /// A subscribed client's registration with this backend's broker.
     pub fn feed(&self, outbox: crate::backend::pubsub::Outbox) -> broker::Ticket {
         self.inner.broker.join(outbox)
-    }
-
-    /// `PUBSUB …` over this process's subscribers of this backend.
-    pub fn pubsub(&self, args: &[Bytes]) -> Frame {
-        self.inner.broker.pubsub(args)
     }
 
     /// A MULTI/EXEC emulation owned by one client connection.
@@ -801,6 +799,7 @@ impl Inner {
                 })?;
             }
             let mut ctx = Ctx::new(&mut *conn, now, proto, self.dialect, write);
+            ctx.origin = self.broker.origin();
             match commands::run(&mut ctx, args, self.allow_flush).await {
                 Ok(frame) => {
                     if batch {
@@ -851,6 +850,7 @@ impl Inner {
         dirty: &mut bool,
     ) -> Result<Vec<Frame>, BackendError> {
         let mut ctx = Ctx::new(&mut *conn, now, proto, self.dialect, true);
+        ctx.origin = self.broker.origin();
         let key = args.get(1).map(|k| k.as_ref()).unwrap_or_default();
         let recorded = async {
             ctx.lock(&[key]).await?;

@@ -9,7 +9,8 @@ use sqlx::{AnyConnection, Executor};
 
 /// Migration `n` is `SQLITE[n - 1]` / `POSTGRES[n - 1]`: 1 the data model, 2 exact mode's
 /// recorded replies, 3 the versions of watched keys (`WATCH`), 4 stream consumer groups;
-/// PostgreSQL's 5 the registry of Pub/Sub subscriptions (`broker.rs`).
+/// 5 the registry of Pub/Sub subscriptions (`broker.rs`), and on SQLite the heartbeats of
+/// the processes that hold them and the messages left for them (`inbox.rs`).
 const SQLITE: &[&str] = &[
     "
 CREATE TABLE hf_keys (
@@ -95,6 +96,29 @@ CREATE TABLE hf_xpel (
     PRIMARY KEY (key, grp, ms, seq)
 );
 CREATE INDEX hf_xpel_by_consumer ON hf_xpel (key, grp, consumer, ms, seq);
+",
+    "
+CREATE TABLE hf_pubsub (
+    listener INTEGER NOT NULL,
+    kind INTEGER NOT NULL,
+    name BLOB NOT NULL,
+    clients INTEGER NOT NULL,
+    PRIMARY KEY (listener, kind, name)
+);
+CREATE INDEX hf_pubsub_by_name ON hf_pubsub (kind, name);
+CREATE TABLE hf_listeners (
+    listener INTEGER PRIMARY KEY,
+    seen INTEGER NOT NULL
+);
+CREATE TABLE hf_messages (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    origin INTEGER NOT NULL,
+    shard INTEGER NOT NULL,
+    channel BLOB NOT NULL,
+    payload BLOB NOT NULL,
+    at INTEGER NOT NULL
+);
+CREATE INDEX hf_messages_by_time ON hf_messages (at);
 ",
 ];
 

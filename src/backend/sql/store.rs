@@ -151,6 +151,9 @@ pub struct Ctx<'c> {
     /// Set by the first statement that may have changed something: a command that answers
     /// an error after that must be undone (group commit checks).
     pub wrote: bool,
+    /// The id this backend's Pub/Sub registers under (`Broker::origin`): a SQLite `PUBLISH`
+    /// leaves messages under it for the other processes, and reads back none of its own.
+    pub origin: i64,
 }
 
 impl<'c> Ctx<'c> {
@@ -169,6 +172,7 @@ impl<'c> Ctx<'c> {
             dialect,
             write,
             wrote: false,
+            origin: 0,
         }
     }
 
