@@ -539,6 +539,8 @@ def sql_runs(args, binary, tmp, log, procs, redis_port, pg_port):
         ("XRANGE P16", ["XRANGE", "stream:__rand_int__", "-", "+", "COUNT", "10"], 50, 16),
         ("DEL P16", delete, 50, 16),
         ("INCR P16", incr, 50, 16),
+        # A PUBLISH with no subscriber: on SQL it counts the registry in its transaction.
+        ("PUBLISH", ["PUBLISH", "ch:__rand_int__", "hello"], 50, 1),
     ]
     if args.only:
         workloads = [w for w in workloads if only(args, w[0])]

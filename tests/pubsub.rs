@@ -1,7 +1,9 @@
 //! Pub/Sub through holdfast, against real servers: a scripted session answered byte for byte
 //! as a real redis-server answers it (RESP2 and RESP3) on every backend kind; channels routed
 //! by their namespace's `channels` prefixes and patterns reaching every backend they may;
-//! holdfasts sharing a PostgreSQL hearing each other's `PUBLISH`; a subscriber kept
+//! holdfasts sharing a PostgreSQL or a SQLite file hearing each other's `PUBLISH`, counted
+//! across them, and closing their subscribers over a gap (PostgreSQL killed under a
+//! publisher, a holdfast stopped past its heartbeat); a subscriber kept
 //! subscribed through a Redis restart and a Sentinel failover; a subscriber that does not
 //! read closed at `max_pubsub_backlog`; a subscription no backend confirms refused within its
 //! budget; a limited user kept to its namespaces' channels.

@@ -368,37 +368,62 @@ const LOCK_CLASS: i32 = 0x6866_5053;
 const LIVE: &str = "SELECT objid::bigint FROM pg_locks WHERE locktype = 'advisory' \
                     AND classid = 1751535699 AND objsubid = 2 AND granted";
 
-/// A `PUBLISH`'s reply on PostgreSQL, counted in its transaction: the subscriptions of every
-/// listening session that a message to `channel` matches (a client matching by two patterns
-/// counts twice, as in Redis).
+/// Whether the session under the registry row's `listener` is alive, asked of the lock it
+/// holds exclusively for its life: a shared try fails while it is held. One probe of the
+/// lock table per row (a scan of `pg_locks` would take every lock partition, under a group
+/// commit's many key locks); a try that succeeds, on a dead session's key, holds a shared
+/// lock only until this transaction ends.
+const ALIVE: &str = "NOT pg_try_advisory_xact_lock_shared(1751535699, listener::int)";
+
+/// A `PUBLISH` on PostgreSQL: the `NOTIFY` of `text` (made by [`encode`]), sent if the
+/// transaction commits, and its reply, counted in the same statement: the subscriptions of
+/// every listening session that a message to `channel` matches (a client matching by two
+/// patterns counts twice, as in Redis). Pattern subscriptions, when any holdfast has one,
+/// are read by a second statement and matched here.
 ///
 /// # Errors
 /// The database's.
-pub async fn registered(
+pub async fn publish(
     conn: &mut sqlx::AnyConnection,
     shard: bool,
     channel: &[u8],
+    text: &str,
 ) -> Result<i64, sqlx::Error> {
+    use sqlx::Row;
     let (kind, patterns) = if shard {
         (Kind::Shard.index() as i64, -1)
     } else {
         (Kind::Channel.index() as i64, Kind::Pattern.index() as i64)
     };
     let sql = format!(
-        "SELECT kind, name, clients FROM hf_pubsub \
-         WHERE ((kind = $1 AND name = $2) OR kind = $3) AND listener IN ({LIVE})"
+        "SELECT (SELECT COALESCE(SUM(clients), 0) FROM hf_pubsub \
+                 WHERE kind = $3 AND name = $4 AND {ALIVE})::bigint, \
+                (SELECT COUNT(*) FROM hf_pubsub WHERE kind = $5)::bigint \
+         FROM pg_notify($1, $2)"
     );
-    let rows: Vec<(i64, Vec<u8>, i64)> = sqlx::query_as(&sql)
+    let row = sqlx::query(&sql)
+        .bind(PG_CHANNEL)
+        .bind(text)
         .bind(kind)
         .bind(channel.to_vec())
         .bind(patterns)
-        .fetch_all(conn)
+        .fetch_one(&mut *conn)
         .await?;
-    Ok(rows
-        .into_iter()
-        .filter(|(k, name, _)| *k == kind || glob(name, channel))
-        .map(|(_, _, clients)| clients)
-        .sum())
+    let (direct, pattern_rows): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
+    if pattern_rows == 0 {
+        return Ok(direct);
+    }
+    let sql = format!("SELECT name, clients FROM hf_pubsub WHERE kind = $1 AND {ALIVE}");
+    let rows: Vec<(Vec<u8>, i64)> = sqlx::query_as(&sql)
+        .bind(patterns)
+        .fetch_all(&mut *conn)
+        .await?;
+    Ok(direct
+        + rows
+            .into_iter()
+            .filter(|(pattern, _)| glob(pattern, channel))
+            .map(|(_, clients)| clients)
+            .sum::<i64>())
 }
 
 /// `PUBSUB CHANNELS | NUMSUB | NUMPAT | SHARDCHANNELS | SHARDNUMSUB` (arity was checked)
@@ -810,9 +835,9 @@ impl Ticket {
 impl Drop for Ticket {
     fn drop(&mut self) {
         let mut state = self.broker.state();
-        if let Some(sub) = state.subs.remove(&self.id) {
+        if let Some(mut sub) = state.subs.remove(&self.id) {
             for kind in Kind::ALL {
-                for name in sub_names(&sub, kind) {
+                for name in std::mem::take(sub.names(kind)) {
                     state.add(kind, &name, -1);
                 }
             }
@@ -821,15 +846,6 @@ impl Drop for Ticket {
         if let Some(listen) = &self.broker.listen {
             listen.changed.notify_one();
         }
-    }
-}
-
-/// A subscriber's names of `kind`.
-fn sub_names(sub: &Sub, kind: Kind) -> Vec<Bytes> {
-    match kind {
-        Kind::Channel => sub.channels.iter().cloned().collect(),
-        Kind::Pattern => sub.patterns.iter().cloned().collect(),
-        Kind::Shard => sub.shards.iter().cloned().collect(),
     }
 }
 

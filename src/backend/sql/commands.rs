@@ -272,7 +272,7 @@ pub async fn run(ctx: &mut Ctx<'_>, a: &[Bytes], allow_flush: bool) -> Out {
 }
 
 /// `PUBLISH channel message`, answered with the subscribers the registry counts now: on
-/// PostgreSQL a `NOTIFY`, sent if the transaction commits (`broker::registered`); on SQLite
+/// PostgreSQL a `NOTIFY`, sent if the transaction commits (`broker::publish`); on SQLite
 /// a row left for the other processes, and delivered to this one's once it has committed
 /// (`inbox::publish`, `SqlBackend::run`).
 async fn publish(ctx: &mut Ctx<'_>, a: &[Bytes], shard: bool) -> Out {
@@ -288,20 +288,11 @@ async fn publish(ctx: &mut Ctx<'_>, a: &[Bytes], shard: bool) -> Out {
             attributes: None,
         });
     }
-    let mut count = 0;
-    if ctx.dialect == Dialect::Postgres {
-        let text = match super::broker::encode(shard, channel, message) {
-            Ok(text) => text,
-            Err(reply) => return fail(reply),
-        };
-        ctx.exec(
-            sqlx::query("SELECT pg_notify($1, $2)")
-                .bind(super::broker::PG_CHANNEL)
-                .bind(text),
-        )
-        .await?;
-        count = super::broker::registered(&mut *ctx.conn, shard, channel).await?;
-    }
+    let text = match super::broker::encode(shard, channel, message) {
+        Ok(text) => text,
+        Err(reply) => return fail(reply),
+    };
+    let count = super::broker::publish(&mut *ctx.conn, shard, channel, &text).await?;
     Ok(Frame::Number {
         data: count,
         attributes: None,
