@@ -9,6 +9,8 @@
 //! - a dispatch the backend turned away (READONLY) is not counted as possibly applied.
 //! - the token mechanism itself on each backend kind, SQLite included (in-process, so no
 //!   relay can lose its replies).
+//! - exact: blocking pops and group reads on PostgreSQL through lost `COMMIT` replies answer
+//!   what they took, and a redis-py reliable queue loses no job to them.
 
 #[allow(unused_imports)]
 mod support;
@@ -1115,5 +1117,128 @@ async fn a_run_of_sadds_hsets_and_dels_through_a_lost_commit_answers_for_the_ret
     assert_eq!(conn.command(&["SCARD", "s"]).await, b":3\r\n");
     assert_eq!(conn.command(&["HLEN", "h"]).await, b":2\r\n");
     assert_eq!(conn.command(&["EXISTS", "d1", "d2"]).await, b":0\r\n");
+    proxy.stop().await;
+}
+
+/// Consumers of a reliable queue written with redis-py (`BLMOVE jobs done`), on PostgreSQL
+/// in exact mode, while a relay loses the reply to `COMMIT` every 50 ms: each job reaches
+/// exactly one consumer, none is answered in doubt, and the queue ends empty with every job
+/// in `done` once.
+const QUEUE_PY: &str = r#"
+import sys, threading, time, redis
+host, port = sys.argv[1].rsplit(":", 1)
+stop = threading.Event()
+out = threading.Lock()
+def say(line):
+    with out:
+        print(line, flush=True)
+def consume():
+    r = redis.Redis(host=host, port=int(port), socket_timeout=30)
+    while not stop.is_set():
+        try:
+            job = r.blmove("jobs", "done", 1, "LEFT", "RIGHT")
+        except redis.ResponseError as e:
+            say(f"error {e}")
+            continue
+        except redis.RedisError as e:
+            say(f"failed {e}")
+            time.sleep(0.05)
+            continue
+        if job is not None:
+            say(f"job {job.decode()}")
+threads = [threading.Thread(target=consume) for _ in range(int(sys.argv[2]))]
+for t in threads:
+    t.start()
+sys.stdin.readline()
+stop.set()
+for t in threads:
+    t.join()
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_redis_py_queue_in_exact_mode_on_postgres_loses_no_job_to_a_lost_reply() {
+    let ok = std::process::Command::new("python3")
+        .args(["-c", "import redis"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "redis-py is not installed: tests/run installs it");
+    let pg = PgServer::start();
+    let relay = Relay::start(&pg.addr()).await;
+    let proxy = Proxy::start(&config(&postgres_backend(&relay.addr()), "queue", "exact")).await;
+    let mut conn = proxy.connect().await;
+    const JOBS: usize = 200;
+    for chunk in (0..JOBS).collect::<Vec<_>>().chunks(50) {
+        let mut push = vec!["RPUSH".to_string(), "jobs".to_string()];
+        push.extend(chunk.iter().map(|i| format!("job-{i}")));
+        let push: Vec<&str> = push.iter().map(String::as_str).collect();
+        assert!(text(&conn.command(&push).await).starts_with(':'));
+    }
+    let dir = tempfile::tempdir().expect("a temp dir");
+    // Not `queue.py`: that would shadow the standard library module redis-py imports.
+    let script = dir.path().join("consumers.py");
+    std::fs::write(&script, QUEUE_PY).expect("the script");
+    let mut child = tokio::process::Command::new("python3")
+        .arg(&script)
+        .arg(&proxy.addr)
+        .arg("4")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python3 runs");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        relay.drop_after_request_with(b"COMMIT");
+        sleep(Duration::from_millis(50)).await;
+        let left = text(&conn.command(&["LLEN", "jobs"]).await);
+        if left == ":0\r\n" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the queue never emptied: {left} left, {} replies lost",
+            relay.fired()
+        );
+    }
+    relay.pass();
+    sleep(Duration::from_millis(1500)).await;
+    use tokio::io::AsyncWriteExt;
+    stdin.write_all(b"stop\n").await.expect("stdin");
+    drop(stdin);
+    let out = timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .expect("the consumers stop")
+        .expect("python3 ends");
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    let mut delivered = std::collections::BTreeMap::<String, u32>::new();
+    let mut other = Vec::new();
+    for line in stdout.lines() {
+        match line.split_once(' ') {
+            Some(("job", job)) => *delivered.entry(job.to_string()).or_default() += 1,
+            _ => other.push(line.to_string()),
+        }
+    }
+    eprintln!(
+        "{JOBS} jobs, {} COMMIT replies lost, {} delivered, {} other answers",
+        relay.fired(),
+        delivered.len(),
+        other.len()
+    );
+    assert!(other.is_empty(), "answers other than a job: {other:?}");
+    assert!(
+        relay.fired() >= 5,
+        "too few replies lost: {}",
+        relay.fired()
+    );
+    let twice: Vec<_> = delivered.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "delivered twice: {twice:?}");
+    assert_eq!(delivered.len(), JOBS, "every job reached a consumer");
+    assert_eq!(
+        text(&conn.command(&["LLEN", "done"]).await),
+        format!(":{JOBS}\r\n")
+    );
     proxy.stop().await;
 }

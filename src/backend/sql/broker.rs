@@ -878,6 +878,13 @@ mod tests {
         assert_eq!(decode("mnot base64:"), None);
     }
 
+    #[test]
+    fn the_liveness_queries_name_the_lock_class_sessions_hold() {
+        let class = LOCK_CLASS.to_string();
+        assert_eq!(class, "1751535699");
+        assert!(LIVE.contains(&class) && ALIVE.contains(&class));
+    }
+
     #[tokio::test]
     async fn a_publish_counts_each_matching_subscription_as_redis_does() {
         let broker = Broker::new("t", None);

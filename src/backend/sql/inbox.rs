@@ -215,9 +215,18 @@ async fn sync(
     };
     let (change, rows) = b.changes(every);
     drop(b);
-    if !rows.is_empty() {
+    if every || !rows.is_empty() {
         transaction(pool, |conn| {
-            Box::pin(async move { write(conn, me, &rows).await })
+            Box::pin(async move {
+                // Every name: what a failed write should have removed goes too.
+                if every {
+                    sqlx::query("DELETE FROM hf_pubsub WHERE listener = ?")
+                        .bind(me)
+                        .execute(&mut *conn)
+                        .await?;
+                }
+                write(conn, me, &rows).await
+            })
         })
         .await?;
     }
