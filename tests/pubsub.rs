@@ -159,43 +159,7 @@ async fn pubsub_answers_as_redis_does_on_postgres_and_across_two_holdfasts() {
     // Two holdfasts on one database: a PUBLISH through either reaches the subscribers of
     // both, in the order committed, and its reply counts them all, as one Redis would.
     let b = Proxy::start(&config).await;
-    let mut on_a = a.connect().await;
-    let mut on_b = b.connect().await;
-    on_a.command(&["SUBSCRIBE", "orders"]).await;
-    on_b.command(&["PSUBSCRIBE", "ord*"]).await;
-    let mut publisher = b.connect().await;
-    // `PUBSUB` counts both holdfasts' subscribers too, as the PUBLISH replies do.
-    assert_eq!(
-        text(&publisher.command(&["PUBSUB", "NUMSUB", "orders"]).await),
-        "*2\r\n$6\r\norders\r\n:1\r\n"
-    );
-    assert_eq!(
-        text(&publisher.command(&["PUBSUB", "NUMPAT"]).await),
-        ":1\r\n"
-    );
-    for i in 0..20 {
-        let reply = publisher
-            .command(&["PUBLISH", "orders", &format!("m{i}")])
-            .await;
-        assert_eq!(text(&reply), ":2\r\n", "a's subscriber and b's");
-    }
-    for i in 0..20 {
-        let m = format!("m{i}");
-        assert_eq!(
-            text(&on_a.read_reply().await),
-            format!(
-                "*3\r\n$7\r\nmessage\r\n$6\r\norders\r\n${}\r\n{m}\r\n",
-                m.len()
-            )
-        );
-        assert_eq!(
-            text(&on_b.read_reply().await),
-            format!(
-                "*4\r\n$8\r\npmessage\r\n$4\r\nord*\r\n$6\r\norders\r\n${}\r\n{m}\r\n",
-                m.len()
-            )
-        );
-    }
+    let (mut on_a, _on_b, mut publisher) = hear_each_other(&a, &b).await;
     // NOTIFY's payload limit is said before anything is sent.
     let big = "x".repeat(7000);
     let reply = text(&publisher.command(&["PUBLISH", "orders", &big]).await);
@@ -1014,43 +978,7 @@ async fn holdfasts_on_one_sqlite_file_hear_each_other_and_count_every_subscriber
     ));
     let a = Proxy::start(&config).await;
     let b = Proxy::start(&config).await;
-    let mut on_a = a.connect().await;
-    let mut on_b = b.connect().await;
-    on_a.command(&["SUBSCRIBE", "orders"]).await;
-    on_b.command(&["PSUBSCRIBE", "ord*"]).await;
-    let mut publisher = b.connect().await;
-    // `PUBSUB` counts both holdfasts' subscribers too, as the PUBLISH replies do.
-    assert_eq!(
-        text(&publisher.command(&["PUBSUB", "NUMSUB", "orders"]).await),
-        "*2\r\n$6\r\norders\r\n:1\r\n"
-    );
-    assert_eq!(
-        text(&publisher.command(&["PUBSUB", "NUMPAT"]).await),
-        ":1\r\n"
-    );
-    for i in 0..20 {
-        let reply = publisher
-            .command(&["PUBLISH", "orders", &format!("m{i}")])
-            .await;
-        assert_eq!(text(&reply), ":2\r\n", "a's subscriber and b's");
-    }
-    for i in 0..20 {
-        let m = format!("m{i}");
-        assert_eq!(
-            text(&on_a.read_reply().await),
-            format!(
-                "*3\r\n$7\r\nmessage\r\n$6\r\norders\r\n${}\r\n{m}\r\n",
-                m.len()
-            )
-        );
-        assert_eq!(
-            text(&on_b.read_reply().await),
-            format!(
-                "*4\r\n$8\r\npmessage\r\n$4\r\nord*\r\n$6\r\norders\r\n${}\r\n{m}\r\n",
-                m.len()
-            )
-        );
-    }
+    let (mut on_a, _on_b, mut publisher) = hear_each_other(&a, &b).await;
     on_a.command(&["UNSUBSCRIBE", "orders"]).await;
     assert_eq!(
         text(&publisher.command(&["PUBLISH", "orders", "one"]).await),
@@ -1118,4 +1046,47 @@ async fn holdfasts_on_one_sqlite_file_hear_each_other_and_count_every_subscriber
     }
     a.stop().await;
     b.stop().await;
+}
+
+/// Two holdfasts on one database: a subscriber to `orders` on `a`, one to `ord*` on `b`. A
+/// `PUBLISH` through `b` reaches both, in the order published, and counts both, as one Redis
+/// would; so does `PUBSUB`. Returns the two subscribers and the publisher.
+async fn hear_each_other(a: &Proxy, b: &Proxy) -> (RawConn, RawConn, RawConn) {
+    let mut on_a = a.connect().await;
+    let mut on_b = b.connect().await;
+    on_a.command(&["SUBSCRIBE", "orders"]).await;
+    on_b.command(&["PSUBSCRIBE", "ord*"]).await;
+    let mut publisher = b.connect().await;
+    assert_eq!(
+        text(&publisher.command(&["PUBSUB", "NUMSUB", "orders"]).await),
+        "*2\r\n$6\r\norders\r\n:1\r\n"
+    );
+    assert_eq!(
+        text(&publisher.command(&["PUBSUB", "NUMPAT"]).await),
+        ":1\r\n"
+    );
+    for i in 0..20 {
+        let reply = publisher
+            .command(&["PUBLISH", "orders", &format!("m{i}")])
+            .await;
+        assert_eq!(text(&reply), ":2\r\n", "a's subscriber and b's");
+    }
+    for i in 0..20 {
+        let m = format!("m{i}");
+        assert_eq!(
+            text(&on_a.read_reply().await),
+            format!(
+                "*3\r\n$7\r\nmessage\r\n$6\r\norders\r\n${}\r\n{m}\r\n",
+                m.len()
+            )
+        );
+        assert_eq!(
+            text(&on_b.read_reply().await),
+            format!(
+                "*4\r\n$8\r\npmessage\r\n$4\r\nord*\r\n$6\r\norders\r\n${}\r\n{m}\r\n",
+                m.len()
+            )
+        );
+    }
+    (on_a, on_b, publisher)
 }
