@@ -518,11 +518,6 @@ async fn an_expiring_set_nx_whose_write_vanished_is_in_doubt() {
 /// have taken it; no job is delivered twice; no consumer waits past its bound.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_job_queue_delivers_every_job_once_or_says_it_is_in_doubt() {
-    let ok = std::process::Command::new("python3")
-        .args(["-c", "import redis"])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(ok, "redis-py is not installed: tests/run installs it");
     let mut redis = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
     let proxy = Proxy::start(&format!(
         "[defaults]\nreply_mode = \"settled\"\nacquire_timeout = \"2s\"\n\
@@ -531,18 +526,8 @@ async fn a_job_queue_delivers_every_job_once_or_says_it_is_in_doubt() {
         redis.url()
     ))
     .await;
-    let dir = tempfile::tempdir().expect("a temp dir");
-    let script = dir.path().join("jobs.py");
-    std::fs::write(&script, QUEUE_PY).expect("the script");
-    let mut child = tokio::process::Command::new("python3")
-        .arg(&script)
-        .arg(&proxy.addr)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("python3 runs");
+    let py = redis_py("jobs.py", QUEUE_PY, &[&proxy.addr]);
+    let mut child = py.child;
     let mut stdin = child.stdin.take().expect("stdin");
     // Jobs in three batches: before the restart, between it and the freeze, after.
     let mut produced = 0;

@@ -1157,11 +1157,6 @@ for t in threads:
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_redis_py_queue_in_exact_mode_on_postgres_loses_no_job_to_a_lost_reply() {
-    let ok = std::process::Command::new("python3")
-        .args(["-c", "import redis"])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(ok, "redis-py is not installed: tests/run installs it");
     let pg = PgServer::start();
     let relay = Relay::start(&pg.addr()).await;
     let proxy = Proxy::start(&config(&postgres_backend(&relay.addr()), "queue", "exact")).await;
@@ -1173,20 +1168,8 @@ async fn a_redis_py_queue_in_exact_mode_on_postgres_loses_no_job_to_a_lost_reply
         let push: Vec<&str> = push.iter().map(String::as_str).collect();
         assert!(text(&conn.command(&push).await).starts_with(':'));
     }
-    let dir = tempfile::tempdir().expect("a temp dir");
-    // Not `queue.py`: that would shadow the standard library module redis-py imports.
-    let script = dir.path().join("consumers.py");
-    std::fs::write(&script, QUEUE_PY).expect("the script");
-    let mut child = tokio::process::Command::new("python3")
-        .arg(&script)
-        .arg(&proxy.addr)
-        .arg("4")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("python3 runs");
+    let py = redis_py("consumers.py", QUEUE_PY, &[&proxy.addr, "4"]);
+    let mut child = py.child;
     let mut stdin = child.stdin.take().expect("stdin");
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {

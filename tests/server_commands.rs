@@ -353,27 +353,10 @@ async fn scripts_load_on_every_redis_backend_and_evalsha_outlives_an_empty_cache
 /// without redis-py loading them again (holdfast answered the NOSCRIPT itself).
 #[tokio::test(flavor = "multi_thread")]
 async fn redis_py_lock_works_through_holdfast_after_the_backend_restarted_empty() {
-    let ok = std::process::Command::new("python3")
-        .args(["-c", "import redis"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        panic!("redis-py is not installed: tests/run installs it");
-    }
     let mut redis = RedisServer::start();
     let proxy = Proxy::start(&one_backend(&redis.url(), "main", "")).await;
-    let dir = tempfile::tempdir().expect("a temp dir");
-    let script = dir.path().join("lock.py");
-    std::fs::write(&script, LOCK_PY).expect("the script");
-    let mut child = tokio::process::Command::new("python3")
-        .arg(&script)
-        .arg(&proxy.addr)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("python3 runs");
+    let py = redis_py("lock.py", LOCK_PY, &[&proxy.addr]);
+    let mut child = py.child;
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
     let mut out = tokio::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
     let mut stdin = child.stdin.take().expect("stdin");

@@ -254,6 +254,37 @@ impl Drop for Spawned {
     }
 }
 
+/// A Python script written with redis-py, running: its stdin, stdout and stderr piped,
+/// killed on drop (its directory goes with it).
+pub struct RedisPy {
+    pub child: tokio::process::Child,
+    _dir: tempfile::TempDir,
+}
+
+/// Runs `script` as `name` (not a standard library module's: `queue.py` would shadow the
+/// one redis-py imports) with `args`. Panics when redis-py is missing: `tests/run` installs
+/// it.
+pub fn redis_py(name: &str, script: &str, args: &[&str]) -> RedisPy {
+    let ok = std::process::Command::new("python3")
+        .args(["-c", "import redis"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "redis-py is not installed: tests/run installs it");
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join(name);
+    std::fs::write(&path, script).expect("the script");
+    let child = tokio::process::Command::new("python3")
+        .arg(&path)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python3 runs");
+    RedisPy { child, _dir: dir }
+}
+
 /// Waits until `check` holds, or panics after `limit` naming `what`.
 pub async fn until<F, Fut>(limit: std::time::Duration, what: &str, mut check: F)
 where
