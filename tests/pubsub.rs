@@ -1090,3 +1090,49 @@ async fn hear_each_other(a: &Proxy, b: &Proxy) -> (RawConn, RawConn, RawConn) {
     }
     (on_a, on_b, publisher)
 }
+
+/// An `UNSUBSCRIBE` is answered once the registry no longer counts the client, as Redis
+/// answers it once a `PUBLISH` would not reach it: with the registry's writes held up by
+/// another session's lock (reads still go through), the reply waits for the write, and a
+/// `PUBLISH` after it counts nobody.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unsubscribe_is_answered_once_the_registry_stops_counting_it() {
+    use sqlx::Connection;
+    if !support::postgres::available() {
+        eprintln!("PostgreSQL is not installed: skipped");
+        return;
+    }
+    let pg = PgServer::start();
+    let config = sql_namespace(&format!("kind = \"postgres\"\nurl = \"{}\"", pg.url()));
+    let a = Proxy::start(&config).await;
+    let mut sub = a.connect().await;
+    let mut publisher = a.connect().await;
+    sub.command(&["SUBSCRIBE", "u"]).await;
+    assert_eq!(
+        text(&publisher.command(&["PUBLISH", "u", "x"]).await),
+        ":1\r\n"
+    );
+    sub.read_reply().await;
+    let mut other = sqlx::PgConnection::connect(&pg.url()).await.unwrap();
+    sqlx::Executor::execute(&mut other, "BEGIN").await.unwrap();
+    sqlx::Executor::execute(&mut other, "LOCK TABLE hf_pubsub IN EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let release = tokio::spawn(async move {
+        sleep(Duration::from_millis(700)).await;
+        sqlx::Executor::execute(&mut other, "COMMIT").await.unwrap();
+    });
+    let asked = Instant::now();
+    assert_eq!(
+        text(&sub.command(&["UNSUBSCRIBE", "u"]).await),
+        "*3\r\n$11\r\nunsubscribe\r\n$1\r\nu\r\n:0\r\n"
+    );
+    let waited = asked.elapsed();
+    assert_eq!(
+        text(&publisher.command(&["PUBLISH", "u", "y"]).await),
+        ":0\r\n",
+        "counted after its UNSUBSCRIBE was answered (answered after {waited:?})"
+    );
+    release.await.unwrap();
+    a.stop().await;
+}
