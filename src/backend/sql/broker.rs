@@ -15,9 +15,9 @@
 //! **The count is the database's.** Each `LISTEN` session holds an advisory lock of its own
 //! for its life and writes, in table `hf_pubsub`, one row per name its holdfast's subscribers
 //! hold (with how many hold it) under that lock's key. A `PUBLISH` counts, in its own
-//! transaction, the rows of sessions whose lock is held now (`pg_locks`): the subscribers of
-//! every holdfast on the database that are listening, and none of a session that ended (a
-//! crashed holdfast, a restarted server), whose `NOTIFY`s nobody hears. A `SUBSCRIBE` is
+//! transaction, the rows of sessions whose lock is held now (a shared try of it fails): the
+//! subscribers of every holdfast on the database that are listening, and none of a session
+//! that ended (a crashed holdfast, a restarted server), whose `NOTIFY`s nobody hears. A `SUBSCRIBE` is
 //! confirmed once its rows are written, an `UNSUBSCRIBE` once they are changed.
 //!
 //! **A gap closes the subscriber.** What is committed while a `LISTEN` session is down is
@@ -363,13 +363,9 @@ impl Broker {
 /// `(LOCK_CLASS, its key)` for its life, and its registry rows carry the key.
 const LOCK_CLASS: i32 = 0x6866_5053;
 
-/// The keys of the `LISTEN` sessions alive now: those whose lock is held (`pg_locks` shows
-/// a two-integer advisory lock with `objsubid` 2).
-const LIVE: &str = "SELECT objid::bigint FROM pg_locks WHERE locktype = 'advisory' \
-                    AND classid = 1751535699 AND objsubid = 2 AND granted";
-
 /// Whether the session under the registry row's `listener` is alive, asked of the lock it
-/// holds exclusively for its life: a shared try fails while it is held. One probe of the
+/// holds exclusively for its life: a shared try fails while it is held (the one liveness
+/// rule: `PUBLISH`, `PUBSUB` and the removal of dead sessions' rows all ask it). One probe of the
 /// lock table per row (a scan of `pg_locks` would take every lock partition, under a group
 /// commit's many key locks); a try that succeeds, on a dead session's key, holds a shared
 /// lock only until this transaction ends.
@@ -437,7 +433,7 @@ pub async fn pubsub(ctx: &mut super::store::Ctx<'_>, args: &[Bytes]) -> Result<F
         super::store::Dialect::Postgres => {
             sqlx::query_as(&format!(
                 "SELECT kind, name, SUM(clients)::bigint FROM hf_pubsub \
-                 WHERE listener IN ({LIVE}) GROUP BY kind, name"
+                 WHERE {ALIVE} GROUP BY kind, name"
             ))
             .fetch_all(&mut *ctx.conn)
             .await?
@@ -624,11 +620,11 @@ async fn open_session(url: &str, previous: Option<(i64, i32)>) -> Result<Session
         .execute(&mut listener)
         .await;
     }
-    sqlx::query(&format!(
-        "DELETE FROM hf_pubsub WHERE listener NOT IN ({LIVE})"
-    ))
-    .execute(&mut listener)
-    .await?;
+    // This session's own key reads as dead to itself (one session's locks never conflict),
+    // but it has no rows yet.
+    sqlx::query(&format!("DELETE FROM hf_pubsub WHERE NOT {ALIVE}"))
+        .execute(&mut listener)
+        .await?;
     Ok(Session { listener, key, pid })
 }
 
@@ -882,7 +878,7 @@ mod tests {
     fn the_liveness_queries_name_the_lock_class_sessions_hold() {
         let class = LOCK_CLASS.to_string();
         assert_eq!(class, "1751535699");
-        assert!(LIVE.contains(&class) && ALIVE.contains(&class));
+        assert!(ALIVE.contains(&class));
     }
 
     #[tokio::test]
