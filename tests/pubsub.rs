@@ -1136,3 +1136,46 @@ async fn an_unsubscribe_is_answered_once_the_registry_stops_counting_it() {
     release.await.unwrap();
     a.stop().await;
 }
+
+/// PostgreSQL stopped: a subscriber it served is closed (its `LISTEN` session ended), and a
+/// `SUBSCRIBE` that no session can confirm is refused within the namespace's budget, with
+/// nothing subscribed; once the server is back, subscribing works again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sql_subscription_no_session_confirms_is_refused_within_the_budget() {
+    if !support::postgres::available() {
+        eprintln!("PostgreSQL is not installed: skipped");
+        return;
+    }
+    let mut pg = PgServer::start();
+    let proxy = Proxy::start(&format!(
+        "[defaults]\nacquire_timeout = \"300ms\"\n[defaults.retry]\nmax_attempts = 4\n\
+         min_delay = \"100ms\"\nmax_delay = \"400ms\"\n[backends.db]\nkind = \"postgres\"\n\
+         url = \"{}\"\n[[namespaces]]\nname = \"all\"\nbackend = \"db\"\n",
+        pg.url()
+    ))
+    .await;
+    let mut early = proxy.connect().await;
+    early.command(&["SUBSCRIBE", "c"]).await;
+    tokio::task::block_in_place(|| pg.stop_immediate());
+    early.expect_disconnect(Duration::from_secs(10)).await;
+    let began = Instant::now();
+    let mut late = proxy.connect().await;
+    let reply = text(&late.command(&["SUBSCRIBE", "d"]).await);
+    let waited = began.elapsed();
+    assert!(reply.starts_with("-UNAVAILABLE not subscribed"), "{reply}");
+    assert!(waited < Duration::from_secs(5), "{waited:?}");
+    assert_eq!(text(&late.command(&["PING"]).await), "+PONG\r\n");
+    assert!(
+        proxy
+            .metric("holdfast_limits_total{limit=\"pubsub_gap\"}")
+            .await
+            >= 1.0
+    );
+    tokio::task::block_in_place(|| pg.start_again());
+    let mut again = proxy.connect().await;
+    let reply = timeout(Duration::from_secs(30), again.command(&["SUBSCRIBE", "d"]))
+        .await
+        .expect("subscribed once the server is back");
+    assert_eq!(text(&reply), "*3\r\n$9\r\nsubscribe\r\n$1\r\nd\r\n:1\r\n");
+    proxy.stop().await;
+}
