@@ -4,19 +4,11 @@
 //! by its variant, whether the request had been handed to a connection. It never retries on
 //! its own: every dispatch is the retry loop's to count.
 
-pub mod cluster;
-pub mod codec;
-pub mod dial;
-pub mod exact;
 pub mod fake;
-pub mod feed;
-pub mod link;
 pub mod pubsub;
 pub mod redis;
 pub mod scripts;
-pub mod sentinel;
 pub mod sql;
-pub mod warm;
 
 use crate::config::{BackendConfig, Config};
 use bytes::Bytes;
@@ -56,7 +48,7 @@ impl Reply {
     pub fn into_frame(self) -> Frame {
         match self {
             Reply::Frame(frame) => *frame,
-            Reply::Raw { bytes, proto } => codec::decode_raw(bytes, proto),
+            Reply::Raw { bytes, proto } => crate::resp::decode_raw(bytes, proto),
         }
     }
 

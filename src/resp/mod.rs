@@ -811,6 +811,9 @@ pub fn format_double(value: f64, style: DoubleStyle) -> String {
     }
 }
 
+pub mod scan;
+pub use scan::{decode_raw, restore_map_order};
+
 #[cfg(test)]
 #[path = "tests.rs"]
 mod tests;

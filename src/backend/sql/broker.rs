@@ -27,7 +27,7 @@
 //! connection drops. None is left open over a gap.
 
 use super::args::glob;
-use crate::backend::pubsub::{Delivery, Kind, Outbox};
+use crate::backend::pubsub::delivery::{Delivery, Kind, Outbox};
 use crate::backend::BackendError;
 use crate::metrics as m;
 use base64::engine::general_purpose::STANDARD as B64;

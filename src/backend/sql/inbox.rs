@@ -24,7 +24,7 @@
 
 use super::args::glob;
 use super::broker::{self, Broker, Name};
-use crate::backend::pubsub::Kind;
+use crate::backend::pubsub::delivery::Kind;
 use crate::metrics as m;
 use bytes::Bytes;
 use sqlx::{AnyConnection, AnyPool, Executor};

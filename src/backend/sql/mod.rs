@@ -567,7 +567,7 @@ impl SqlBackend {
     }
 
     /// A subscribed client's registration with this backend's broker.
-    pub fn feed(&self, outbox: crate::backend::pubsub::Outbox) -> broker::Ticket {
+    pub fn feed(&self, outbox: crate::backend::pubsub::delivery::Outbox) -> broker::Ticket {
         self.inner.broker.join(outbox)
     }
 

@@ -20,17 +20,25 @@
 //! wait: the connection is reset, so nothing it took lands later, and the client hears that
 //! the command may have been applied (a pop) or was not (a read).
 
-use super::cluster::{keyslot, Nodes, Topology};
-use super::dial::{Target, Tls};
-use super::exact::{self, TokenDb};
-use super::sentinel::{Addr, Follower, Watch};
-use super::warm::{Servers, Warm};
-use super::{link, BackendError, Blocking, DoubleStyle, Placement, Proto, Reply, Request};
+pub mod cluster;
+pub mod codec;
+pub mod dial;
+pub mod exact;
+pub mod feed;
+pub mod link;
+pub mod sentinel;
+pub mod warm;
+
+use super::{BackendError, Blocking, DoubleStyle, Placement, Proto, Reply, Request};
 use crate::config::{ClusterConfig, RedisConfig, SentinelConfig};
 use crate::error::{LinkError, LinkErrorKind};
 use arc_swap::ArcSwapOption;
 use bytes::Bytes;
+use cluster::{keyslot, Nodes, Topology};
+use dial::{Target, Tls};
+use exact::TokenDb;
 use redis_protocol::resp3::types::BytesFrame as Frame;
+use sentinel::{Addr, Follower, Watch};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -38,6 +46,7 @@ use std::time::Duration;
 use tokio::sync::{watch, Mutex, OnceCell};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use warm::{Servers, Warm};
 
 pub use crate::config::host_port;
 
@@ -465,7 +474,7 @@ pub struct RedisBackend {
     /// Whether the backend still answers, asked for clients blocked on it.
     probe: Arc<Probe>,
     /// The scripts clients loaded, to answer a NOSCRIPT with.
-    scripts: Arc<super::scripts::Scripts>,
+    scripts: Arc<crate::backend::scripts::Scripts>,
 }
 
 /// A backend's TLS: None unless asked for (`rediss://`, `tls = true`, or a `tls_ca`); then
@@ -721,8 +730,12 @@ impl RedisBackend {
 
     /// A subscribed client's connections to this backend (`feed.rs`), delivering into
     /// `outbox`, given up after `hold` without a connection.
-    pub fn feed(&self, outbox: super::pubsub::Outbox, hold: Duration) -> super::feed::RedisFeed {
-        use super::feed::{Ctx, Locate, RedisFeed};
+    pub fn feed(
+        &self,
+        outbox: crate::backend::pubsub::delivery::Outbox,
+        hold: Duration,
+    ) -> feed::RedisFeed {
+        use feed::{Ctx, Locate, RedisFeed};
         let locate = match (self.flavor, &self.follower, &self.topology) {
             (Flavor::Sentinel, Some(follower), _) => Locate::Sentinel(follower.watch().clone()),
             (Flavor::Cluster(_), _, Some(topology)) => Locate::Cluster(topology.clone()),
@@ -792,7 +805,7 @@ impl RedisBackend {
 
     /// This holdfast's scripts, shared with its other backends.
     #[must_use]
-    pub fn with_scripts(mut self, scripts: &Arc<super::scripts::Scripts>) -> RedisBackend {
+    pub fn with_scripts(mut self, scripts: &Arc<crate::backend::scripts::Scripts>) -> RedisBackend {
         self.scripts = scripts.clone();
         self
     }
@@ -1351,7 +1364,7 @@ fn acked_reply(proto: Proto, wanted: u32, acked: link::Acked) -> Result<Reply, B
 fn link_reply(proto: Proto, reply: Result<Reply, link::SendError>) -> Result<Reply, BackendError> {
     match reply {
         Ok(Reply::Frame(frame)) if proto == Proto::Resp3 => {
-            BackendError::check_reply(super::codec::restore_map_order(*frame)).map(Reply::from)
+            BackendError::check_reply(crate::resp::restore_map_order(*frame)).map(Reply::from)
         }
         Ok(Reply::Frame(frame)) => BackendError::check_reply(*frame).map(Reply::from),
         Ok(raw) => Ok(raw),

@@ -72,7 +72,7 @@ pub fn token_key(key: &[u8], token: &[u8]) -> Bytes {
     let tag = if !part.is_empty() && !part.contains(&b'}') {
         part
     } else {
-        number = slot_tag(crate::backend::cluster::keyslot(key)).to_string();
+        number = slot_tag(crate::backend::redis::cluster::keyslot(key)).to_string();
         number.as_bytes()
     };
     let mut out = Vec::with_capacity(tag.len() + token.len() + 10);
@@ -92,7 +92,9 @@ fn slot_tag(slot: u16) -> u32 {
         let mut left = tags.len();
         let mut n = 0u32;
         while left > 0 && n < u32::MAX {
-            let at = usize::from(crate::backend::cluster::keyslot(n.to_string().as_bytes()));
+            let at = usize::from(crate::backend::redis::cluster::keyslot(
+                n.to_string().as_bytes(),
+            ));
             if let Some(tag) = tags.get_mut(at).filter(|tag| **tag == u32::MAX) {
                 *tag = n;
                 left -= 1;
@@ -131,7 +133,7 @@ pub fn evalsha(
 ) -> (Vec<Bytes>, Bytes) {
     let key = args.get(1).cloned().unwrap_or_default();
     let tok = token_key(&key, token);
-    let ttl = super::TOKEN_TTL.as_millis().to_string();
+    let ttl = crate::backend::TOKEN_TTL.as_millis().to_string();
     let (tokens, data) = match db {
         Some(db) => (
             Bytes::from(db.tokens.to_string()),
@@ -163,7 +165,7 @@ pub fn repair(reply: Reply) -> Reply {
         Reply::Raw {
             bytes,
             proto: Proto::Resp2,
-        } => Reply::from(super::codec::decode_raw(bytes, Proto::Resp2)),
+        } => Reply::from(crate::resp::decode_raw(bytes, Proto::Resp2)),
         other => other,
     }
 }
@@ -210,8 +212,8 @@ mod tests {
         for key in keys {
             let token = token_key(key, b"i:1:2");
             assert_eq!(
-                crate::backend::cluster::keyslot(&token),
-                crate::backend::cluster::keyslot(key),
+                crate::backend::redis::cluster::keyslot(&token),
+                crate::backend::redis::cluster::keyslot(key),
                 "key {:?}, token key {:?}",
                 String::from_utf8_lossy(key),
                 String::from_utf8_lossy(&token)
@@ -255,7 +257,7 @@ mod tests {
         for slot in [0u16, 1, 8_000, 16_383] {
             let tag = slot_tag(slot);
             assert_eq!(
-                crate::backend::cluster::keyslot(tag.to_string().as_bytes()),
+                crate::backend::redis::cluster::keyslot(tag.to_string().as_bytes()),
                 slot
             );
         }
