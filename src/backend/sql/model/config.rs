@@ -297,7 +297,7 @@ pub fn config(a: &[Bytes]) -> Out {
     match a.get(1).map(|s| s.to_ascii_uppercase()).as_deref() {
         Some(b"GET") => get(a),
         Some(b"SET") => set(a),
-        _ => fail(super::commands::unsupported(b"config")),
+        _ => fail(super::unsupported(b"config")),
     }
 }
 

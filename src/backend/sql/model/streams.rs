@@ -2,7 +2,7 @@
 //! their top bit flipped, so signed 64-bit columns sort them as unsigned. The stream's
 //! [`Head`] lives in its key row (`value`): its last id, kept past deletions as Redis keeps
 //! it, the number of entries ever added and the greatest id `XDEL` removed (`XINFO` and the
-//! consumer groups' lag read them). Consumer groups are `xgroups`.
+//! consumer groups' lag read them). Consumer groups are `stream_groups`.
 //!
 //! Approximate trimming (`~`) trims nothing: Redis trims whole internal nodes only, so "at
 //! least N entries" is what both promise, and keeping all of them is the exact-reply choice
@@ -14,10 +14,10 @@ use super::strings::arg;
 use bytes::Bytes;
 use sqlx::Row;
 
-pub(super) const INVALID_ID: &str = "ERR Invalid stream ID specified as stream command argument";
+pub(crate) const INVALID_ID: &str = "ERR Invalid stream ID specified as stream command argument";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) struct Id {
+pub(crate) struct Id {
     pub ms: u64,
     pub seq: u64,
 }
@@ -94,7 +94,7 @@ impl Id {
 
 /// What a stream's key row keeps beside its entries.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Head {
+pub(crate) struct Head {
     /// The last id added (or set by `XSETID`).
     pub last: Id,
     /// Entries ever added; None in a row written before holdfast counted them (read as the
@@ -134,7 +134,7 @@ impl Head {
 
 /// A stream's head and its entries now: what `XINFO` shows and the lag is computed from.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Shape {
+pub(crate) struct Shape {
     pub head: Head,
     pub length: i64,
     /// The first entry's id, 0-0 when there is none.
@@ -209,11 +209,11 @@ async fn edge(ctx: &mut Ctx<'_>, key: &[u8], order: &str) -> Result<Id, Fail> {
 }
 
 /// A u64 as a column value that sorts like it.
-pub(super) fn col(v: u64) -> i64 {
+pub(crate) fn col(v: u64) -> i64 {
     i64::from_ne_bytes((v ^ (1 << 63)).to_ne_bytes())
 }
 
-pub(super) fn uncol(v: i64) -> u64 {
+pub(crate) fn uncol(v: i64) -> u64 {
     u64::from_ne_bytes(v.to_ne_bytes()) ^ (1 << 63)
 }
 
@@ -225,7 +225,7 @@ fn digits(text: &[u8]) -> Option<u64> {
 }
 
 /// `ms[-seq]` with a default for a missing seq; `-`/`+` only when `specials`.
-pub(super) fn parse_id(text: &[u8], missing_seq: u64, specials: bool) -> Option<Id> {
+pub(crate) fn parse_id(text: &[u8], missing_seq: u64, specials: bool) -> Option<Id> {
     if specials && text == b"-" {
         return Some(Id::MIN);
     }
@@ -348,7 +348,7 @@ fn encode_fields(pairs: &[Bytes]) -> Vec<u8> {
     out
 }
 
-pub(super) fn decode_fields(mut raw: &[u8]) -> Vec<Frame> {
+pub(crate) fn decode_fields(mut raw: &[u8]) -> Vec<Frame> {
     let mut out = Vec::new();
     while raw.len() >= 4 {
         let len = u32::from_be_bytes([raw[0], raw[1], raw[2], raw[3]]) as usize;
@@ -492,14 +492,14 @@ pub async fn xadd(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
 /// An `XADD` a run applies with others (`xadd_run`): its arguments after the name parse,
 /// and it trims nothing. None for any other, which runs on its own (and answers its own
 /// syntax error, in Redis's order).
-pub(super) struct Add<'a> {
+pub(crate) struct Add<'a> {
     key: &'a [u8],
     id: AddId,
     nomkstream: bool,
     fields: &'a [Bytes],
 }
 
-pub(super) fn plain_add(args: &[Bytes]) -> Option<Add<'_>> {
+pub(crate) fn plain_add(args: &[Bytes]) -> Option<Add<'_>> {
     let key = args.first()?;
     let (trim, _approx, nomkstream, idpos) = trim_options(args, 1, true).ok()?;
     if trim.is_some() {
@@ -690,7 +690,7 @@ pub async fn xdel(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
 }
 
 /// One end of an XRANGE interval; `(` makes it exclusive.
-pub(super) fn range_end(text: &[u8], start: bool) -> Result<Option<Id>, Fail> {
+pub(crate) fn range_end(text: &[u8], start: bool) -> Result<Option<Id>, Fail> {
     let (exclusive, text) = match text.split_first() {
         Some((b'(', rest)) => (true, rest),
         _ => (false, text),
@@ -719,7 +719,7 @@ pub(super) fn range_end(text: &[u8], start: bool) -> Result<Option<Id>, Fail> {
 /// What an `XRANGE` or `XREVRANGE` asks for, its arguments checked (a syntax or id error
 /// is answered before the key is looked at, as in Redis).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Range<'a> {
+pub(crate) struct Range<'a> {
     pub key: &'a [u8],
     /// The lowest and highest id taken, both included (`XREVRANGE` names them the other way
     /// round).
@@ -735,7 +735,7 @@ impl Range<'_> {
     }
 }
 
-pub(super) fn range_args(a: &[Bytes], rev: bool) -> Result<Range<'_>, Fail> {
+pub(crate) fn range_args(a: &[Bytes], rev: bool) -> Result<Range<'_>, Fail> {
     let key = arg(a, 1);
     let (lo_text, hi_text) = if rev {
         (arg(a, 3), arg(a, 2))
@@ -867,7 +867,7 @@ pub async fn xread(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
 }
 
 /// Up to `count` (0: all) entries after `after`, in order.
-pub(super) async fn entries_after(
+pub(crate) async fn entries_after(
     ctx: &mut Ctx<'_>,
     key: &[u8],
     after: Id,
@@ -894,12 +894,12 @@ pub(super) async fn entries_after(
 }
 
 /// One entry as the range commands answer it.
-pub(super) fn entry(id: Id, fields: &[u8]) -> Frame {
+pub(crate) fn entry(id: Id, fields: &[u8]) -> Frame {
     array(vec![bulk(id.text()), array(decode_fields(fields))])
 }
 
 /// `XREAD`'s and `XREADGROUP`'s reply: the entries of each stream, a map in RESP3.
-pub(super) fn keyed(proto: crate::backend::Proto, found: Vec<(Bytes, Frame)>) -> Frame {
+pub(crate) fn keyed(proto: crate::backend::Proto, found: Vec<(Bytes, Frame)>) -> Frame {
     match proto {
         crate::backend::Proto::Resp3 => {
             let mut map = redis_protocol::resp3::types::FrameMap::default();

@@ -7,7 +7,7 @@
 //! processes left for it in `hf_messages` every [`POLL`], delivering them to its
 //! subscribers.
 //!
-//! A `PUBLISH` ([`publish`]) counts, in its own transaction, the registry rows of processes
+//! A `PUBLISH` (`model::pubsub::publish`) counts, in its own transaction, the registry rows of processes
 //! whose heartbeat is younger than [`ALIVE`], this one's included; when another process's
 //! subscriber matches, it leaves the message in `hf_messages`, in the same transaction, so
 //! it is read only if it commits. This process's own subscribers get it when it commits
@@ -22,9 +22,8 @@
 //! were committed; beside a process's own (delivered at once), they arrive up to a [`POLL`]
 //! later.
 
-use super::args::glob;
 use super::broker::{self, Broker, Name};
-use crate::backend::pubsub::delivery::Kind;
+use super::model::pubsub::HEARTBEAT_ALIVE as ALIVE;
 use crate::metrics as m;
 use bytes::Bytes;
 use sqlx::{AnyConnection, AnyPool, Executor};
@@ -36,8 +35,6 @@ use tokio::time::Instant;
 pub const POLL: Duration = Duration::from_millis(20);
 /// How often it writes its heartbeat.
 pub const HEARTBEAT: Duration = Duration::from_millis(500);
-/// How long a heartbeat counts a process's subscribers alive.
-pub const ALIVE: Duration = Duration::from_secs(3);
 /// How long a process may go without a heartbeat or a read before it closes its subscribers.
 pub const GAP: Duration = Duration::from_secs(2);
 /// How long a message is kept for the processes that read it.
@@ -45,61 +42,6 @@ pub const RETAIN: Duration = Duration::from_secs(30);
 
 fn ms(d: Duration) -> i64 {
     d.as_millis() as i64
-}
-
-/// A `PUBLISH`'s reply on SQLite, in its transaction at `now` (Unix ms) by the backend whose
-/// registry id is `origin`: the subscriptions of every live process that a message to
-/// `channel` matches (a client matching by two patterns
-/// counts twice, as in Redis); the message is left for the other processes when one of
-/// theirs matches.
-///
-/// # Errors
-/// The database's.
-pub async fn publish(
-    conn: &mut AnyConnection,
-    (now, origin): (i64, i64),
-    shard: bool,
-    channel: &[u8],
-    payload: &[u8],
-) -> Result<i64, sqlx::Error> {
-    let (kind, patterns) = if shard {
-        (Kind::Shard.index() as i64, -1)
-    } else {
-        (Kind::Channel.index() as i64, Kind::Pattern.index() as i64)
-    };
-    let rows: Vec<(i64, i64, Vec<u8>, i64)> = sqlx::query_as(
-        "SELECT listener, kind, name, clients FROM hf_pubsub \
-         WHERE ((kind = ? AND name = ?) OR kind = ?) \
-         AND listener IN (SELECT listener FROM hf_listeners WHERE seen > ?)",
-    )
-    .bind(kind)
-    .bind(channel.to_vec())
-    .bind(patterns)
-    .bind(now - ms(ALIVE))
-    .fetch_all(&mut *conn)
-    .await?;
-    let (mut total, mut elsewhere) = (0, 0);
-    for (listener, k, name, clients) in rows {
-        if k == kind || glob(&name, channel) {
-            total += clients;
-            if listener != origin {
-                elsewhere += clients;
-            }
-        }
-    }
-    if elsewhere > 0 {
-        sqlx::query(
-            "INSERT INTO hf_messages (origin, shard, channel, payload, at) VALUES (?, ?, ?, ?, ?)",
-        )
-        .bind(origin)
-        .bind(i64::from(shard))
-        .bind(channel.to_vec())
-        .bind(payload.to_vec())
-        .bind(now)
-        .execute(&mut *conn)
-        .await?;
-    }
-    Ok(total)
 }
 
 /// Runs `work` in one write transaction on a connection of `pool`, within [`GAP`].

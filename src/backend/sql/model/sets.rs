@@ -167,7 +167,7 @@ fn set_reply(ctx: &Ctx<'_>, members: Vec<Bytes>) -> Frame {
 }
 
 /// [`set_reply`] in `proto` (a batched read has no command context).
-pub(super) fn set_frame(proto: crate::backend::Proto, members: Vec<Bytes>) -> Frame {
+pub(crate) fn set_frame(proto: crate::backend::Proto, members: Vec<Bytes>) -> Frame {
     let items = in_set_order(members).into_iter().map(bulk);
     match proto {
         crate::backend::Proto::Resp3 => Frame::Set {

@@ -340,7 +340,7 @@ async fn read_batch(inner: &Inner, batch: Vec<Get>, held: &mut Held) {
         for &(args, proto) in &point {
             let mut ctx = Ctx::new(&mut conn, now_ms, proto, inner.dialect, false);
             points.push(
-                match super::commands::run(&mut ctx, args, inner.allow_flush).await {
+                match super::model::run(&mut ctx, args, inner.allow_flush).await {
                     Ok(frame) => Ok(frame),
                     // The command's own error (`WRONGTYPE`, a bad argument): its answer alone.
                     Err(Fail::Reply(text)) => Err(BackendError::reply(Bytes::from(text))),

@@ -9,7 +9,7 @@
 //! send once), and one `LISTEN` session per holdfast, opened at the first subscription,
 //! hears every holdfast's: deliveries to this process's subscribers come from it, so they
 //! arrive in commit order. NOTIFY carries text of under 8000 bytes: a channel and message
-//! are sent base64-encoded, so together they may have at most [`MAX_NOTIFY_BYTES`]; a longer
+//! are sent base64-encoded, so together they may have at most `MAX_NOTIFY_BYTES`; a longer
 //! one is refused before anything is sent.
 //!
 //! **The count is the database's.** Each `LISTEN` session holds an advisory lock of its own
@@ -26,26 +26,18 @@
 //! again, and knows it may have missed messages, as a Redis subscriber does when its own
 //! connection drops. None is left open over a gap.
 
-use super::args::glob;
+use super::model::args::glob;
+use super::model::pubsub::{decode, LIVE, LOCK_CLASS, PG_CHANNEL};
 use crate::backend::pubsub::delivery::{Delivery, Kind, Outbox};
 use crate::backend::BackendError;
 use crate::metrics as m;
-use base64::engine::general_purpose::STANDARD as B64;
-use base64::Engine as _;
 use bytes::Bytes;
 use redis_protocol::resp3::types::BytesFrame as Frame;
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 use tokio::sync::{watch, Notify};
-
-/// The PostgreSQL channel every holdfast of a database listens on.
-pub const PG_CHANNEL: &str = "holdfast_pubsub";
-
-/// Most bytes of channel and message together in one `PUBLISH` on PostgreSQL: base64 of
-/// both, and their separators, must stay under NOTIFY's 8000 bytes.
-pub const MAX_NOTIFY_BYTES: usize = 5_990;
 
 /// One subscribed client's names, by kind.
 struct Sub {
@@ -254,7 +246,7 @@ impl Broker {
     #[cfg(test)]
     fn pubsub_here(&self, args: &[Bytes]) -> Frame {
         let state = self.state();
-        answer(
+        super::model::pubsub::answer(
             args,
             state
                 .totals
@@ -359,205 +351,6 @@ impl Broker {
     }
 }
 
-/// The advisory-lock class of `LISTEN` sessions (`hfPS`): a session holds the lock
-/// `(LOCK_CLASS, its key)` for its life, and its registry rows carry the key.
-const LOCK_CLASS: i32 = 0x6866_5053;
-
-/// Whether the session under the registry row's `listener` is alive, asked of the lock it
-/// holds exclusively for its life: a shared try fails while it is held (the one liveness
-/// rule: `PUBLISH`, `PUBSUB` and the removal of dead sessions' rows all ask it). One probe of the
-/// lock table per row (a scan of `pg_locks` would take every lock partition, under a group
-/// commit's many key locks); a try that succeeds, on a dead session's key, holds a shared
-/// lock only until this transaction ends.
-const ALIVE: &str = "NOT pg_try_advisory_xact_lock_shared(1751535699, listener::int)";
-
-/// A `PUBLISH` on PostgreSQL: the `NOTIFY` of `text` (made by [`encode`]), sent if the
-/// transaction commits, and its reply, counted in the same statement: the subscriptions of
-/// every listening session that a message to `channel` matches (a client matching by two
-/// patterns counts twice, as in Redis). Pattern subscriptions, when any holdfast has one,
-/// are read by a second statement and matched here.
-///
-/// # Errors
-/// The database's.
-pub async fn publish(
-    conn: &mut sqlx::AnyConnection,
-    shard: bool,
-    channel: &[u8],
-    text: &str,
-) -> Result<i64, sqlx::Error> {
-    use sqlx::Row;
-    let (kind, patterns) = if shard {
-        (Kind::Shard.index() as i64, -1)
-    } else {
-        (Kind::Channel.index() as i64, Kind::Pattern.index() as i64)
-    };
-    let sql = format!(
-        "SELECT (SELECT COALESCE(SUM(clients), 0) FROM hf_pubsub \
-                 WHERE kind = $3 AND name = $4 AND {ALIVE})::bigint, \
-                (SELECT COUNT(*) FROM hf_pubsub WHERE kind = $5)::bigint \
-         FROM pg_notify($1, $2)"
-    );
-    let row = sqlx::query(&sql)
-        .bind(PG_CHANNEL)
-        .bind(text)
-        .bind(kind)
-        .bind(channel.to_vec())
-        .bind(patterns)
-        .fetch_one(&mut *conn)
-        .await?;
-    let (direct, pattern_rows): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
-    if pattern_rows == 0 {
-        return Ok(direct);
-    }
-    let sql = format!("SELECT name, clients FROM hf_pubsub WHERE kind = $1 AND {ALIVE}");
-    let rows: Vec<(Vec<u8>, i64)> = sqlx::query_as(&sql)
-        .bind(patterns)
-        .fetch_all(&mut *conn)
-        .await?;
-    Ok(direct
-        + rows
-            .into_iter()
-            .filter(|(pattern, _)| glob(pattern, channel))
-            .map(|(_, clients)| clients)
-            .sum::<i64>())
-}
-
-/// `PUBSUB CHANNELS | NUMSUB | NUMPAT | SHARDCHANNELS | SHARDNUMSUB` (arity was checked)
-/// over every holdfast's subscriptions on the database: the registry's rows of the sessions
-/// alive now, as a `PUBLISH` counts them.
-///
-/// # Errors
-/// The database's.
-pub async fn pubsub(ctx: &mut super::store::Ctx<'_>, args: &[Bytes]) -> Result<Frame, sqlx::Error> {
-    let rows: Vec<(i64, Vec<u8>, i64)> = match ctx.dialect {
-        super::store::Dialect::Postgres => {
-            sqlx::query_as(&format!(
-                "SELECT kind, name, SUM(clients)::bigint FROM hf_pubsub \
-                 WHERE {ALIVE} GROUP BY kind, name"
-            ))
-            .fetch_all(&mut *ctx.conn)
-            .await?
-        }
-        super::store::Dialect::Sqlite => {
-            sqlx::query_as(
-                "SELECT kind, name, SUM(clients) FROM hf_pubsub WHERE listener IN \
-                 (SELECT listener FROM hf_listeners WHERE seen > ?) GROUP BY kind, name",
-            )
-            .bind(ctx.now - super::inbox::ALIVE.as_millis() as i64)
-            .fetch_all(&mut *ctx.conn)
-            .await?
-        }
-    };
-    let kind = |k: i64| Kind::ALL.into_iter().find(|kind| kind.index() as i64 == k);
-    Ok(answer(
-        args,
-        rows.into_iter()
-            .filter_map(|(k, name, n)| Some((kind(k)?, Bytes::from(name), n))),
-    ))
-}
-
-/// The answer to `PUBSUB …` (`args`, the whole command) over `totals`: each name subscribed,
-/// and by how many clients.
-fn answer(args: &[Bytes], totals: impl Iterator<Item = (Kind, Bytes, i64)>) -> Frame {
-    let sub = args
-        .get(1)
-        .map(|s| s.to_ascii_uppercase())
-        .unwrap_or_default();
-    let totals: Vec<(Kind, Bytes, i64)> = totals.filter(|(_, _, n)| *n > 0).collect();
-    let bulk = |data: Bytes| Frame::BlobString {
-        data,
-        attributes: None,
-    };
-    let number = |data: i64| Frame::Number {
-        data,
-        attributes: None,
-    };
-    let array = |data: Vec<Frame>| Frame::Array {
-        data,
-        attributes: None,
-    };
-    let of = |kind: Kind| -> BTreeSet<Bytes> {
-        totals
-            .iter()
-            .filter(|(k, _, _)| *k == kind)
-            .map(|(_, name, _)| name.clone())
-            .collect()
-    };
-    let subscribers = |kind: Kind, name: &Bytes| -> i64 {
-        totals
-            .iter()
-            .filter(|(k, n, _)| *k == kind && n == name)
-            .map(|(_, _, count)| count)
-            .sum()
-    };
-    match sub.as_slice() {
-        b"CHANNELS" | b"SHARDCHANNELS" => {
-            let kind = if sub.as_slice() == b"CHANNELS" {
-                Kind::Channel
-            } else {
-                Kind::Shard
-            };
-            let pattern = args.get(2);
-            array(
-                of(kind)
-                    .into_iter()
-                    .filter(|c| pattern.map_or(true, |p| glob(p, c)))
-                    .map(bulk)
-                    .collect(),
-            )
-        }
-        b"NUMSUB" | b"SHARDNUMSUB" => {
-            let kind = if sub.as_slice() == b"NUMSUB" {
-                Kind::Channel
-            } else {
-                Kind::Shard
-            };
-            let mut items = Vec::new();
-            for name in args.get(2..).unwrap_or_default() {
-                items.push(bulk(name.clone()));
-                items.push(number(subscribers(kind, name)));
-            }
-            array(items)
-        }
-        _ => number(of(Kind::Pattern).len() as i64),
-    }
-}
-
-/// `NOTIFY`'s payload for a message: `m` or `s` (shard), the channel and the message, each
-/// base64 (NOTIFY carries text, and a Redis message is any bytes).
-///
-/// # Errors
-/// The error reply for a message over [`MAX_NOTIFY_BYTES`].
-pub fn encode(shard: bool, channel: &[u8], payload: &[u8]) -> Result<String, String> {
-    if channel.len() + payload.len() > MAX_NOTIFY_BYTES {
-        return Err(format!(
-            "ERR holdfast: a PUBLISH on PostgreSQL carries at most {MAX_NOTIFY_BYTES} bytes of channel and message (NOTIFY's limit); this one has {}",
-            channel.len() + payload.len()
-        ));
-    }
-    let kind = if shard { 's' } else { 'm' };
-    Ok(format!(
-        "{kind}{}:{}",
-        B64.encode(channel),
-        B64.encode(payload)
-    ))
-}
-
-/// The message of a `NOTIFY` payload made by [`encode`]; None for anything else.
-pub fn decode(text: &str) -> Option<(bool, Bytes, Bytes)> {
-    let shard = match text.as_bytes().first()? {
-        b'm' => false,
-        b's' => true,
-        _ => return None,
-    };
-    let (channel, payload) = text.get(1..)?.split_once(':')?;
-    Some((
-        shard,
-        Bytes::from(B64.decode(channel).ok()?),
-        Bytes::from(B64.decode(payload).ok()?),
-    ))
-}
-
 /// How long the `LISTEN` connection may stay quiet before it is asked a `SELECT 1`, and how
 /// long that may take: a server that stopped answering is left, not listened to for ever.
 const LISTEN_CHECK: Duration = Duration::from_secs(5);
@@ -622,7 +415,7 @@ async fn open_session(url: &str, previous: Option<(i64, i32)>) -> Result<Session
     }
     // This session's own key reads as dead to itself (one session's locks never conflict),
     // but it has no rows yet.
-    sqlx::query(&format!("DELETE FROM hf_pubsub WHERE NOT {ALIVE}"))
+    sqlx::query(&format!("DELETE FROM hf_pubsub WHERE NOT {LIVE}"))
         .execute(&mut listener)
         .await?;
     Ok(Session { listener, key, pid })
@@ -848,38 +641,6 @@ impl Drop for Ticket {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_notify_payload_carries_any_bytes_and_refuses_what_does_not_fit() {
-        for (shard, channel, payload) in [
-            (false, &b"news"[..], &b"hello"[..]),
-            (true, b"a:b", b"\x00\xff:\r\n"),
-            (false, b"", b""),
-        ] {
-            let text = encode(shard, channel, payload).expect("fits");
-            assert!(text.len() < 8000);
-            assert_eq!(
-                decode(&text),
-                Some((
-                    shard,
-                    Bytes::copy_from_slice(channel),
-                    Bytes::copy_from_slice(payload)
-                ))
-            );
-        }
-        let most = vec![b'x'; MAX_NOTIFY_BYTES - 1];
-        assert!(encode(true, b"c", &most).expect("fits").len() < 8000);
-        assert!(encode(true, b"cc", &most).is_err());
-        assert_eq!(decode("x"), None);
-        assert_eq!(decode("mnot base64:"), None);
-    }
-
-    #[test]
-    fn the_liveness_queries_name_the_lock_class_sessions_hold() {
-        let class = LOCK_CLASS.to_string();
-        assert_eq!(class, "1751535699");
-        assert!(ALIVE.contains(&class));
-    }
 
     #[tokio::test]
     async fn a_publish_counts_each_matching_subscription_as_redis_does() {

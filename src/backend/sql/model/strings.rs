@@ -9,7 +9,7 @@ pub fn arg(a: &[Bytes], i: usize) -> &[u8] {
     a.get(i).map(|b| b.as_ref()).unwrap_or_default()
 }
 
-pub(super) async fn string(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<Meta>, Fail> {
+pub(crate) async fn string(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<Meta>, Fail> {
     ctx.typed(key, Kind::String).await
 }
 

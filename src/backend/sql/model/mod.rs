@@ -2,14 +2,30 @@
 //!
 //! A command not listed here is answered with an error naming it, never forwarded anywhere.
 
-use super::sets::Algebra;
-use super::store::{fail, Ctx, Dialect, Out, SYNTAX};
-use super::zsets::{Form, ZAlgebra};
-use super::{
-    bits, blocking, hashes, keys, lists, sets, sort, streams, strings, watch, xgroups, zsets,
-};
+pub mod args;
+pub mod bits;
+pub mod blocking;
+pub mod config;
+pub mod hashes;
+pub mod keys;
+pub mod lists;
+pub mod pubsub;
+pub mod sets;
+pub mod sort;
+pub mod store;
+pub mod stream_groups;
+pub mod streams;
+pub mod strings;
+pub mod unchanged;
+pub mod watch;
+pub mod zsets;
+
+pub use config::harmless_setting;
+
 use bytes::Bytes;
-use redis_protocol::resp3::types::BytesFrame as Frame;
+use sets::Algebra;
+use store::{fail, Ctx, Out};
+use zsets::{Form, ZAlgebra};
 
 /// A command name in upper case, on the stack: looked up three times per request, so no
 /// allocation. A name longer than any served one comes out empty and matches nothing.
@@ -135,9 +151,9 @@ pub async fn run(ctx: &mut Ctx<'_>, a: &[Bytes], allow_flush: bool) -> Out {
         // Every acknowledged write is already durable in the database; there are no
         // replicas for WAIT to count.
         b"WAIT" => {
-            super::args::int(strings::arg(a, 1))?;
-            super::args::int(strings::arg(a, 2))?;
-            Ok(super::store::int(0))
+            args::int(strings::arg(a, 1))?;
+            args::int(strings::arg(a, 2))?;
+            Ok(store::int(0))
         }
         b"HSET" => hashes::hset(ctx, a, false).await,
         b"HMSET" => hashes::hset(ctx, a, true).await,
@@ -227,14 +243,14 @@ pub async fn run(ctx: &mut Ctx<'_>, a: &[Bytes], allow_flush: bool) -> Out {
         b"XREAD" => streams::xread(ctx, a).await,
         b"XSETID" => streams::xsetid(ctx, a).await,
         b"HF.XLAST" => streams::xlast(ctx, a).await,
-        b"XGROUP" => xgroups::xgroup(ctx, a).await,
-        b"XREADGROUP" => xgroups::xreadgroup(ctx, a).await,
-        b"XACK" => xgroups::xack(ctx, a).await,
-        b"XPENDING" => xgroups::xpending(ctx, a).await,
-        b"XCLAIM" => xgroups::xclaim(ctx, a).await,
-        b"XAUTOCLAIM" => xgroups::xautoclaim(ctx, a).await,
-        b"XINFO" => xgroups::xinfo(ctx, a).await,
-        b"CONFIG" => super::config::config(a),
+        b"XGROUP" => stream_groups::xgroup(ctx, a).await,
+        b"XREADGROUP" => stream_groups::xreadgroup(ctx, a).await,
+        b"XACK" => stream_groups::xack(ctx, a).await,
+        b"XPENDING" => stream_groups::xpending(ctx, a).await,
+        b"XCLAIM" => stream_groups::xclaim(ctx, a).await,
+        b"XAUTOCLAIM" => stream_groups::xautoclaim(ctx, a).await,
+        b"XINFO" => stream_groups::xinfo(ctx, a).await,
+        b"CONFIG" => config::config(a),
         b"SETBIT" => bits::setbit(ctx, a).await,
         b"GETBIT" => bits::getbit(ctx, a).await,
         b"BITCOUNT" => bits::bitcount(ctx, a).await,
@@ -244,17 +260,17 @@ pub async fn run(ctx: &mut Ctx<'_>, a: &[Bytes], allow_flush: bool) -> Out {
         b"SORT_RO" => sort::sort(ctx, a, true).await,
         b"ZRANGESTORE" => zsets::zrangestore(ctx, a).await,
         // Every holdfast's subscriptions on the database, from the registry (`broker`).
-        b"PUBSUB" => Ok(super::broker::pubsub(ctx, a).await?),
-        b"PUBLISH" => publish(ctx, a, false).await,
-        b"SPUBLISH" => publish(ctx, a, true).await,
+        b"PUBSUB" => Ok(pubsub::pubsub(ctx, a).await?),
+        b"PUBLISH" => pubsub::publish(ctx, a, false).await,
+        b"SPUBLISH" => pubsub::publish(ctx, a, true).await,
         // holdfast's clock, which SQL expiry runs on too.
         b"TIME" => {
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .unwrap_or_default();
-            Ok(super::store::array(vec![
-                super::store::bulk(Bytes::from(now.as_secs().to_string())),
-                super::store::bulk(Bytes::from(now.subsec_micros().to_string())),
+            Ok(store::array(vec![
+                store::bulk(Bytes::from(now.as_secs().to_string())),
+                store::bulk(Bytes::from(now.subsec_micros().to_string())),
             ]))
         }
         b"XADD" => streams::xadd(ctx, a).await,
@@ -269,34 +285,6 @@ pub async fn run(ctx: &mut Ctx<'_>, a: &[Bytes], allow_flush: bool) -> Out {
             a.first().map(|n| n.as_ref()).unwrap_or_default(),
         )),
     }
-}
-
-/// `PUBLISH channel message`, answered with the subscribers the registry counts now: on
-/// PostgreSQL a `NOTIFY`, sent if the transaction commits (`broker::publish`); on SQLite
-/// a row left for the other processes, and delivered to this one's once it has committed
-/// (`inbox::publish`, `SqlBackend::run`).
-async fn publish(ctx: &mut Ctx<'_>, a: &[Bytes], shard: bool) -> Out {
-    let (Some(channel), Some(message)) = (a.get(1), a.get(2)) else {
-        return fail(SYNTAX);
-    };
-    if ctx.dialect == Dialect::Sqlite {
-        let (now, origin) = (ctx.now, ctx.origin);
-        let count =
-            super::inbox::publish(&mut *ctx.conn, (now, origin), shard, channel, message).await?;
-        return Ok(Frame::Number {
-            data: count,
-            attributes: None,
-        });
-    }
-    let text = match super::broker::encode(shard, channel, message) {
-        Ok(text) => text,
-        Err(reply) => return fail(reply),
-    };
-    let count = super::broker::publish(&mut *ctx.conn, shard, channel, &text).await?;
-    Ok(Frame::Number {
-        data: count,
-        attributes: None,
-    })
 }
 
 /// The reply to a command the SQL backends do not serve.
