@@ -71,54 +71,12 @@ pub(super) fn ask(args: &[Bytes]) -> Option<(Ask, &[Bytes])> {
         && !keys.is_empty()
     {
         Some((Ask::Exists, keys))
-    } else if !keys.is_empty() && point_read(args) {
+    } else if !keys.is_empty() && super::model::point_read(args) {
         Some((Ask::Read, args))
     } else {
         None
     }
 }
-
-/// The reads whose cost is bounded by what they name (a field, a member, a key's type or
-/// expiry, a few fields or keys), so running one on a reader's connection never holds the
-/// batch behind it for long, nor fails it: a point read that the database cannot finish
-/// within the deadline fails every request of its batch. Reads whose cost grows with the
-/// collection stay on connections of their own, as the reads of a whole collection or a
-/// range (`HGETALL`, `LRANGE`, `SCAN`) do: the counts (`HLEN`, `SCARD`, `ZCARD`, `LLEN`,
-/// `XLEN` count the elements), `LINDEX` (walks the list to its index), and `HMGET`,
-/// `SMISMEMBER`, `ZMSCORE` or `MGET` naming more than [`POINT_NAMES`] fields, members or
-/// keys (each is a statement).
-fn point_read(args: &[Bytes]) -> bool {
-    const ONE: &[&[u8]] = &[
-        b"HGET",
-        b"HEXISTS",
-        b"HSTRLEN",
-        b"SISMEMBER",
-        b"STRLEN",
-        b"TYPE",
-        b"TTL",
-        b"PTTL",
-        b"EXPIRETIME",
-        b"PEXPIRETIME",
-        b"ZSCORE",
-    ];
-    // The command name and key come before the names, but for MGET, whose names are keys.
-    const MANY: &[(&[u8], usize)] = &[
-        (b"HMGET", 2),
-        (b"SMISMEMBER", 2),
-        (b"ZMSCORE", 2),
-        (b"MGET", 1),
-    ];
-    let Some(name) = args.first() else {
-        return false;
-    };
-    ONE.iter().any(|n| name.eq_ignore_ascii_case(n))
-        || MANY.iter().any(|(n, before)| {
-            name.eq_ignore_ascii_case(n) && args.len().saturating_sub(*before) <= POINT_NAMES
-        })
-}
-
-/// Most fields, members or keys a multi-name point read may name and still join a batch.
-const POINT_NAMES: usize = 16;
 
 /// One submission: a GET or EXISTS, or a client's pipelined run of them, answered together (one
 /// queue entry and one reply channel for the run, not one per key).

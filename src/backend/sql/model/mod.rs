@@ -23,6 +23,7 @@ pub mod zsets;
 pub use config::harmless_setting;
 
 use bytes::Bytes;
+use redis_protocol::resp3::types::BytesFrame as Frame;
 use sets::Algebra;
 use store::{fail, Ctx, Out};
 use zsets::{Form, ZAlgebra};
@@ -53,238 +54,280 @@ impl Upper {
     }
 }
 
+/// How a command touches the database.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// A read, in a read transaction.
+    Read,
+    /// A read of exactly one statement, which needs no transaction around it.
+    One,
+    /// A read of one statement per key it names (`EXISTS`, `TOUCH`): one statement, with
+    /// no transaction, when it names one key.
+    OnePerKey,
+    /// A write, in a write transaction.
+    Write,
+}
+
+/// Whether a read may join a batch of reads on a reader's connection (`engine/reads.rs`):
+/// only those whose cost is bounded by what they name (a field, a member, a key's type or
+/// expiry, a few fields or keys), so one never holds the batch behind it for long, nor fails
+/// it. Reads whose cost grows with the collection (a whole collection, a range, a count,
+/// `LINDEX`'s walk) stay alone, on connections of their own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Joins {
+    /// Never batched.
+    Alone,
+    /// A point read.
+    Point,
+    /// A point read of several names after the first `n` arguments (`HMGET key f…`: 2),
+    /// batched while it names at most [`POINT_NAMES`].
+    Names(usize),
+}
+
+/// Most fields, members or keys a multi-name point read may name and still join a batch.
+pub const POINT_NAMES: usize = 16;
+
+/// The one table of the commands SQL backends serve: each row is a name (or names that run
+/// alike), how it touches the database, whether it joins a read batch, and what runs it (`ctx`, `a` the whole command,
+/// `allow_flush` the backend's setting). A command not in the table is answered with an
+/// error naming it, never forwarded anywhere. The table is a macro so that one list makes
+/// [`access`], [`joins`] and [`run`] (each a `match` on the upper-cased name, no allocation).
+macro_rules! commands {
+    (($ctx:ident, $a:ident, $flush:ident) $( $($name:literal)|+ => $access:ident, $joins:expr, $run:expr; )*) => {
+        /// How the command touches the database; None when SQL backends do not serve it.
+        pub fn access(name: &[u8]) -> Option<Access> {
+            Some(match Upper::of(name).as_slice() {
+                $( $($name)|+ => Access::$access, )*
+                _ => return None,
+            })
+        }
+
+        /// Whether a read may join a batch of reads on a reader's connection.
+        pub fn joins(name: &[u8]) -> Joins {
+            #[allow(unused_imports)]
+            use Joins::*;
+            match Upper::of(name).as_slice() {
+                $( $($name)|+ => $joins, )*
+                _ => Joins::Alone,
+            }
+        }
+
+        /// Runs one command.
+        pub async fn run($ctx: &mut Ctx<'_>, $a: &[Bytes], $flush: bool) -> Out {
+            let name = Upper::of($a.first().map(|n| n.as_ref()).unwrap_or_default());
+            match name.as_slice() {
+                $( $($name)|+ => $run, )*
+                _ => fail(unsupported($a.first().map(|n| n.as_ref()).unwrap_or_default())),
+            }
+        }
+    };
+}
+
+commands! {
+    (ctx, a, allow_flush)
+    // name(s)                 access     joins a read batch  run
+    b"GET"                   => One,       Alone,              strings::get(ctx, a).await;
+    b"SET"                   => Write,     Alone,              strings::set(ctx, a).await;
+    b"SETNX"                 => Write,     Alone,              strings::setnx(ctx, a).await;
+    b"SETEX"                 => Write,     Alone,              strings::setex(ctx, a, true).await;
+    b"PSETEX"                => Write,     Alone,              strings::setex(ctx, a, false).await;
+    b"GETSET"                => Write,     Alone,              strings::getset(ctx, a).await;
+    b"GETDEL"                => Write,     Alone,              strings::getdel(ctx, a).await;
+    b"GETEX"                 => Write,     Alone,              strings::getex(ctx, a).await;
+    b"MGET"                  => Read,      Names(1),           strings::mget(ctx, a).await;
+    b"MSET"                  => Write,     Alone,              strings::mset(ctx, a, false).await;
+    b"MSETNX"                => Write,     Alone,              strings::mset(ctx, a, true).await;
+    b"INCR"                  => Write,     Alone,              strings::incr_by(ctx, a, 1).await;
+    b"DECR"                  => Write,     Alone,              strings::incr_by(ctx, a, -1).await;
+    b"INCRBY"                => Write,     Alone,              strings::incr_by_arg(ctx, a, false).await;
+    b"DECRBY"                => Write,     Alone,              strings::incr_by_arg(ctx, a, true).await;
+    b"INCRBYFLOAT"           => Write,     Alone,              strings::incrbyfloat(ctx, a).await;
+    b"APPEND"                => Write,     Alone,              strings::append(ctx, a).await;
+    b"STRLEN"                => One,       Point,              strings::strlen(ctx, a).await;
+    b"GETRANGE"              => One,       Alone,              strings::getrange(ctx, a).await;
+    b"SETRANGE"              => Write,     Alone,              strings::setrange(ctx, a).await;
+    b"LCS"                   => Read,      Alone,              strings::lcs(ctx, a).await;
+    b"COPY"                  => Write,     Alone,              keys::copy(ctx, a).await;
+    b"RANDOMKEY"             => Read,      Alone,              keys::randomkey(ctx).await;
+    b"DEL" | b"UNLINK"       => Write,     Alone,              keys::del(ctx, a).await;
+    b"EXISTS" | b"TOUCH"     => OnePerKey, Alone,              keys::exists(ctx, a).await;
+    b"TYPE"                  => One,       Point,              keys::kind(ctx, a).await;
+    b"RENAME"                => Write,     Alone,              keys::rename(ctx, a, false).await;
+    b"RENAMENX"              => Write,     Alone,              keys::rename(ctx, a, true).await;
+    b"EXPIRE"                => Write,     Alone,              keys::expire(ctx, a, true, true).await;
+    b"PEXPIRE"               => Write,     Alone,              keys::expire(ctx, a, false, true).await;
+    b"EXPIREAT"              => Write,     Alone,              keys::expire(ctx, a, true, false).await;
+    b"PEXPIREAT"             => Write,     Alone,              keys::expire(ctx, a, false, false).await;
+    b"TTL"                   => One,       Point,              keys::ttl(ctx, a, true, false).await;
+    b"PTTL"                  => One,       Point,              keys::ttl(ctx, a, false, false).await;
+    b"EXPIRETIME"            => One,       Point,              keys::ttl(ctx, a, true, true).await;
+    b"PEXPIRETIME"           => One,       Point,              keys::ttl(ctx, a, false, true).await;
+    b"PERSIST"               => Write,     Alone,              keys::persist(ctx, a).await;
+    b"KEYS"                  => One,       Alone,              keys::keys(ctx, a).await;
+    b"SCAN"                  => One,       Alone,              keys::scan(ctx, a).await;
+    b"DBSIZE"                => One,       Alone,              keys::dbsize(ctx).await;
+    b"FLUSHDB" | b"FLUSHALL" => Write,     Alone,              keys::flush(ctx, a, allow_flush).await;
+    b"WAIT"                  => One,       Alone,              wait(a);
+    b"HSET"                  => Write,     Alone,              hashes::hset(ctx, a, false).await;
+    b"HMSET"                 => Write,     Alone,              hashes::hset(ctx, a, true).await;
+    b"HSETNX"                => Write,     Alone,              hashes::hsetnx(ctx, a).await;
+    b"HGET"                  => Read,      Point,              hashes::hget(ctx, a).await;
+    b"HMGET"                 => Read,      Names(2),           hashes::hmget(ctx, a).await;
+    b"HGETALL"               => Read,      Alone,              hashes::hgetall(ctx, a, true, true).await;
+    b"HKEYS"                 => Read,      Alone,              hashes::hgetall(ctx, a, true, false).await;
+    b"HVALS"                 => Read,      Alone,              hashes::hgetall(ctx, a, false, true).await;
+    b"HLEN"                  => Read,      Alone,              hashes::hlen(ctx, a).await;
+    b"HEXISTS"               => Read,      Point,              hashes::hexists(ctx, a).await;
+    b"HSTRLEN"               => Read,      Point,              hashes::hstrlen(ctx, a).await;
+    b"HRANDFIELD"            => Read,      Alone,              hashes::hrandfield(ctx, a).await;
+    b"HSCAN"                 => Read,      Alone,              hashes::hscan(ctx, a).await;
+    b"HDEL"                  => Write,     Alone,              hashes::hdel(ctx, a).await;
+    b"HINCRBY"               => Write,     Alone,              hashes::hincrby(ctx, a).await;
+    b"HINCRBYFLOAT"          => Write,     Alone,              hashes::hincrbyfloat(ctx, a).await;
+    b"SADD"                  => Write,     Alone,              sets::sadd(ctx, a).await;
+    b"SREM"                  => Write,     Alone,              sets::srem(ctx, a).await;
+    b"SMEMBERS"              => Read,      Alone,              sets::smembers(ctx, a).await;
+    b"SISMEMBER"             => Read,      Point,              sets::sismember(ctx, a).await;
+    b"SMISMEMBER"            => Read,      Names(2),           sets::smismember(ctx, a).await;
+    b"SCARD"                 => Read,      Alone,              sets::scard(ctx, a).await;
+    b"SINTER"                => Read,      Alone,              sets::algebra(ctx, a, Algebra::Inter).await;
+    b"SUNION"                => Read,      Alone,              sets::algebra(ctx, a, Algebra::Union).await;
+    b"SDIFF"                 => Read,      Alone,              sets::algebra(ctx, a, Algebra::Diff).await;
+    b"SINTERSTORE"           => Write,     Alone,              sets::algebra_store(ctx, a, Algebra::Inter).await;
+    b"SUNIONSTORE"           => Write,     Alone,              sets::algebra_store(ctx, a, Algebra::Union).await;
+    b"SDIFFSTORE"            => Write,     Alone,              sets::algebra_store(ctx, a, Algebra::Diff).await;
+    b"SINTERCARD"            => Read,      Alone,              sets::sintercard(ctx, a).await;
+    b"SMOVE"                 => Write,     Alone,              sets::smove(ctx, a).await;
+    b"SPOP"                  => Write,     Alone,              sets::spop(ctx, a).await;
+    b"SRANDMEMBER"           => Read,      Alone,              sets::srandmember(ctx, a).await;
+    b"SSCAN"                 => Read,      Alone,              sets::sscan(ctx, a).await;
+    b"ZADD"                  => Write,     Alone,              zsets::zadd(ctx, a).await;
+    b"ZINCRBY"               => Write,     Alone,              zsets::zincrby(ctx, a).await;
+    b"ZREM"                  => Write,     Alone,              zsets::zrem(ctx, a).await;
+    b"ZSCORE"                => Read,      Point,              zsets::zscore(ctx, a).await;
+    b"ZMSCORE"               => Read,      Names(2),           zsets::zmscore(ctx, a).await;
+    b"ZCARD"                 => Read,      Alone,              zsets::zcard(ctx, a).await;
+    b"ZRANK"                 => Read,      Alone,              zsets::zrank(ctx, a, false).await;
+    b"ZREVRANK"              => Read,      Alone,              zsets::zrank(ctx, a, true).await;
+    b"ZCOUNT"                => Read,      Alone,              zsets::zcount(ctx, a).await;
+    b"ZRANGE"                => Read,      Alone,              zsets::zrange(ctx, a, Form::Range).await;
+    b"ZREVRANGE"             => Read,      Alone,              zsets::zrange(ctx, a, Form::RevRange).await;
+    b"ZRANGEBYSCORE"         => Read,      Alone,              zsets::zrange(ctx, a, Form::ByScore).await;
+    b"ZREVRANGEBYSCORE"      => Read,      Alone,              zsets::zrange(ctx, a, Form::RevByScore).await;
+    b"ZREMRANGEBYSCORE"      => Write,     Alone,              zsets::zremrangebyscore(ctx, a).await;
+    b"ZRANGEBYLEX"           => Read,      Alone,              zsets::zrangebylex(ctx, a, false).await;
+    b"ZREVRANGEBYLEX"        => Read,      Alone,              zsets::zrangebylex(ctx, a, true).await;
+    b"ZLEXCOUNT"             => Read,      Alone,              zsets::zlexcount(ctx, a).await;
+    b"ZREMRANGEBYLEX"        => Write,     Alone,              zsets::zremrangebylex(ctx, a).await;
+    b"ZREMRANGEBYRANK"       => Write,     Alone,              zsets::zremrangebyrank(ctx, a).await;
+    b"ZPOPMIN"               => Write,     Alone,              zsets::zpop(ctx, a, false).await;
+    b"ZPOPMAX"               => Write,     Alone,              zsets::zpop(ctx, a, true).await;
+    b"ZMPOP"                 => Write,     Alone,              zsets::zmpop(ctx, a).await;
+    b"ZRANDMEMBER"           => Read,      Alone,              zsets::zrandmember(ctx, a).await;
+    b"ZSCAN"                 => Read,      Alone,              zsets::zscan(ctx, a).await;
+    b"ZINTER"                => Read,      Alone,              zsets::zalgebra(ctx, a, ZAlgebra::Inter).await;
+    b"ZUNION"                => Read,      Alone,              zsets::zalgebra(ctx, a, ZAlgebra::Union).await;
+    b"ZDIFF"                 => Read,      Alone,              zsets::zalgebra(ctx, a, ZAlgebra::Diff).await;
+    b"ZINTERSTORE"           => Write,     Alone,              zsets::zalgebra_store(ctx, a, ZAlgebra::Inter).await;
+    b"ZUNIONSTORE"           => Write,     Alone,              zsets::zalgebra_store(ctx, a, ZAlgebra::Union).await;
+    b"ZDIFFSTORE"            => Write,     Alone,              zsets::zalgebra_store(ctx, a, ZAlgebra::Diff).await;
+    b"ZINTERCARD"            => Read,      Alone,              zsets::zintercard(ctx, a).await;
+    b"LPUSH"                 => Write,     Alone,              lists::push(ctx, a, true, false).await;
+    b"RPUSH"                 => Write,     Alone,              lists::push(ctx, a, false, false).await;
+    b"LPUSHX"                => Write,     Alone,              lists::push(ctx, a, true, true).await;
+    b"RPUSHX"                => Write,     Alone,              lists::push(ctx, a, false, true).await;
+    b"LPOP"                  => Write,     Alone,              lists::pop(ctx, a, true).await;
+    b"RPOP"                  => Write,     Alone,              lists::pop(ctx, a, false).await;
+    b"LRANGE"                => Read,      Alone,              lists::lrange(ctx, a).await;
+    b"LLEN"                  => Read,      Alone,              lists::llen(ctx, a).await;
+    b"LINDEX"                => Read,      Alone,              lists::lindex(ctx, a).await;
+    b"LSET"                  => Write,     Alone,              lists::lset(ctx, a).await;
+    b"LREM"                  => Write,     Alone,              lists::lrem(ctx, a).await;
+    b"LTRIM"                 => Write,     Alone,              lists::ltrim(ctx, a).await;
+    b"LMOVE"                 => Write,     Alone,              lists::lmove(ctx, a, true).await;
+    b"RPOPLPUSH"             => Write,     Alone,              lists::lmove(ctx, a, false).await;
+    b"LMPOP"                 => Write,     Alone,              lists::lmpop(ctx, a).await;
+    // One attempt: inside MULTI that is all a blocking command does, as in Redis; outside,
+    // the client's connection tries again until its timeout (`blocking`).
+    b"BLPOP" | b"BRPOP" | b"BLMOVE" | b"BRPOPLPUSH" | b"BLMPOP" | b"BZPOPMIN" | b"BZPOPMAX"
+    | b"BZMPOP"              => Write,     Alone,              blocking::attempt(ctx, a).await;
+    b"LPOS"                  => Read,      Alone,              lists::lpos(ctx, a).await;
+    b"LINSERT"               => Write,     Alone,              lists::linsert(ctx, a).await;
+    b"XREAD"                 => Read,      Alone,              streams::xread(ctx, a).await;
+    b"XSETID"                => Write,     Alone,              streams::xsetid(ctx, a).await;
+    b"HF.XLAST"              => Read,      Alone,              streams::xlast(ctx, a).await;
+    b"XGROUP"                => Write,     Alone,              stream_groups::xgroup(ctx, a).await;
+    b"XREADGROUP"            => Write,     Alone,              stream_groups::xreadgroup(ctx, a).await;
+    b"XACK"                  => Write,     Alone,              stream_groups::xack(ctx, a).await;
+    b"XPENDING"              => Read,      Alone,              stream_groups::xpending(ctx, a).await;
+    b"XCLAIM"                => Write,     Alone,              stream_groups::xclaim(ctx, a).await;
+    b"XAUTOCLAIM"            => Write,     Alone,              stream_groups::xautoclaim(ctx, a).await;
+    b"XINFO"                 => Read,      Alone,              stream_groups::xinfo(ctx, a).await;
+    b"CONFIG"                => Read,      Alone,              config::config(a);
+    b"SETBIT"                => Write,     Alone,              bits::setbit(ctx, a).await;
+    b"GETBIT"                => Read,      Alone,              bits::getbit(ctx, a).await;
+    b"BITCOUNT"              => Read,      Alone,              bits::bitcount(ctx, a).await;
+    b"BITPOS"                => Read,      Alone,              bits::bitpos(ctx, a).await;
+    b"BITOP"                 => Write,     Alone,              bits::bitop(ctx, a).await;
+    b"SORT"                  => Write,     Alone,              sort::sort(ctx, a, false).await;
+    b"SORT_RO"               => Read,      Alone,              sort::sort(ctx, a, true).await;
+    b"ZRANGESTORE"           => Write,     Alone,              zsets::zrangestore(ctx, a).await;
+    // Every holdfast's subscriptions on the database, from the registry (`broker`).
+    b"PUBSUB"                => Read,      Alone,              Ok(pubsub::pubsub(ctx, a).await?);
+    b"PUBLISH"               => Write,     Alone,              pubsub::publish(ctx, a, false).await;
+    b"SPUBLISH"              => Write,     Alone,              pubsub::publish(ctx, a, true).await;
+    b"TIME"                  => Read,      Alone,              Ok(time());
+    b"XADD"                  => Write,     Alone,              streams::xadd(ctx, a).await;
+    b"XTRIM"                 => Write,     Alone,              streams::xtrim(ctx, a).await;
+    b"XLEN"                  => Read,      Alone,              streams::xlen(ctx, a).await;
+    b"XDEL"                  => Write,     Alone,              streams::xdel(ctx, a).await;
+    b"XRANGE"                => Read,      Alone,              streams::xrange(ctx, a, false).await;
+    b"XREVRANGE"             => Read,      Alone,              streams::xrange(ctx, a, true).await;
+    b"HF.WATCH"              => Write,     Alone,              watch::watch(ctx, a).await;
+    b"HF.WATCHED"            => Read,      Alone,              watch::check(ctx, a).await;
+}
+
 /// Whether the command writes (it then runs in a write transaction); None when the SQL
 /// backends do not serve it.
 pub fn writes(name: &[u8]) -> Option<bool> {
-    let upper = Upper::of(name);
-    Some(match upper.as_slice() {
-        b"GET" | b"MGET" | b"STRLEN" | b"GETRANGE" | b"LCS" | b"RANDOMKEY" | b"EXISTS"
-        | b"TOUCH" | b"TYPE" | b"TTL" | b"PTTL" | b"EXPIRETIME" | b"PEXPIRETIME" | b"KEYS"
-        | b"SCAN" | b"DBSIZE" | b"HGET" | b"HMGET" | b"HGETALL" | b"HKEYS" | b"HVALS" | b"HLEN"
-        | b"HEXISTS" | b"HSTRLEN" | b"HRANDFIELD" | b"HSCAN" | b"SMEMBERS" | b"SISMEMBER"
-        | b"SMISMEMBER" | b"SCARD" | b"SINTER" | b"SUNION" | b"SDIFF" | b"SINTERCARD"
-        | b"SRANDMEMBER" | b"SSCAN" | b"ZSCORE" | b"ZMSCORE" | b"ZCARD" | b"ZRANK"
-        | b"ZREVRANK" | b"ZCOUNT" | b"ZRANGE" | b"ZREVRANGE" | b"ZRANGEBYSCORE"
-        | b"ZREVRANGEBYSCORE" | b"ZRANGEBYLEX" | b"ZREVRANGEBYLEX" | b"ZLEXCOUNT"
-        | b"ZRANDMEMBER" | b"ZSCAN" | b"ZINTER" | b"ZUNION" | b"ZDIFF" | b"ZINTERCARD"
-        | b"LRANGE" | b"LLEN" | b"LINDEX" | b"LPOS" | b"XLEN" | b"XRANGE" | b"XREVRANGE"
-        | b"WAIT" | b"HF.WATCHED" | b"TIME" | b"SORT_RO" | b"XREAD" | b"HF.XLAST" | b"XPENDING"
-        | b"XINFO" | b"CONFIG" | b"GETBIT" | b"BITCOUNT" | b"BITPOS" | b"PUBSUB" => false,
-        // holdfast's own: `WATCH` registers its keys (`watch`).
-        b"HF.WATCH" => true,
-        b"SET" | b"SETNX" | b"SETEX" | b"PSETEX" | b"GETSET" | b"GETDEL" | b"GETEX" | b"MSET"
-        | b"MSETNX" | b"INCR" | b"DECR" | b"INCRBY" | b"DECRBY" | b"INCRBYFLOAT" | b"APPEND"
-        | b"SETRANGE" | b"COPY" | b"DEL" | b"UNLINK" | b"RENAME" | b"RENAMENX" | b"EXPIRE"
-        | b"PEXPIRE" | b"EXPIREAT" | b"PEXPIREAT" | b"PERSIST" | b"FLUSHDB" | b"FLUSHALL"
-        | b"HSET" | b"HMSET" | b"HSETNX" | b"HDEL" | b"HINCRBY" | b"HINCRBYFLOAT" | b"SADD"
-        | b"SREM" | b"SINTERSTORE" | b"SUNIONSTORE" | b"SDIFFSTORE" | b"SMOVE" | b"SPOP"
-        | b"ZADD" | b"ZINCRBY" | b"ZREM" | b"ZREMRANGEBYSCORE" | b"ZREMRANGEBYLEX"
-        | b"ZREMRANGEBYRANK" | b"ZPOPMIN" | b"ZPOPMAX" | b"ZMPOP" | b"ZINTERSTORE"
-        | b"ZUNIONSTORE" | b"ZDIFFSTORE" | b"LPUSH" | b"RPUSH" | b"LPUSHX" | b"RPUSHX"
-        | b"LPOP" | b"RPOP" | b"LSET" | b"LREM" | b"LTRIM" | b"LINSERT" | b"SORT" | b"XSETID"
-        | b"ZRANGESTORE" | b"BLPOP" | b"BRPOP" | b"BLMOVE" | b"BRPOPLPUSH" | b"BLMPOP"
-        | b"BZPOPMIN" | b"BZPOPMAX" | b"BZMPOP" | b"LMOVE" | b"RPOPLPUSH" | b"LMPOP" | b"XADD"
-        | b"XTRIM" | b"XDEL" | b"XGROUP" | b"XREADGROUP" | b"XACK" | b"XCLAIM" | b"XAUTOCLAIM"
-        | b"SETBIT" | b"BITOP" => true,
-        // On PostgreSQL a NOTIFY in the transaction; delivered once it commits (`broker`).
-        b"PUBLISH" | b"SPUBLISH" => true,
-        _ => return None,
-    })
+    access(name).map(|access| access == Access::Write)
+}
+
+/// Whether a read joins a read batch: a point read, or one naming at most [`POINT_NAMES`].
+pub fn point_read(args: &[Bytes]) -> bool {
+    match joins(args.first().map(|n| n.as_ref()).unwrap_or_default()) {
+        Joins::Alone => false,
+        Joins::Point => true,
+        Joins::Names(before) => args.len().saturating_sub(before) <= POINT_NAMES,
+    }
 }
 
 /// Whether a read runs exactly one statement, so it needs no transaction around it.
 pub fn one_statement(args: &[Bytes]) -> bool {
-    let name = Upper::of(args.first().map(|n| n.as_ref()).unwrap_or_default());
-    match name.as_slice() {
-        b"GET" | b"STRLEN" | b"GETRANGE" | b"TYPE" | b"TTL" | b"PTTL" | b"EXPIRETIME"
-        | b"PEXPIRETIME" | b"KEYS" | b"SCAN" | b"DBSIZE" | b"WAIT" => true,
-        b"EXISTS" | b"TOUCH" => args.len() == 2,
+    match access(args.first().map(|n| n.as_ref()).unwrap_or_default()) {
+        Some(Access::One) => true,
+        Some(Access::OnePerKey) => args.len() == 2,
         _ => false,
     }
 }
 
-/// Runs one command; `allow_flush` is the backend's setting.
-pub async fn run(ctx: &mut Ctx<'_>, a: &[Bytes], allow_flush: bool) -> Out {
-    let name = Upper::of(a.first().map(|n| n.as_ref()).unwrap_or_default());
-    match name.as_slice() {
-        b"GET" => strings::get(ctx, a).await,
-        b"SET" => strings::set(ctx, a).await,
-        b"SETNX" => strings::setnx(ctx, a).await,
-        b"SETEX" => strings::setex(ctx, a, true).await,
-        b"PSETEX" => strings::setex(ctx, a, false).await,
-        b"GETSET" => strings::getset(ctx, a).await,
-        b"GETDEL" => strings::getdel(ctx, a).await,
-        b"GETEX" => strings::getex(ctx, a).await,
-        b"MGET" => strings::mget(ctx, a).await,
-        b"MSET" => strings::mset(ctx, a, false).await,
-        b"MSETNX" => strings::mset(ctx, a, true).await,
-        b"INCR" => strings::incr_by(ctx, a, 1).await,
-        b"DECR" => strings::incr_by(ctx, a, -1).await,
-        b"INCRBY" => strings::incr_by_arg(ctx, a, false).await,
-        b"DECRBY" => strings::incr_by_arg(ctx, a, true).await,
-        b"INCRBYFLOAT" => strings::incrbyfloat(ctx, a).await,
-        b"APPEND" => strings::append(ctx, a).await,
-        b"STRLEN" => strings::strlen(ctx, a).await,
-        b"GETRANGE" => strings::getrange(ctx, a).await,
-        b"SETRANGE" => strings::setrange(ctx, a).await,
-        b"LCS" => strings::lcs(ctx, a).await,
-        b"COPY" => keys::copy(ctx, a).await,
-        b"RANDOMKEY" => keys::randomkey(ctx).await,
-        b"DEL" | b"UNLINK" => keys::del(ctx, a).await,
-        b"EXISTS" | b"TOUCH" => keys::exists(ctx, a).await,
-        b"TYPE" => keys::kind(ctx, a).await,
-        b"RENAME" => keys::rename(ctx, a, false).await,
-        b"RENAMENX" => keys::rename(ctx, a, true).await,
-        b"EXPIRE" => keys::expire(ctx, a, true, true).await,
-        b"PEXPIRE" => keys::expire(ctx, a, false, true).await,
-        b"EXPIREAT" => keys::expire(ctx, a, true, false).await,
-        b"PEXPIREAT" => keys::expire(ctx, a, false, false).await,
-        b"TTL" => keys::ttl(ctx, a, true, false).await,
-        b"PTTL" => keys::ttl(ctx, a, false, false).await,
-        b"EXPIRETIME" => keys::ttl(ctx, a, true, true).await,
-        b"PEXPIRETIME" => keys::ttl(ctx, a, false, true).await,
-        b"PERSIST" => keys::persist(ctx, a).await,
-        b"KEYS" => keys::keys(ctx, a).await,
-        b"SCAN" => keys::scan(ctx, a).await,
-        b"DBSIZE" => keys::dbsize(ctx).await,
-        b"FLUSHDB" | b"FLUSHALL" => keys::flush(ctx, a, allow_flush).await,
-        // Every acknowledged write is already durable in the database; there are no
-        // replicas for WAIT to count.
-        b"WAIT" => {
-            args::int(strings::arg(a, 1))?;
-            args::int(strings::arg(a, 2))?;
-            Ok(store::int(0))
-        }
-        b"HSET" => hashes::hset(ctx, a, false).await,
-        b"HMSET" => hashes::hset(ctx, a, true).await,
-        b"HSETNX" => hashes::hsetnx(ctx, a).await,
-        b"HGET" => hashes::hget(ctx, a).await,
-        b"HMGET" => hashes::hmget(ctx, a).await,
-        b"HGETALL" => hashes::hgetall(ctx, a, true, true).await,
-        b"HKEYS" => hashes::hgetall(ctx, a, true, false).await,
-        b"HVALS" => hashes::hgetall(ctx, a, false, true).await,
-        b"HLEN" => hashes::hlen(ctx, a).await,
-        b"HEXISTS" => hashes::hexists(ctx, a).await,
-        b"HSTRLEN" => hashes::hstrlen(ctx, a).await,
-        b"HRANDFIELD" => hashes::hrandfield(ctx, a).await,
-        b"HSCAN" => hashes::hscan(ctx, a).await,
-        b"HDEL" => hashes::hdel(ctx, a).await,
-        b"HINCRBY" => hashes::hincrby(ctx, a).await,
-        b"HINCRBYFLOAT" => hashes::hincrbyfloat(ctx, a).await,
-        b"SADD" => sets::sadd(ctx, a).await,
-        b"SREM" => sets::srem(ctx, a).await,
-        b"SMEMBERS" => sets::smembers(ctx, a).await,
-        b"SISMEMBER" => sets::sismember(ctx, a).await,
-        b"SMISMEMBER" => sets::smismember(ctx, a).await,
-        b"SCARD" => sets::scard(ctx, a).await,
-        b"SINTER" => sets::algebra(ctx, a, Algebra::Inter).await,
-        b"SUNION" => sets::algebra(ctx, a, Algebra::Union).await,
-        b"SDIFF" => sets::algebra(ctx, a, Algebra::Diff).await,
-        b"SINTERSTORE" => sets::algebra_store(ctx, a, Algebra::Inter).await,
-        b"SUNIONSTORE" => sets::algebra_store(ctx, a, Algebra::Union).await,
-        b"SDIFFSTORE" => sets::algebra_store(ctx, a, Algebra::Diff).await,
-        b"SINTERCARD" => sets::sintercard(ctx, a).await,
-        b"SMOVE" => sets::smove(ctx, a).await,
-        b"SPOP" => sets::spop(ctx, a).await,
-        b"SRANDMEMBER" => sets::srandmember(ctx, a).await,
-        b"SSCAN" => sets::sscan(ctx, a).await,
-        b"ZADD" => zsets::zadd(ctx, a).await,
-        b"ZINCRBY" => zsets::zincrby(ctx, a).await,
-        b"ZREM" => zsets::zrem(ctx, a).await,
-        b"ZSCORE" => zsets::zscore(ctx, a).await,
-        b"ZMSCORE" => zsets::zmscore(ctx, a).await,
-        b"ZCARD" => zsets::zcard(ctx, a).await,
-        b"ZRANK" => zsets::zrank(ctx, a, false).await,
-        b"ZREVRANK" => zsets::zrank(ctx, a, true).await,
-        b"ZCOUNT" => zsets::zcount(ctx, a).await,
-        b"ZRANGE" => zsets::zrange(ctx, a, Form::Range).await,
-        b"ZREVRANGE" => zsets::zrange(ctx, a, Form::RevRange).await,
-        b"ZRANGEBYSCORE" => zsets::zrange(ctx, a, Form::ByScore).await,
-        b"ZREVRANGEBYSCORE" => zsets::zrange(ctx, a, Form::RevByScore).await,
-        b"ZREMRANGEBYSCORE" => zsets::zremrangebyscore(ctx, a).await,
-        b"ZRANGEBYLEX" => zsets::zrangebylex(ctx, a, false).await,
-        b"ZREVRANGEBYLEX" => zsets::zrangebylex(ctx, a, true).await,
-        b"ZLEXCOUNT" => zsets::zlexcount(ctx, a).await,
-        b"ZREMRANGEBYLEX" => zsets::zremrangebylex(ctx, a).await,
-        b"ZREMRANGEBYRANK" => zsets::zremrangebyrank(ctx, a).await,
-        b"ZPOPMIN" => zsets::zpop(ctx, a, false).await,
-        b"ZPOPMAX" => zsets::zpop(ctx, a, true).await,
-        b"ZMPOP" => zsets::zmpop(ctx, a).await,
-        b"ZRANDMEMBER" => zsets::zrandmember(ctx, a).await,
-        b"ZSCAN" => zsets::zscan(ctx, a).await,
-        b"ZINTER" => zsets::zalgebra(ctx, a, ZAlgebra::Inter).await,
-        b"ZUNION" => zsets::zalgebra(ctx, a, ZAlgebra::Union).await,
-        b"ZDIFF" => zsets::zalgebra(ctx, a, ZAlgebra::Diff).await,
-        b"ZINTERSTORE" => zsets::zalgebra_store(ctx, a, ZAlgebra::Inter).await,
-        b"ZUNIONSTORE" => zsets::zalgebra_store(ctx, a, ZAlgebra::Union).await,
-        b"ZDIFFSTORE" => zsets::zalgebra_store(ctx, a, ZAlgebra::Diff).await,
-        b"ZINTERCARD" => zsets::zintercard(ctx, a).await,
-        b"LPUSH" => lists::push(ctx, a, true, false).await,
-        b"RPUSH" => lists::push(ctx, a, false, false).await,
-        b"LPUSHX" => lists::push(ctx, a, true, true).await,
-        b"RPUSHX" => lists::push(ctx, a, false, true).await,
-        b"LPOP" => lists::pop(ctx, a, true).await,
-        b"RPOP" => lists::pop(ctx, a, false).await,
-        b"LRANGE" => lists::lrange(ctx, a).await,
-        b"LLEN" => lists::llen(ctx, a).await,
-        b"LINDEX" => lists::lindex(ctx, a).await,
-        b"LSET" => lists::lset(ctx, a).await,
-        b"LREM" => lists::lrem(ctx, a).await,
-        b"LTRIM" => lists::ltrim(ctx, a).await,
-        b"LMOVE" => lists::lmove(ctx, a, true).await,
-        b"RPOPLPUSH" => lists::lmove(ctx, a, false).await,
-        b"LMPOP" => lists::lmpop(ctx, a).await,
-        // One attempt: inside MULTI that is all a blocking command does, as in Redis; outside,
-        // the client's connection tries again until its timeout (`blocking`).
-        b"BLPOP" | b"BRPOP" | b"BLMOVE" | b"BRPOPLPUSH" | b"BLMPOP" | b"BZPOPMIN" | b"BZPOPMAX"
-        | b"BZMPOP" => blocking::attempt(ctx, a).await,
-        b"LPOS" => lists::lpos(ctx, a).await,
-        b"LINSERT" => lists::linsert(ctx, a).await,
-        b"XREAD" => streams::xread(ctx, a).await,
-        b"XSETID" => streams::xsetid(ctx, a).await,
-        b"HF.XLAST" => streams::xlast(ctx, a).await,
-        b"XGROUP" => stream_groups::xgroup(ctx, a).await,
-        b"XREADGROUP" => stream_groups::xreadgroup(ctx, a).await,
-        b"XACK" => stream_groups::xack(ctx, a).await,
-        b"XPENDING" => stream_groups::xpending(ctx, a).await,
-        b"XCLAIM" => stream_groups::xclaim(ctx, a).await,
-        b"XAUTOCLAIM" => stream_groups::xautoclaim(ctx, a).await,
-        b"XINFO" => stream_groups::xinfo(ctx, a).await,
-        b"CONFIG" => config::config(a),
-        b"SETBIT" => bits::setbit(ctx, a).await,
-        b"GETBIT" => bits::getbit(ctx, a).await,
-        b"BITCOUNT" => bits::bitcount(ctx, a).await,
-        b"BITPOS" => bits::bitpos(ctx, a).await,
-        b"BITOP" => bits::bitop(ctx, a).await,
-        b"SORT" => sort::sort(ctx, a, false).await,
-        b"SORT_RO" => sort::sort(ctx, a, true).await,
-        b"ZRANGESTORE" => zsets::zrangestore(ctx, a).await,
-        // Every holdfast's subscriptions on the database, from the registry (`broker`).
-        b"PUBSUB" => Ok(pubsub::pubsub(ctx, a).await?),
-        b"PUBLISH" => pubsub::publish(ctx, a, false).await,
-        b"SPUBLISH" => pubsub::publish(ctx, a, true).await,
-        // holdfast's clock, which SQL expiry runs on too.
-        b"TIME" => {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default();
-            Ok(store::array(vec![
-                store::bulk(Bytes::from(now.as_secs().to_string())),
-                store::bulk(Bytes::from(now.subsec_micros().to_string())),
-            ]))
-        }
-        b"XADD" => streams::xadd(ctx, a).await,
-        b"XTRIM" => streams::xtrim(ctx, a).await,
-        b"XLEN" => streams::xlen(ctx, a).await,
-        b"XDEL" => streams::xdel(ctx, a).await,
-        b"XRANGE" => streams::xrange(ctx, a, false).await,
-        b"XREVRANGE" => streams::xrange(ctx, a, true).await,
-        b"HF.WATCH" => watch::watch(ctx, a).await,
-        b"HF.WATCHED" => watch::check(ctx, a).await,
-        _ => fail(unsupported(
-            a.first().map(|n| n.as_ref()).unwrap_or_default(),
-        )),
-    }
+/// `WAIT`: every acknowledged write is already durable in the database; there are no
+/// replicas to count.
+fn wait(a: &[Bytes]) -> Out {
+    args::int(strings::arg(a, 1))?;
+    args::int(strings::arg(a, 2))?;
+    Ok(store::int(0))
+}
+
+/// `TIME`: holdfast's clock, which SQL expiry runs on too.
+fn time() -> Frame {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    store::array(vec![
+        store::bulk(Bytes::from(now.as_secs().to_string())),
+        store::bulk(Bytes::from(now.subsec_micros().to_string())),
+    ])
 }
 
 /// The reply to a command the SQL backends do not serve.
@@ -293,4 +336,48 @@ pub fn unsupported(name: &[u8]) -> String {
         "ERR holdfast: '{}' is not served by SQL backends",
         String::from_utf8_lossy(name).to_ascii_lowercase()
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_table_says_what_writes_what_needs_no_transaction_and_what_joins_a_batch() {
+        let b = |parts: &[&str]| -> Vec<Bytes> {
+            parts
+                .iter()
+                .map(|p| Bytes::copy_from_slice(p.as_bytes()))
+                .collect()
+        };
+        for (name, writes_) in [
+            ("get", Some(false)),
+            ("SET", Some(true)),
+            ("publish", Some(true)),
+            ("BLPOP", Some(true)),
+            ("XREADGROUP", Some(true)),
+            ("HF.WATCH", Some(true)),
+            ("PUBSUB", Some(false)),
+            ("EVAL", None),
+            ("AVERYLONGNAMETHATNOCOMMANDHAS", None),
+        ] {
+            assert_eq!(writes(name.as_bytes()), writes_, "{name}");
+        }
+        assert!(one_statement(&b(&["GET", "k"])));
+        assert!(one_statement(&b(&["exists", "k"])));
+        assert!(!one_statement(&b(&["EXISTS", "k", "j"])));
+        assert!(!one_statement(&b(&["HGET", "k", "f"])));
+        assert!(!one_statement(&b(&[])));
+        assert!(point_read(&b(&["HGET", "k", "f"])));
+        assert!(!point_read(&b(&["HGETALL", "k"])));
+        assert!(!point_read(&b(&["LINDEX", "k", "0"])));
+        let mut hmget = vec!["HMGET", "k"];
+        hmget.extend(std::iter::repeat("f").take(POINT_NAMES));
+        assert!(point_read(&b(&hmget)));
+        hmget.push("f");
+        assert!(!point_read(&b(&hmget)));
+        let mut mget = vec!["MGET"];
+        mget.extend(std::iter::repeat("k").take(POINT_NAMES));
+        assert!(point_read(&b(&mget)));
+    }
 }
