@@ -4,7 +4,8 @@
 //!
 //! # Layout
 //!
-//! A request flows down this list; no module uses one above it.
+//! A request flows down this list; no module uses one above it, and within a module no two
+//! of its rooms use each other in a circle (`tests/layout.rs`).
 //!
 //! - [`server`]: accept loop, connection limit, one task per client, graceful drain.
 //! - [`http`]: the metrics port (`/metrics`, `/healthz`, `/readyz`, `/backendz`, `/config`) and the
@@ -20,17 +21,20 @@
 //!   commands, `WATCH`, transactions).
 //! - [`namespace`]: key prefix → namespace → backend and retry policy.
 //! - [`retry`]: the retry loop, its policy (no I/O), backoff and the process-wide budget.
-//! - [`backend`]: Redis: every connection is holdfast's own link (`backend::link`: replies
-//!   paired by order; the shared ones carry many clients' commands in one write), over TCP or
-//!   TLS (`backend::dial`), to a standalone server, the primary Sentinel names or a Cluster's
-//!   nodes; a client's own connections dialled ahead (`backend::warm`); exact mode's Redis
-//!   script, its token keys and reply repair (`backend::exact`); PostgreSQL and SQLite through sqlx (the Redis data
-//!   model on tables, group commit, batched GETs, exact-mode tokens); Pub/Sub as each kind
-//!   carries it (`backend::feed`: a subscriber's own Redis connections, followed through a
-//!   failover; `backend::sql::broker`: in process, or `LISTEN`/`NOTIFY`); a scripted fake
-//!   for unit tests.
+//! - [`backend`]: the seam (`Backend`, `Backends`, `Request`, `Reply`, `Placement`) and its
+//!   rooms. `backend::redis`: every connection holdfast's own (`link`: replies paired by
+//!   order; `dial`: TCP or TLS and the handshake; `codec`), pooled and placed (`mod.rs`), to a
+//!   standalone server, the primary Sentinel names (`sentinel`) or a Cluster's nodes
+//!   (`cluster`); a client's own connections dialled ahead (`warm`); exact mode's script and
+//!   token keys (`exact`); a subscriber's own connections (`feed`). `backend::sql`: the Redis
+//!   data model on tables (`model`: one command table, a file per data type) and the engine
+//!   that runs it (`engine`: transactions, group commit, batched reads, deadlines, schema,
+//!   waiters, Pub/Sub's broker); the model never uses the engine, and the Redis and SQL rooms
+//!   never use each other. `backend::pubsub`: what a subscriber is sent; `backend::feed`: its
+//!   subscriptions on one backend. A scripted fake for unit tests.
 //! - [`resp`]: request decoding with limits, reply encoding in RESP2 or RESP3, the client's
-//!   protocol version and a backend's spelling of doubles.
+//!   protocol version and a backend's spelling of doubles; a reply found in a buffer without
+//!   decoding it (`resp::scan`).
 //! - [`command`]: the command table (name, arity, keys, idempotence) and parsing against it.
 //! - [`metrics`]: every metric declared in one place.
 //! - [`error`]: the three failure classes, `BackendError` and `classify`, the only place that

@@ -1046,7 +1046,7 @@ fn cluster_primary_frozen() {
         until_promoted(&cluster, heir).await;
         let promoted = load.now();
         // Frozen 4 s, and 1.5 s past the promotion at least: holdfast reads the map within a
-        // second or so of a stall (STALLED in src/backend/cluster.rs), so this is the margin
+        // second or so of a stall (STALLED in src/backend/redis/cluster.rs), so this is the margin
         // it is held to, not a race with the wake-up.
         let frozen = (4.0 - (promoted - began)).max(1.5);
         sleep(Duration::from_secs_f64(frozen)).await;

@@ -331,7 +331,7 @@ async fn walk(backend: &str) -> (usize, usize, usize) {
     let mut carol = as_user(&proxy, "carol", "pc").await;
     let (mut checked, mut refused, mut allowed) = (0, 0, 0);
     let mut seen_keyless = Vec::new();
-    for spec in table::all().iter().filter(|s| !s.container) {
+    for spec in holdfast::command::all().iter().filter(|s| !s.container) {
         if let Exec::Local(_) = spec.exec {
             if spec.name != "WATCH" {
                 // About this connection only (PING, AUTH, CLIENT, MULTI, ...); holdfast

@@ -987,7 +987,7 @@ async fn a_pipelined_run_through_a_lost_commit_applies_nothing_twice() {
 /// statements: each request, retried with its token, finds the reply its first attempt
 /// recorded and answers it — never `INDOUBT`, never applied twice (a SADD or DEL applied
 /// again would answer 0, an HSET 0, an INCR 2). Those whose first attempt changed nothing
-/// recorded no reply (`src/backend/sql/unchanged.rs`), and their retries answer 0 again. The clients' requests are gathered into one group by
+/// recorded no reply (`src/backend/sql/model/unchanged.rs`), and their retries answer 0 again. The clients' requests are gathered into one group by
 /// holding the writer on a blackholed connection while they queue. No two clients' requests
 /// depend on each other's order: retried apart, they may apply in any.
 #[tokio::test(flavor = "multi_thread")]

@@ -5,6 +5,7 @@
 //! its own: every dispatch is the retry loop's to count.
 
 pub mod fake;
+pub mod feed;
 pub mod pubsub;
 pub mod redis;
 pub mod scripts;

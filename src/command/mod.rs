@@ -7,6 +7,8 @@ pub mod table;
 pub mod wait;
 
 use bytes::Bytes;
+use std::collections::HashMap;
+use std::sync::OnceLock;
 use table::{Exec, Idempotence, Spec};
 
 /// A request that passed the table.
@@ -105,7 +107,7 @@ impl Command {
         let Some(name) = args.first() else {
             return Err(CommandError::Unknown { args });
         };
-        let Some(mut spec) = table::lookup(name) else {
+        let Some(mut spec) = lookup(name) else {
             return Err(CommandError::Unknown { args });
         };
         if spec.container {
@@ -113,7 +115,7 @@ impl Command {
                 return Err(CommandError::Arity { name: spec.name });
             }
             let sub = args.get(1).cloned().unwrap_or_default();
-            spec = table::lookup_sub(spec, &sub).ok_or(CommandError::UnknownSubcommand {
+            spec = lookup_sub(spec, &sub).ok_or(CommandError::UnknownSubcommand {
                 container: spec.name,
                 sub,
             })?;
@@ -175,4 +177,45 @@ impl Command {
     pub fn label(&self) -> &'static str {
         self.spec.name
     }
+}
+
+/// Hashed with foldhash, not SipHash: the keys are the table's own names and never grow, so
+/// no input can crowd them, and SipHash cost more than the rest of a lookup.
+type Index = HashMap<&'static str, &'static Spec, foldhash::fast::FixedState>;
+
+fn index() -> &'static Index {
+    static INDEX: OnceLock<Index> = OnceLock::new();
+    INDEX.get_or_init(|| rows::ROWS.iter().map(|spec| (spec.name, spec)).collect())
+}
+
+/// Finds the row for a command name, case-insensitively. Container commands need their
+/// subcommand: `lookup(b"CONFIG", Some(b"get"))` finds `CONFIG|GET`.
+pub fn lookup(name: &[u8]) -> Option<&'static Spec> {
+    let mut buf = [0u8; NAME_MAX];
+    index().get(upper_ascii(name, &mut buf)?).copied()
+}
+
+/// Finds the row of a container's subcommand.
+pub fn lookup_sub(container: &Spec, sub: &[u8]) -> Option<&'static Spec> {
+    let mut buf = [0u8; NAME_MAX];
+    let sub = upper_ascii(sub, &mut buf)?;
+    let name = format!("{}|{}", container.name, sub);
+    index().get(name.as_str()).copied()
+}
+
+/// Every row, for `COMMAND` and tests.
+pub fn all() -> &'static [Spec] {
+    rows::ROWS
+}
+
+/// Longest command name looked up; anything longer cannot be in the table.
+const NAME_MAX: usize = 64;
+
+/// `name` in upper case, in `buf`, without allocating (this runs for every request).
+fn upper_ascii<'b>(name: &[u8], buf: &'b mut [u8; NAME_MAX]) -> Option<&'b str> {
+    let upper = buf.get_mut(..name.len())?;
+    for (to, from) in upper.iter_mut().zip(name) {
+        *to = from.to_ascii_uppercase();
+    }
+    std::str::from_utf8(upper).ok()
 }

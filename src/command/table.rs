@@ -6,8 +6,6 @@
 //! `XADD key *`) are handled by the row's `refine` function, never by special cases elsewhere.
 
 use bytes::Bytes;
-use std::collections::HashMap;
-use std::sync::OnceLock;
 
 /// What repeating a command does, which decides what the retry loop may do with it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -345,52 +343,6 @@ pub const KEYS_1_2: Keys = Keys::Range {
 };
 /// No key.
 pub const NO_KEYS: Keys = Keys::None;
-
-/// Hashed with foldhash, not SipHash: the keys are the table's own names and never grow, so
-/// no input can crowd them, and SipHash cost more than the rest of a lookup.
-type Index = HashMap<&'static str, &'static Spec, foldhash::fast::FixedState>;
-
-fn index() -> &'static Index {
-    static INDEX: OnceLock<Index> = OnceLock::new();
-    INDEX.get_or_init(|| {
-        super::rows::ROWS
-            .iter()
-            .map(|spec| (spec.name, spec))
-            .collect()
-    })
-}
-
-/// Finds the row for a command name, case-insensitively. Container commands need their
-/// subcommand: `lookup(b"CONFIG", Some(b"get"))` finds `CONFIG|GET`.
-pub fn lookup(name: &[u8]) -> Option<&'static Spec> {
-    let mut buf = [0u8; NAME_MAX];
-    index().get(upper_ascii(name, &mut buf)?).copied()
-}
-
-/// Finds the row of a container's subcommand.
-pub fn lookup_sub(container: &Spec, sub: &[u8]) -> Option<&'static Spec> {
-    let mut buf = [0u8; NAME_MAX];
-    let sub = upper_ascii(sub, &mut buf)?;
-    let name = format!("{}|{}", container.name, sub);
-    index().get(name.as_str()).copied()
-}
-
-/// Every row, for `COMMAND` and tests.
-pub fn all() -> &'static [Spec] {
-    super::rows::ROWS
-}
-
-/// Longest command name looked up; anything longer cannot be in the table.
-const NAME_MAX: usize = 64;
-
-/// `name` in upper case, in `buf`, without allocating (this runs for every request).
-fn upper_ascii<'b>(name: &[u8], buf: &'b mut [u8; NAME_MAX]) -> Option<&'b str> {
-    let upper = buf.get_mut(..name.len())?;
-    for (to, from) in upper.iter_mut().zip(name) {
-        *to = from.to_ascii_uppercase();
-    }
-    std::str::from_utf8(upper).ok()
-}
 
 /// Returns the indices of the key arguments of `args` (index 0 is the name).
 ///

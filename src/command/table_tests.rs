@@ -2,6 +2,7 @@
 //! `COMMAND INFO` of redis-server 7.0.15.
 
 use super::*;
+use crate::command::{all, lookup, lookup_sub};
 use bytes::Bytes;
 use std::collections::HashSet;
 

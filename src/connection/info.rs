@@ -320,7 +320,11 @@ pub(super) fn command_reply(args: &[Bytes]) -> Frame {
         .get(1)
         .map(|s| s.to_ascii_uppercase())
         .unwrap_or_default();
-    let top = || table::all().iter().filter(|s| !s.name.contains('|'));
+    let top = || {
+        crate::command::all()
+            .iter()
+            .filter(|s| !s.name.contains('|'))
+    };
     match sub.as_slice() {
         b"" => array(top().map(command_info).collect()),
         b"COUNT" => number(top().count() as i64),
@@ -328,7 +332,7 @@ pub(super) fn command_reply(args: &[Bytes]) -> Frame {
         b"INFO" => array(
             args.iter()
                 .skip(2)
-                .map(|name| match table::lookup(name) {
+                .map(|name| match crate::command::lookup(name) {
                     Some(spec) => command_info(spec),
                     None => Frame::Null,
                 })

@@ -18,7 +18,8 @@
 //! command, its messages arriving as push frames between replies.
 
 use super::{array, bulk, error, number, Conn, Flow};
-use crate::backend::pubsub::{Delivery, Feed, Kind, Outbox};
+use crate::backend::feed::Feed;
+use crate::backend::pubsub::{Delivery, Kind, Outbox};
 use crate::backend::{Backend, BackendError, DoubleStyle, Proto, Reply};
 use crate::command::Command;
 use crate::error::{classify, ErrorClass};

@@ -598,7 +598,7 @@ impl Session {
     ) -> Result<(Option<Frame>, u32), Stopped> {
         let name = args.first().map(|n| n.as_ref()).unwrap_or_default();
         // The settling reads are holdfast's own, all in the table.
-        let Some(spec) = table::lookup(name) else {
+        let Some(spec) = crate::command::lookup(name) else {
             return Ok((None, made));
         };
         let attempted = Attempted {
@@ -878,7 +878,7 @@ mod tests {
     }
 
     fn spec(name: &str) -> &'static Spec {
-        table::lookup(name.as_bytes()).expect("a row of the table")
+        crate::command::lookup(name.as_bytes()).expect("a row of the table")
     }
 
     fn number(n: i64) -> Frame {
@@ -924,7 +924,10 @@ mod tests {
             let post = replies.iter().filter_map(|reply| settle.post_read(reply));
             for read in settle.pre_read().into_iter().chain(post) {
                 let name = read.first().map(|n| n.as_ref()).unwrap_or_default();
-                assert!(table::lookup(name).is_some(), "{command:?} reads {read:?}");
+                assert!(
+                    crate::command::lookup(name).is_some(),
+                    "{command:?} reads {read:?}"
+                );
                 reads += 1;
             }
         }

@@ -25,7 +25,7 @@ use super::codec::{decode, encode};
 use super::dial::{self, Stream, Target};
 use super::sentinel::Watch;
 use super::BackendError;
-use crate::backend::pubsub::delivery::{Delivery, Kind, Outbox};
+use crate::backend::pubsub::{Delivery, Kind, Outbox};
 use crate::error::{LinkError as Error, LinkErrorKind as ErrorKind};
 use crate::metrics as m;
 use crate::resp::{Output, Proto};

@@ -8,9 +8,9 @@
 //! connection gathering a write instead, and a write moves the client's pin with it (see
 //! [`Placement`]).
 //!
-//! On a Cluster each pooled connection is a [`Nodes`] of `src/backend/cluster.rs`: a link to
+//! On a Cluster each pooled connection is a [`Nodes`] of `src/backend/redis/cluster.rs`: a link to
 //! each primary, routed by the slot map it keeps, `MOVED`/`ASK` followed there. Sentinel's
-//! pooled connections are links to the primary its view names (`src/backend/sentinel.rs`).
+//! pooled connections are links to the primary its view names (`src/backend/redis/sentinel.rs`).
 //!
 //! A client's own connection (its blocking commands, `WATCH`/`MULTI`/`EXEC`) is a link of its
 //! own too, taken from those dialled ahead (`warm.rs`), and paired by order like any other:
@@ -46,7 +46,7 @@ use std::time::Duration;
 use tokio::sync::{watch, Mutex, OnceCell};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use warm::{Servers, Warm};
+use warm::Warm;
 
 pub use crate::config::host_port;
 
@@ -55,6 +55,41 @@ type Ended = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 /// How often a client's own connection blocked on the backend has it probed.
 pub const PROBE_EVERY: Duration = Duration::from_secs(2);
+
+/// Where a backend's clients' own connections go.
+pub enum Servers {
+    /// One server.
+    Fixed(Addr),
+    /// The primary the sentinels name.
+    Sentinel(Arc<Watch>),
+    /// Every primary of a Cluster.
+    Cluster(Arc<Topology>),
+}
+
+impl Servers {
+    /// The servers wanted now, with the Sentinel generation of each.
+    fn wanted(&self) -> Vec<(Addr, Option<u64>)> {
+        match self {
+            Servers::Fixed(addr) => vec![(addr.clone(), None)],
+            Servers::Sentinel(watch) => watch
+                .usable_now()
+                .map(|(addr, generation)| vec![(addr, Some(generation))])
+                .unwrap_or_default(),
+            Servers::Cluster(topology) => topology
+                .map()
+                .primaries
+                .iter()
+                .map(|addr| (addr.clone(), None))
+                .collect(),
+        }
+    }
+
+    /// Whether a link dialled ahead must be checked for its role: a server named by
+    /// Sentinel or a Cluster's map may have become a replica since.
+    fn check_roles(&self) -> bool {
+        !matches!(self, Servers::Fixed(_))
+    }
+}
 
 /// How a slot dials.
 #[derive(Clone)]
@@ -85,7 +120,7 @@ struct Live {
     /// closed, failing what is in flight.
     retired: AtomicBool,
     /// Under Sentinel: the view it was dialled in, and its generation. Live only while that
-    /// generation stands (see `src/backend/sentinel.rs`).
+    /// generation stands (see `src/backend/redis/sentinel.rs`).
     fence: Option<(Arc<Watch>, u64)>,
 }
 
@@ -730,11 +765,7 @@ impl RedisBackend {
 
     /// A subscribed client's connections to this backend (`feed.rs`), delivering into
     /// `outbox`, given up after `hold` without a connection.
-    pub fn feed(
-        &self,
-        outbox: crate::backend::pubsub::delivery::Outbox,
-        hold: Duration,
-    ) -> feed::RedisFeed {
+    pub fn feed(&self, outbox: crate::backend::pubsub::Outbox, hold: Duration) -> feed::RedisFeed {
         use feed::{Ctx, Locate, RedisFeed};
         let locate = match (self.flavor, &self.follower, &self.topology) {
             (Flavor::Sentinel, Some(follower), _) => Locate::Sentinel(follower.watch().clone()),
@@ -1219,7 +1250,7 @@ async fn send(
 }
 
 /// Sends one request on a Cluster connection: on the link of its slot's primary, following
-/// redirections (`src/backend/cluster.rs`). An `ASK` is followed by `ASKING` and the command
+/// redirections (`src/backend/redis/cluster.rs`). An `ASK` is followed by `ASKING` and the command
 /// back to back on the target's link (then a `WAIT` of its own when the write wants
 /// replicas).
 async fn on_cluster(
@@ -1504,7 +1535,7 @@ impl Probe {
     }
 }
 
-/// Exact mode: the command inside the script of `src/backend/exact.rs`, by its SHA and, when
+/// Exact mode: the command inside the script of `src/backend/redis/exact.rs`, by its SHA and, when
 /// the server does not have it cached, by its text.
 async fn exact(
     live: &Live,

@@ -16,8 +16,7 @@
 
 use super::dial::{Server, Target};
 use super::link::{Link, Signals};
-use super::sentinel::Watch;
-use super::{cluster::Topology, Proto};
+use super::{Proto, Servers};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
@@ -30,16 +29,6 @@ type Addr = (String, u16);
 /// How often the keeper looks again without being woken (a dial that failed, a link the
 /// server closed, a map or primary that changed).
 const KEEP_EVERY: Duration = Duration::from_secs(1);
-
-/// Where a backend's clients' own connections go.
-pub enum Servers {
-    /// One server.
-    Fixed(Addr),
-    /// The primary the sentinels name.
-    Sentinel(Arc<Watch>),
-    /// Every primary of a Cluster.
-    Cluster(Arc<Topology>),
-}
 
 /// One link dialled ahead.
 struct Ready {
@@ -171,23 +160,6 @@ impl Drop for Warm {
     }
 }
 
-/// The servers wanted now, with the Sentinel generation of each.
-fn wanted(servers: &Servers) -> Vec<(Addr, Option<u64>)> {
-    match servers {
-        Servers::Fixed(addr) => vec![(addr.clone(), None)],
-        Servers::Sentinel(watch) => watch
-            .usable_now()
-            .map(|(addr, generation)| vec![(addr, Some(generation))])
-            .unwrap_or_default(),
-        Servers::Cluster(topology) => topology
-            .map()
-            .primaries
-            .iter()
-            .map(|addr| (addr.clone(), None))
-            .collect(),
-    }
-}
-
 /// The keeper: fills every (protocol, server) up to `want`, then waits for a take or
 /// [`KEEP_EVERY`]. Ends with its [`Warm`].
 async fn keep(
@@ -197,9 +169,9 @@ async fn keep(
     target: Target,
     servers: Servers,
 ) {
-    let checks_role = !matches!(servers, Servers::Fixed(_));
+    let checks_role = servers.check_roles();
     loop {
-        let wanted = wanted(&servers);
+        let wanted = servers.wanted();
         {
             let Some(warm) = warm.upgrade() else {
                 return;

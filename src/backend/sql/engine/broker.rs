@@ -28,7 +28,7 @@
 
 use super::model::args::glob;
 use super::model::pubsub::{decode, LIVE, LOCK_CLASS, PG_CHANNEL};
-use crate::backend::pubsub::delivery::{Delivery, Kind, Outbox};
+use crate::backend::pubsub::{Delivery, Kind, Outbox};
 use crate::backend::BackendError;
 use crate::metrics as m;
 use bytes::Bytes;
@@ -93,9 +93,13 @@ pub enum Carrier {
     /// accepts it (a primary and its standbys).
     Notify(Vec<String>),
     /// SQLite's table `hf_messages`, read by a task of each process that has subscribers
-    /// (`inbox.rs`), through a connection of this pool.
-    Table(sqlx::AnyPool),
+    /// (`inbox.rs`), started by this at the first subscription.
+    Table(Inbox),
 }
+
+/// Starts the task that keeps a SQLite broker's registry and reads its messages (given by
+/// the engine, which knows both sides, so the broker needs not know the inbox).
+pub type Inbox = Box<dyn Fn(Weak<Broker>) -> tokio::task::JoinHandle<()> + Send + Sync>;
 
 /// The side that keeps the registry and hears other holdfasts: how, and how far the
 /// registry is written.
@@ -272,7 +276,7 @@ impl Broker {
                 let broker = Arc::downgrade(self);
                 match &listen.carrier {
                     Carrier::Notify(_) => tokio::spawn(listen_loop(broker)),
-                    Carrier::Table(pool) => tokio::spawn(super::inbox::run(broker, pool.clone())),
+                    Carrier::Table(start) => start(broker),
                 };
             }
         }

@@ -301,7 +301,12 @@ impl SqlBackend {
             name,
             Dialect::Sqlite,
             (writer, reader),
-            (None, broker::Carrier::Table(messages)),
+            (
+                None,
+                broker::Carrier::Table(Box::new(move |broker| {
+                    tokio::spawn(inbox::run(broker, messages.clone()))
+                })),
+            ),
             (
                 config.allow_flush,
                 config.response_timeout,
@@ -554,7 +559,7 @@ impl SqlBackend {
     }
 
     /// A subscribed client's registration with this backend's broker.
-    pub fn feed(&self, outbox: crate::backend::pubsub::delivery::Outbox) -> broker::Ticket {
+    pub fn feed(&self, outbox: crate::backend::pubsub::Outbox) -> broker::Ticket {
         self.inner.broker.join(outbox)
     }
 

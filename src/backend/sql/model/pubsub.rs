@@ -6,7 +6,7 @@
 
 use super::args::glob;
 use super::store::{self, fail, Ctx, Dialect, Out, SYNTAX};
-use crate::backend::pubsub::delivery::Kind;
+use crate::backend::pubsub::Kind;
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use bytes::Bytes;

@@ -1,4 +1,4 @@
-//! What a subscribed client is sent ([`Delivery`]) and the bounded queue it goes through
+//! Pub/Sub: what a subscribed client is sent ([`Delivery`]) and the bounded queue it goes through
 //! ([`Outbox`]): shared by the Redis feed and the SQL broker, which know nothing of each
 //! other.
 

@@ -1,14 +1,11 @@
-//! Pub/Sub as the backends carry it: what a subscribed client is sent ([`Delivery`]), the
-//! bounded queue it is sent through ([`Outbox`]), and a client's subscriptions on one
-//! backend ([`Feed`]): a connection of its own to a Redis backend (`redis/feed.rs`), or a ticket
-//! with the in-process broker of a SQL backend (`sql/broker.rs`).
+//! A client's subscriptions on one backend ([`Feed`]), delivering into its
+//! [`Outbox`](super::pubsub::Outbox): a connection of its own to a Redis backend (`redis/feed.rs`), or a ticket
+//! with the in-process broker of a SQL backend (`sql/engine/broker.rs`).
 //!
 //! A feed only carries messages. What the client is told (its confirmations and their
 //! counts, over every backend it subscribed on) is the connection's (`connection/subscribe.rs`).
 
-pub mod delivery;
-
-pub use delivery::{Delivery, Kind, Lost, Outbox};
+use super::pubsub::{Kind, Outbox};
 
 use super::redis::feed::RedisFeed;
 use super::sql::broker::Ticket;
