@@ -72,7 +72,7 @@ fn load_secs() -> Duration {
 /// of `attempts` attempts with a backoff from 50 ms capped at 1 s, so the hold ends soon after
 /// the fault does (100 attempts outlast every fault here); a 1 s wait for a connection. Exact
 /// mode's schedule must fit in its token's 15 minutes, attempts' timeouts included (see
-/// `check_token_outlives_retries` in src/config.rs), so the backends below answer within 2 s
+/// `check_token_outlives_retries` in src/config/namespaces.rs), so the backends below answer within 2 s
 /// (Redis) or 5 s (PostgreSQL statements) rather than the default 10 s.
 fn policy(attempts: u32, extra: &str) -> String {
     format!(

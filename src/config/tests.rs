@@ -3,6 +3,7 @@
 
 use super::*;
 use figment::Jail;
+use std::time::Duration;
 
 /// Every kind of backend and a namespace override, in the shape the README's "Configuration"
 /// section lists (`config/holdfast.toml` is its commented example): the product's interface
