@@ -4,7 +4,7 @@
 use super::*;
 use crate::command::table::{sort_patterns, Reach};
 
-impl Conn {
+impl ClientConn {
     pub(super) fn hello(&mut self, args: &[Bytes]) -> Frame {
         let mut proto = self.exec.proto;
         if let Some(version) = args.get(1) {

@@ -2,7 +2,7 @@
 
 use super::*;
 
-impl Conn {
+impl ClientConn {
     pub(super) fn client(&mut self, args: &[Bytes]) -> Frame {
         let sub = args
             .get(1)

@@ -72,7 +72,7 @@ struct Multi {
 }
 
 /// Per-connection state.
-struct Conn {
+struct ClientConn {
     /// Shared proxy state.
     shared: Arc<Shared>,
     /// The configuration generation this command runs under, taken between commands so a
@@ -164,7 +164,7 @@ pub async fn serve<S>(
     let id = shared.next_client_id();
     let state = shared.current();
     let (client, _leave) = shared.clients.join(id, addrs.0, addrs.1);
-    let mut conn = Conn {
+    let mut conn = ClientConn {
         client,
         authed: open_to_all(&state),
         user: None,
@@ -438,7 +438,7 @@ impl From<ProtocolError> for Frame {
     }
 }
 
-impl Conn {
+impl ClientConn {
     /// Writes a reply holdfast made itself.
     fn reply(&self, out: &mut Output, frame: &Frame) {
         encode_reply(
@@ -939,7 +939,7 @@ impl Conn {
 /// `route`'s node on a Cluster. Without a namespace (`UNWATCH`) it is the connection there
 /// is, whatever its backend.
 struct OwnConn<'a> {
-    conn: &'a mut Conn,
+    conn: &'a mut ClientConn,
     namespace: Option<&'a Arc<Namespace>>,
     route: Option<&'a [u8]>,
     /// Exact mode's token for the blocking command sent alone on it.
@@ -948,7 +948,7 @@ struct OwnConn<'a> {
 
 impl<'a> OwnConn<'a> {
     fn to(
-        conn: &'a mut Conn,
+        conn: &'a mut ClientConn,
         namespace: Option<&'a Arc<Namespace>>,
         route: Option<&'a [u8]>,
     ) -> OwnConn<'a> {

@@ -3,7 +3,7 @@
 //! wait) and the run (one backend, all reads or all writes). Sending them and keeping the
 //! order when one fails is the executor's (`exec::ahead`).
 
-use super::Conn;
+use super::ClientConn;
 use crate::backend::{BackendError, Reply};
 use crate::command::table::Idempotence;
 use crate::command::{Command, CommandError};
@@ -12,7 +12,7 @@ use crate::exec::Ahead;
 use crate::namespace::Namespace;
 use std::sync::Arc;
 
-impl Conn {
+impl ClientConn {
     /// The namespace a command's first dispatch may be sent ahead to: a plain forwarded
     /// command, answered in fast mode by a backend that pipelines, that changes nothing about
     /// this connection and waits for no replica.

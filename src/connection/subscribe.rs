@@ -17,7 +17,7 @@
 //! `PING` (answered `["pong", message]`), `QUIT` and `RESET`; a RESP3 client may send any
 //! command, its messages arriving as push frames between replies.
 
-use super::{array, bulk, error, number, Conn, Flow};
+use super::{array, bulk, error, number, ClientConn, Flow};
 use crate::backend::feed::Feed;
 use crate::backend::pubsub::{Delivery, Kind, Outbox};
 use crate::backend::{Backend, BackendError, DoubleStyle, Proto, Reply};
@@ -165,7 +165,7 @@ pub(super) async fn next_delivery(subs: &mut Option<Box<Subscriptions>>) -> Opti
     }
 }
 
-impl Conn {
+impl ClientConn {
     /// Whether the client has a subscription (Redis's subscribed mode).
     pub(super) fn subscribed(&self) -> bool {
         self.subs.is_some()

@@ -45,7 +45,7 @@ pub(super) fn in_multi(local: Option<Local>, every_backend: bool) -> InMulti {
     }
 }
 
-impl Conn {
+impl ClientConn {
     pub(super) async fn watch(&mut self, command: &Command) -> Frame {
         let keys: Vec<&[u8]> = command.keys().map(|k| k.as_ref()).collect();
         let namespace = match self.state.router.route(keys) {

@@ -163,13 +163,13 @@ impl Names {
 }
 
 /// What a line's task and the feed share.
-struct Shared {
+struct FeedShared {
     names: Mutex<Names>,
     /// Wakes the task: what is wanted changed.
     changed: Notify,
 }
 
-impl Shared {
+impl FeedShared {
     fn names(&self) -> MutexGuard<'_, Names> {
         self.names.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -177,7 +177,7 @@ impl Shared {
 
 /// One line: its shared sets and its task, stopped (and its connection closed) on drop.
 struct LineHandle {
-    shared: Arc<Shared>,
+    shared: Arc<FeedShared>,
     task: JoinHandle<()>,
 }
 
@@ -245,7 +245,7 @@ impl RedisFeed {
             }
             for (line, wanted) in by_line {
                 let handle = lines.entry(line).or_insert_with(|| {
-                    let shared = Arc::new(Shared {
+                    let shared = Arc::new(FeedShared {
                         names: Mutex::new(Names::default()),
                         changed: Notify::new(),
                     });
@@ -390,7 +390,7 @@ enum End {
 
 /// A line's task: connect, subscribe what is wanted, deliver, and again when the connection
 /// ends; gives the client up when the line stays down past the hold budget.
-async fn run_line(ctx: Arc<Ctx>, line: Line, shared: Arc<Shared>) {
+async fn run_line(ctx: Arc<Ctx>, line: Line, shared: Arc<FeedShared>) {
     let mut served = false;
     let mut down_since: Option<Instant> = None;
     let mut delay = Duration::from_millis(50);
@@ -542,7 +542,7 @@ fn incoming(frame: Frame) -> Incoming {
 }
 
 /// Serves one connection of a line until it ends.
-async fn serve(ctx: &Ctx, shared: &Shared, mut stream: Stream, fence: Fence) -> End {
+async fn serve(ctx: &Ctx, shared: &FeedShared, mut stream: Stream, fence: Fence) -> End {
     // What was sent on this connection, by kind: the difference to `wanted` is what to send.
     let mut sent: [HashSet<Bytes>; 3] = Default::default();
     // Subscribe and unsubscribe commands written for a name and not answered yet: a

@@ -42,8 +42,8 @@ type Answer = Result<Reply, SendError>;
 pub type Acked = Result<(Reply, Result<Option<i64>, Error>), SendError>;
 
 /// What the link's task and its senders share.
-struct Shared {
-    state: Mutex<State>,
+struct LinkShared {
+    state: Mutex<LinkState>,
     /// Wakes the task when a command is queued or the link is closed.
     wake: Notify,
     /// True while queued commands wait for the task to write them: the pool sends other
@@ -84,13 +84,13 @@ impl Signals {
     }
 }
 
-struct State {
+struct LinkState {
     /// Encoded commands not yet written.
     out: Output,
     /// How many commands `out` holds.
     queued: usize,
     /// One slot per written or queued command, oldest first.
-    waiting: VecDeque<Slot>,
+    waiting: VecDeque<ReplySlot>,
     /// How often the link looks for expired slots while none is waiting: the shortest reply
     /// timeout a sender gave (the backend's), so no deadline is looked at late.
     period: Duration,
@@ -104,7 +104,7 @@ struct State {
 }
 
 /// Where a command's reply goes, and by when it must come.
-struct Slot {
+struct ReplySlot {
     waiter: Waiter,
     deadline: Option<Instant>,
     /// The link's own `WAIT` (counted in `acking` until its reply comes).
@@ -159,8 +159,8 @@ impl Waiter {
     }
 }
 
-impl Shared {
-    fn state(&self) -> MutexGuard<'_, State> {
+impl LinkShared {
+    fn state(&self) -> MutexGuard<'_, LinkState> {
         // A panic while holding the lock cannot leave the state half-updated in a way that
         // matters more than losing the link, so a poisoned lock is used as is.
         self.state
@@ -233,7 +233,7 @@ impl Shared {
 
 /// A connected link. Dropping it does not close it; [`Link::close`] does.
 pub struct Link {
-    shared: Arc<Shared>,
+    shared: Arc<LinkShared>,
 }
 
 /// Why a command got no reply.
@@ -260,8 +260,8 @@ impl Link {
     ) -> Result<(Link, tokio::task::JoinHandle<()>, Server), Error> {
         let (stream, server) = dial::connect(target).await?;
         let response_timeout = target.response_timeout();
-        let shared = Arc::new(Shared {
-            state: Mutex::new(State {
+        let shared = Arc::new(LinkShared {
+            state: Mutex::new(LinkState {
                 out: Output::default(),
                 queued: 0,
                 waiting: VecDeque::new(),
@@ -357,7 +357,7 @@ impl Link {
             if wait {
                 self.shared.acking.fetch_add(1, Ordering::Relaxed);
             }
-            state.waiting.push_back(Slot {
+            state.waiting.push_back(ReplySlot {
                 waiter,
                 deadline: timeout.map(|limit| now + limit),
                 wait,
@@ -399,7 +399,7 @@ impl Link {
                     put_command(&mut state.out, args, raw);
                     state.queued += 1;
                     let (slot, reply) = oneshot::channel();
-                    state.waiting.push_back(Slot {
+                    state.waiting.push_back(ReplySlot {
                         waiter: Waiter::Reply(slot),
                         deadline: Some(deadline),
                         wait: false,
@@ -479,7 +479,7 @@ fn commands_not_sent<'a>(
 /// on the link has been answered as failed, so none of it may reach the server later, after
 /// what the clients sent since. Reset, not closed, so the kernel drops what it still holds
 /// unsent too.
-async fn run(stream: Stream, shared: Arc<Shared>, proto: Proto) {
+async fn run(stream: Stream, shared: Arc<LinkShared>, proto: Proto) {
     // TCP's halves borrow the socket (no lock between them, the hot path); TLS's share its
     // session behind one.
     let why = match stream {
@@ -512,7 +512,7 @@ async fn run(stream: Stream, shared: Arc<Shared>, proto: Proto) {
 async fn drive<R, W>(
     reader: &mut R,
     writer: &mut W,
-    shared: &Shared,
+    shared: &LinkShared,
     proto: Proto,
 ) -> Option<String>
 where
@@ -548,7 +548,7 @@ where
                     state.queued += 1;
                     let now = Instant::now();
                     let deadline = now + wait + state.response_timeout;
-                    state.waiting.push_back(Slot {
+                    state.waiting.push_back(ReplySlot {
                         waiter: Waiter::Wait(Vec::new()),
                         deadline: Some(deadline),
                         wait: true,
@@ -573,7 +573,7 @@ where
         let mut buf = BytesMut::with_capacity(64 * 1024);
         // Both kept between reads, so a batch of replies allocates nothing.
         let mut replies = Vec::new();
-        let mut slots: Vec<Slot> = Vec::new();
+        let mut slots: Vec<ReplySlot> = Vec::new();
         // Writes whose replies came, waiting for their WAIT's.
         let mut held: Vec<(oneshot::Sender<Acked>, Reply)> = Vec::new();
         // Fires by the earliest deadline of a slot still waiting, or a period later.
@@ -748,8 +748,8 @@ mod tests {
     #[test]
     fn closing_fails_the_taken_as_sent_and_the_still_queued_as_not_sent() {
         let link = Link {
-            shared: Arc::new(Shared {
-                state: Mutex::new(State {
+            shared: Arc::new(LinkShared {
+                state: Mutex::new(LinkState {
                     out: Output::default(),
                     queued: 0,
                     waiting: VecDeque::new(),

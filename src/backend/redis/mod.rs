@@ -51,7 +51,7 @@ use warm::Warm;
 pub use crate::config::host_port;
 
 /// Resolves when a dialled connection's task ends.
-type Ended = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+type Closed = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 /// How often a client's own connection blocked on the backend has it probed.
 pub const PROBE_EVERY: Duration = Duration::from_secs(2);
@@ -101,7 +101,7 @@ enum Dialer {
 }
 
 /// What a dialled connection talks through.
-enum Conn {
+enum PoolConn {
     Link(link::Link),
     Cluster(Arc<Nodes>),
 }
@@ -109,7 +109,7 @@ enum Conn {
 /// One dialled connection: its client, and a signal that turns true when its connection
 /// task ends.
 struct Live {
-    conn: Conn,
+    conn: PoolConn,
     ended: watch::Receiver<bool>,
     /// `MOVED`/`ASK` redirections each command may follow (0 off a Cluster, and on a
     /// client's own connection).
@@ -143,8 +143,8 @@ impl Live {
     fn retire_because(&self, why: &str) {
         if !self.retired.swap(true, Ordering::AcqRel) {
             match &self.conn {
-                Conn::Link(link) => link.close_because(why),
-                Conn::Cluster(nodes) => nodes.close(),
+                PoolConn::Link(link) => link.close_because(why),
+                PoolConn::Cluster(nodes) => nodes.close(),
             }
         }
     }
@@ -159,8 +159,8 @@ impl Live {
         // Everything else is boxed so its (much larger) future is not carried by every
         // request's.
         let result = match (&self.conn, request.token) {
-            (Conn::Link(link), None) => on_link(link, request, response_timeout).await,
-            (Conn::Cluster(nodes), None) => {
+            (PoolConn::Link(link), None) => on_link(link, request, response_timeout).await,
+            (PoolConn::Cluster(nodes), None) => {
                 Box::pin(on_cluster(
                     nodes,
                     self.redirections,
@@ -188,14 +188,14 @@ impl Live {
     /// node; None elsewhere (one server).
     fn server_of(&self, route: Option<&[u8]>) -> Option<Addr> {
         match &self.conn {
-            Conn::Cluster(nodes) => nodes.owner_now(route.map(keyslot)),
-            Conn::Link(_) => None,
+            PoolConn::Cluster(nodes) => nodes.owner_now(route.map(keyslot)),
+            PoolConn::Link(_) => None,
         }
     }
 }
 
 /// One pooled connection and the dial that (re)opens it.
-struct Slot {
+struct PoolSlot {
     /// How each dial connects: a fresh link each time, so a command still held for a dead
     /// connection dies with it, and is never written to the next connection, long after the
     /// request gave up on it.
@@ -222,7 +222,7 @@ struct Slot {
     warm: Option<Arc<Warm>>,
 }
 
-impl Slot {
+impl PoolSlot {
     fn new(
         dialer: Dialer,
         doubles: Arc<AtomicBool>,
@@ -230,13 +230,13 @@ impl Slot {
         (redirections, tokens): (u32, Tokens),
         follow: Option<Arc<Watch>>,
         warm: Option<Arc<Warm>>,
-    ) -> Arc<Slot> {
+    ) -> Arc<PoolSlot> {
         let signals = if backend.is_empty() {
             link::Signals::default()
         } else {
             link::Signals::shared()
         };
-        Arc::new(Slot {
+        Arc::new(PoolSlot {
             dialer,
             live: ArcSwapOption::empty(),
             dialing: Mutex::new(None),
@@ -298,10 +298,10 @@ impl Slot {
                     if pooled {
                         slot.tokens.learn(&slot.backend, &server.info);
                     }
-                    let task: Ended = Box::pin(async move {
+                    let task: Closed = Box::pin(async move {
                         let _ = task.await;
                     });
-                    (Conn::Link(link), task, server.version)
+                    (PoolConn::Link(link), task, server.version)
                 }
                 Dialer::Cluster(topology, target) => {
                     let nodes = Nodes::new(
@@ -317,8 +317,8 @@ impl Slot {
                     }
                     let version = nodes.version();
                     // Its links come and go with the map; it ends when retired.
-                    let task: Ended = Box::pin(std::future::pending());
-                    (Conn::Cluster(nodes), task, version)
+                    let task: Closed = Box::pin(std::future::pending());
+                    (PoolConn::Cluster(nodes), task, version)
                 }
             };
             // Redis 7.2 moved from %.17g to the shortest round-trip spelling.
@@ -411,7 +411,7 @@ impl Tokens {
 /// A protocol's shared connections.
 #[derive(Default)]
 struct Pool {
-    slots: Vec<Arc<Slot>>,
+    slots: Vec<Arc<PoolSlot>>,
     /// The connection the last request that found none gathering started a write on; the
     /// requests after it join it while its commands wait to be written.
     filling: AtomicUsize,
@@ -742,7 +742,7 @@ impl RedisBackend {
     fn open_pool(&self, proto: Proto) -> Pool {
         let slots = (0..self.pool_size)
             .map(|_| {
-                Slot::new(
+                PoolSlot::new(
                     self.dialer(proto),
                     self.doubles.clone(),
                     self.name.as_str().into(),
@@ -821,7 +821,7 @@ impl RedisBackend {
     }
 
     /// The connection `request` takes: see [`Placement`].
-    async fn placed(&self, request: &Request<'_>) -> &Arc<Slot> {
+    async fn placed(&self, request: &Request<'_>) -> &Arc<PoolSlot> {
         let pool = match request.proto {
             Proto::Resp2 => &self.resp2,
             Proto::Resp3 => {
@@ -889,7 +889,7 @@ impl RedisBackend {
         if self.flavor != Flavor::Standalone {
             if let Err(BackendError::Reply { prefix, .. }) = result {
                 // A Cluster connection fenced that node's link itself.
-                if prefix == "READONLY" && !matches!(live.conn, Conn::Cluster(_)) {
+                if prefix == "READONLY" && !matches!(live.conn, PoolConn::Cluster(_)) {
                     live.retire();
                     // The sentinels may know of a switch we have not heard.
                     if let Some(watch) = &live.fence {
@@ -931,11 +931,11 @@ impl RedisBackend {
         let slot = self.placed(&lead).await;
         let live = ensure_connected(slot, acquire_timeout).await.ok()?;
         let requests = match &live.conn {
-            Conn::Cluster(nodes) => {
+            PoolConn::Cluster(nodes) => {
                 let node = |r: &Request<'_>| nodes.owner_now(request_slot(r));
                 requests.get(..leading_run(requests.iter().map(node)))?
             }
-            Conn::Link(_) => requests,
+            PoolConn::Link(_) => requests,
         };
         if requests
             .iter()
@@ -944,8 +944,8 @@ impl RedisBackend {
             // A Cluster connection's link to the run's node, held while the run is sent.
             let cluster_link;
             let link = match &live.conn {
-                Conn::Link(link) => link,
-                Conn::Cluster(nodes) => {
+                PoolConn::Link(link) => link,
+                PoolConn::Cluster(nodes) => {
                     let node = nodes.owner_now(requests.first().and_then(request_slot))?;
                     cluster_link = nodes.link_to(&node).await.ok()?;
                     &*cluster_link
@@ -1003,7 +1003,7 @@ impl RedisBackend {
                 let slot = self.placed(request).await;
                 let live = ensure_connected(slot, acquire_timeout).await?;
                 match &live.conn {
-                    Conn::Cluster(nodes) => {
+                    PoolConn::Cluster(nodes) => {
                         let links = nodes
                             .every_primary()
                             .await
@@ -1035,7 +1035,7 @@ impl RedisBackend {
                             }
                         }
                     }
-                    Conn::Link(_) => {
+                    PoolConn::Link(_) => {
                         return Err(BackendError::Unsupported {
                             what: "a cluster connection is not a single link".to_string(),
                         })
@@ -1070,7 +1070,7 @@ impl RedisBackend {
         // Dedicated connections are not pooled: they are not counted in the pool metrics.
         // They follow no redirection: a command inside MULTI redirected to another node
         // would run there at once, outside the transaction.
-        let slot = Slot::new(
+        let slot = PoolSlot::new(
             self.dialer(proto),
             self.doubles.clone(),
             "".into(),
@@ -1164,7 +1164,7 @@ fn whole_keyspace(request: &Request<'_>) -> bool {
 /// refuses connections during a failover costs a backoff step, not a whole acquire timeout;
 /// one that blackholes them costs the acquire timeout.
 async fn ensure_connected(
-    slot: &Arc<Slot>,
+    slot: &Arc<PoolSlot>,
     acquire_timeout: Duration,
 ) -> Result<Arc<Live>, BackendError> {
     match slot.live() {
@@ -1175,7 +1175,10 @@ async fn ensure_connected(
 }
 
 /// The slow half of [`ensure_connected`]: waits for a dial.
-async fn redial(slot: &Arc<Slot>, acquire_timeout: Duration) -> Result<Arc<Live>, BackendError> {
+async fn redial(
+    slot: &Arc<PoolSlot>,
+    acquire_timeout: Duration,
+) -> Result<Arc<Live>, BackendError> {
     let waiting = Waiting::new(&slot.backend);
     let wait = async {
         let mut dialing = slot.dialing.lock().await;
@@ -1242,8 +1245,8 @@ async fn send(
     response_timeout: Duration,
 ) -> Result<Reply, BackendError> {
     match &live.conn {
-        Conn::Link(link) => on_link(link, request, response_timeout).await,
-        Conn::Cluster(nodes) => {
+        PoolConn::Link(link) => on_link(link, request, response_timeout).await,
+        PoolConn::Cluster(nodes) => {
             on_cluster(nodes, live.redirections, request, response_timeout).await
         }
     }
@@ -1466,7 +1469,7 @@ impl DedicatedRedis {
 #[derive(Default)]
 struct Probe {
     /// The shared connection it is sent on (the first RESP2 one).
-    slot: Option<Arc<Slot>>,
+    slot: Option<Arc<PoolSlot>>,
     /// How long a probe may wait for its answer.
     response_timeout: Duration,
     /// Each server's (None: the only one) last probe: when it ended, and whether it was
@@ -1477,7 +1480,7 @@ struct Probe {
 }
 
 impl Probe {
-    fn new(slot: Option<Arc<Slot>>, response_timeout: Duration) -> Probe {
+    fn new(slot: Option<Arc<PoolSlot>>, response_timeout: Duration) -> Probe {
         Probe {
             slot,
             response_timeout,
@@ -1702,7 +1705,7 @@ mod tests {
         Pool {
             slots: (0..len)
                 .map(|_| {
-                    Slot::new(
+                    PoolSlot::new(
                         Dialer::Link(Arc::new(target.clone())),
                         Arc::new(AtomicBool::new(false)),
                         "test".into(),

@@ -61,7 +61,7 @@ impl Sub {
 pub(super) type Name = (Kind, Bytes);
 
 #[derive(Default)]
-struct State {
+struct BrokerState {
     next: u64,
     subs: HashMap<u64, Sub>,
     /// How many subscribers hold each name: the registry rows this holdfast wants.
@@ -73,7 +73,7 @@ struct State {
     changes: u64,
 }
 
-impl State {
+impl BrokerState {
     /// `by` more (or fewer) subscribers hold `name`.
     fn add(&mut self, kind: Kind, name: &Bytes, by: i64) {
         let key = (kind, name.clone());
@@ -106,7 +106,7 @@ pub type Inbox = Box<dyn Fn(Weak<Broker>) -> tokio::task::JoinHandle<()> + Send 
 struct Listen {
     carrier: Carrier,
     started: AtomicBool,
-    /// The last change of `State::totals` written to the registry by the session listening
+    /// The last change of `BrokerState::totals` written to the registry by the session listening
     /// now; None while no session is listening.
     synced: watch::Sender<Option<u64>>,
     /// Wakes the listening task: the totals changed.
@@ -119,7 +119,7 @@ pub struct Broker {
     /// Its id in the registry: random, positive, one per backend instance (two holdfasts in
     /// one process, or a backend replaced by a reload, do not share one).
     origin: i64,
-    state: Mutex<State>,
+    state: Mutex<BrokerState>,
     listen: Option<Listen>,
 }
 
@@ -136,12 +136,12 @@ impl Broker {
         Arc::new(Broker {
             name: name.into(),
             origin: (rand::random::<u64>() >> 1) as i64,
-            state: Mutex::new(State::default()),
+            state: Mutex::new(BrokerState::default()),
             listen,
         })
     }
 
-    fn state(&self) -> MutexGuard<'_, State> {
+    fn state(&self) -> MutexGuard<'_, BrokerState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 

@@ -45,7 +45,7 @@ const WITHDRAWN: u8 = 2;
 const CLAIMED: u8 = 3;
 const GAVE_UP: u8 = 4;
 
-type Outcome = Result<Vec<Frame>, BackendError>;
+type GroupOutcome = Result<Vec<Frame>, BackendError>;
 
 struct Job {
     commands: Vec<Vec<Bytes>>,
@@ -62,7 +62,7 @@ struct Job {
 struct Entry {
     jobs: Vec<Job>,
     state: Arc<AtomicU8>,
-    reply: oneshot::Sender<Vec<Outcome>>,
+    reply: oneshot::Sender<Vec<GroupOutcome>>,
 }
 
 /// The handle requests are submitted through.
@@ -94,7 +94,7 @@ impl GroupWriter {
         batch: bool,
         token: Option<super::Token<'_>>,
         acquire_timeout: Duration,
-    ) -> Outcome {
+    ) -> GroupOutcome {
         let job = Job {
             commands: commands.iter().map(|c| c.to_vec()).collect(),
             proto,
@@ -113,7 +113,7 @@ impl GroupWriter {
         requests: &[&[Bytes]],
         proto: Proto,
         acquire_timeout: Duration,
-    ) -> Vec<Outcome> {
+    ) -> Vec<GroupOutcome> {
         let jobs = requests
             .iter()
             .map(|args| Job {
@@ -128,7 +128,7 @@ impl GroupWriter {
     }
 
     /// Queues `jobs` as one entry and waits for their outcomes, one per job.
-    async fn enqueue(&self, jobs: Vec<Job>, acquire_timeout: Duration) -> Vec<Outcome> {
+    async fn enqueue(&self, jobs: Vec<Job>, acquire_timeout: Duration) -> Vec<GroupOutcome> {
         let count = jobs.len();
         let state = Arc::new(AtomicU8::new(QUEUED));
         let (reply, answer) = oneshot::channel();
@@ -137,7 +137,7 @@ impl GroupWriter {
             state: state.clone(),
             reply,
         };
-        let all = |error: BackendError| -> Vec<Outcome> {
+        let all = |error: BackendError| -> Vec<GroupOutcome> {
             let shared = Arc::new(error);
             (0..count).map(|_| Err(share(&shared))).collect()
         };
@@ -277,7 +277,7 @@ async fn commit_group(
     states: &[Arc<AtomicU8>],
     held: &mut Held,
     progress: &Progress,
-) -> Vec<Outcome> {
+) -> Vec<GroupOutcome> {
     match optimistic(inner, group, states, held, progress).await {
         Some(outcomes) => outcomes,
         None => careful(inner, group, states, progress).await,
@@ -301,7 +301,7 @@ async fn open(inner: &Inner, group: &[Job], held: &mut Held) -> Result<TxConn, B
 
 impl Job {
     /// Runs this request's commands inside the group's transaction.
-    async fn apply(&self, inner: &Inner, conn: &mut TxConn, dirty: &mut bool) -> Outcome {
+    async fn apply(&self, inner: &Inner, conn: &mut TxConn, dirty: &mut bool) -> GroupOutcome {
         self.apply_with(inner, conn, self.token.as_deref(), dirty)
             .await
     }
@@ -314,7 +314,7 @@ impl Job {
         conn: &mut TxConn,
         token: Option<&[u8]>,
         dirty: &mut bool,
-    ) -> Outcome {
+    ) -> GroupOutcome {
         let commands: Vec<&[Bytes]> = self.commands.iter().map(|c| c.as_slice()).collect();
         let work = Work {
             commands: &commands,
@@ -391,7 +391,7 @@ impl Tokens {
         job: &Job,
         token: &[u8],
         dirty: &mut bool,
-    ) -> Outcome {
+    ) -> GroupOutcome {
         if let Some(raw) = self.recorded.get(token) {
             return super::recorded_reply(raw.clone());
         }
@@ -527,7 +527,7 @@ async fn optimistic(
     states: &[Arc<AtomicU8>],
     held: &mut Held,
     progress: &Progress,
-) -> Option<Vec<Outcome>> {
+) -> Option<Vec<GroupOutcome>> {
     let mut conn = open(inner, group, held).await.ok()?;
     // A job given up on before its claim is left out; the careful pass does that.
     if !states.iter().all(|state| claim(state)) {
@@ -541,7 +541,7 @@ async fn optimistic(
             return None;
         }
     };
-    let mut outcomes: Vec<Outcome> = Vec::with_capacity(group.len());
+    let mut outcomes: Vec<GroupOutcome> = Vec::with_capacity(group.len());
     let mut changed = Changed::default();
     let mut rest = group;
     while let Some(job) = rest.first() {
@@ -704,10 +704,10 @@ fn run_of<'a, T>(rest: &'a [Job], tokens: &Tokens, shape: impl Fn(&'a Job) -> Op
 /// its job's token (exact mode), each change noted for `WATCH`.
 fn finish_run(
     ran: &[Job],
-    each: Vec<Outcome>,
+    each: Vec<GroupOutcome>,
     tokens: &mut Tokens,
     changed: &mut Changed,
-    outcomes: &mut Vec<Outcome>,
+    outcomes: &mut Vec<GroupOutcome>,
 ) {
     for (job, outcome) in ran.iter().zip(each) {
         if let (Some(token), Ok(frames)) = (job.token.as_deref(), &outcome) {
@@ -749,9 +749,9 @@ async fn commit_outcomes(
     inner: &Inner,
     conn: &mut TxConn,
     changed: &Changed,
-    outcomes: Vec<Outcome>,
+    outcomes: Vec<GroupOutcome>,
     progress: &Progress,
-) -> Vec<Outcome> {
+) -> Vec<GroupOutcome> {
     if let Err(e) = changed.touch(inner, conn).await {
         let e = match e {
             super::store::Fail::Sql(e) => abandon(conn, e),
@@ -782,7 +782,7 @@ async fn careful(
     group: &[Job],
     states: &[Arc<AtomicU8>],
     progress: &Progress,
-) -> Vec<Outcome> {
+) -> Vec<GroupOutcome> {
     let mut conn = match open(inner, group, &mut Held::default()).await {
         Ok(conn) => conn,
         Err(e) => {
@@ -790,7 +790,7 @@ async fn careful(
             return group.iter().map(|_| Err(share(&shared))).collect();
         }
     };
-    let mut outcomes: Vec<Outcome> = Vec::with_capacity(group.len());
+    let mut outcomes: Vec<GroupOutcome> = Vec::with_capacity(group.len());
     let mut changed = Changed::default();
     for (job, state) in group.iter().zip(states) {
         if !claim(state) {
@@ -838,7 +838,7 @@ struct Changed {
 
 impl Changed {
     /// Notes what an applied request changed.
-    fn note(&mut self, job: &Job, outcome: &Outcome) {
+    fn note(&mut self, job: &Job, outcome: &GroupOutcome) {
         let Ok(replies) = outcome else { return };
         for (args, reply) in job.commands.iter().zip(replies) {
             let name = args.first().map_or(&[][..], |n| n.as_ref());
@@ -883,7 +883,7 @@ impl Changed {
 
 /// The transaction cannot go on: nothing of it is committed, so every job fails with the
 /// same error, before COMMIT.
-async fn rollback_all(conn: &mut TxConn, jobs: usize, error: BackendError) -> Vec<Outcome> {
+async fn rollback_all(conn: &mut TxConn, jobs: usize, error: BackendError) -> Vec<GroupOutcome> {
     super::rollback(conn).await;
     let shared = Arc::new(error);
     (0..jobs).map(|_| Err(share(&shared))).collect()
@@ -964,7 +964,7 @@ mod tests {
     }
 
     /// Each outcome's integer reply; None for an error or another kind of reply.
-    fn integers(outcomes: Vec<super::Outcome>) -> Vec<Option<i64>> {
+    fn integers(outcomes: Vec<super::GroupOutcome>) -> Vec<Option<i64>> {
         outcomes
             .into_iter()
             .map(|o| match o.ok()?.first()? {
