@@ -3,7 +3,7 @@
 # Base images are pinned by version, so a rebuild gets the same toolchain and userland rather
 # than whatever a floating tag points at that day. A tag can still be pushed again: in a
 # registry you control, pin by digest as well (`FROM debian:bookworm-20251229-slim@sha256:…`)
-# and let a bot propose the bumps. tests/image.rs checks the rules this file follows.
+# and let a bot propose the bumps. tests/offline/image.rs checks the rules this file follows.
 
 # The toolchain the project is built and tested with (Cargo.toml's rust-version is the floor).
 FROM rust:1.95.0-bookworm AS build

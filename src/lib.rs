@@ -5,7 +5,7 @@
 //! # Layout
 //!
 //! A request flows down this list; no module uses one above it, and within a module no two
-//! of its rooms use each other in a circle (`tests/layout.rs`).
+//! of its rooms use each other in a circle (`tests/offline/layout.rs`).
 //!
 //! - [`server`]: accept loop, connection limit, one task per client, graceful drain.
 //! - [`http`]: the metrics port (`/metrics`, `/healthz`, `/readyz`, `/backendz`, `/config`) and the

@@ -220,7 +220,7 @@ mod tests {
     #[test]
     fn a_later_write_that_may_have_landed_and_stays_makes_the_failures_before_it_final() {
         // SET (lost), INCR (lost: may have landed, never sent again), SET (lost). Retrying
-        // the first SET would land it after the INCR (seed 27 of tests/simulation.rs).
+        // the first SET would land it after the INCR (seed 27 of tests/offline/simulation.rs).
         let results: Vec<Result<u32, &str>> = vec![Err("io"), Err("io"), Err("io")];
         let out = order::<u32, &str>(results, &[false; 3], |_, i| {
             if i == 1 {

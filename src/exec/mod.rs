@@ -14,7 +14,7 @@
 //!   (`hooks.rs`).
 //!
 //! Backends are reached through [`Dispatch`], statically dispatched: holdfast's own
-//! [`Backend`], and in tests a simulated world (`tests/simulation.rs`). Connection-bound
+//! [`Backend`], and in tests a simulated world (`tests/offline/simulation.rs`). Connection-bound
 //! commands (a client's own backend connection: blocking commands, `WATCH`, `MULTI`/`EXEC`)
 //! are decided in `own.rs`, through its own seam, and answered in the same words
 //! ([`failure_reply`]).

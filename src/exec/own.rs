@@ -21,7 +21,7 @@
 //!   replicas the client hears `INDOUBT` ([`acknowledged`]).
 //!
 //! The sends go through [`OwnLink`]: the client connection's own backend connection, or a
-//! simulated one (`tests/simulation.rs`), so both run this code.
+//! simulated one (`tests/offline/simulation.rs`), so both run this code.
 
 use super::bound_failure;
 use crate::backend::BackendError;

@@ -2,10 +2,10 @@
 //! reply lost after the request was applied (a relay of our own), and a write turned away by
 //! a replica until it is promoted.
 
-mod support;
+use crate::support;
 
+use crate::support::*;
 use std::time::Duration;
-use support::*;
 use tokio::time::{sleep, timeout, Instant};
 
 fn text(reply: &[u8]) -> String {

@@ -6,8 +6,8 @@
 //! Every job is consumed exactly once; the latency from push to pop is printed (p50, p99).
 
 #[allow(unused_imports)]
-mod support;
-use support::*;
+use crate::support;
+use crate::support::*;
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -2,10 +2,8 @@
 //! every hostile one gets its error or its close, the others see no error, and holdfast's
 //! memory stays bounded.
 
-mod support;
-
+use crate::support::*;
 use std::time::Duration;
-use support::*;
 use tokio::io::AsyncWriteExt;
 use tokio::time::{sleep, timeout, Instant};
 

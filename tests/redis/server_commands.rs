@@ -5,8 +5,7 @@
 //! Redis answers it.
 
 #[allow(unused_imports)]
-mod support;
-use support::*;
+use crate::support::*;
 
 use std::time::Duration;
 

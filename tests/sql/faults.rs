@@ -4,8 +4,7 @@
 //! the README says, and its data surviving a restart.
 
 #[allow(unused_imports)]
-mod support;
-use support::*;
+use crate::support::*;
 
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};

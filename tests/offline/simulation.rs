@@ -27,12 +27,11 @@
 //!   timeout), and no `EXEC` applied on a connection that lost the client's `WATCH` (the
 //!   world checks that one itself).
 //!
-//! `cargo test --test simulation` runs `HF_SIM_SEEDS` seeds (default 3,000) from
+//! `cargo test --test offline simulation` runs `HF_SIM_SEEDS` seeds (default 3,000) from
 //! `HF_SIM_FROM` (default 0); `HF_SIM_SEED=n` runs one seed and prints its trace. A failure
 //! names its seed.
 
-mod sim;
-
+use crate::sim::world::{error_text, Faults, OwnSim, World};
 use bytes::Bytes;
 use holdfast::command::table::Idempotence;
 use holdfast::command::Command;
@@ -47,7 +46,6 @@ use holdfast::retry::policy::Policy;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redis_protocol::resp3::types::BytesFrame as Frame;
-use sim::world::{error_text, Faults, OwnSim, World};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;

@@ -1,10 +1,10 @@
 //! The front end against hostile and unusual clients, authentication, namespaces, limits,
 //! the metrics port and the command line.
 
-mod support;
+use crate::support;
 
+use crate::support::*;
 use std::time::Duration;
-use support::*;
 use tokio::io::AsyncWriteExt;
 use tokio::time::{sleep, timeout, Instant};
 

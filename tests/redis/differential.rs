@@ -17,9 +17,8 @@
 
 // Not every helper of the shared support module is used here.
 #[allow(unused_imports)]
-mod support;
-use support::resp::frame_len;
-use support::*;
+use crate::support::resp::frame_len;
+use crate::support::*;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;

@@ -1,12 +1,12 @@
 //! Operating holdfast: what /metrics shows while a request is held, reloads, /config, and the
 //! real binary under SIGTERM, SIGHUP and a second signal.
 
-mod support;
+use crate::support;
 
+use crate::support::*;
 use std::io::Write as _;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
-use support::*;
 use tokio::time::{sleep, timeout, Instant};
 
 fn text(reply: &[u8]) -> String {

@@ -13,8 +13,8 @@
 //!   what they took, and a redis-py reliable queue loses no job to them.
 
 #[allow(unused_imports)]
-mod support;
-use support::*;
+use crate::support;
+use crate::support::*;
 
 use bytes::Bytes;
 use holdfast::backend::{Backend, Proto, Reply, Request};

@@ -5,10 +5,9 @@
 //! namespace is refused, and every keyless command is refused or allowed for a reason written
 //! here.
 
+use crate::support::*;
 #[allow(unused_imports)]
-mod support;
 use holdfast::command::table::{self, Exec, Keys};
-use support::*;
 
 fn text(reply: &[u8]) -> String {
     String::from_utf8_lossy(reply).into_owned()

@@ -9,9 +9,9 @@
 //! budget; a limited user kept to its namespaces' channels.
 
 #[allow(unused_imports)]
-mod support;
-use support::sentinel::Sentinel;
-use support::*;
+use crate::support;
+use crate::support::sentinel::Sentinel;
+use crate::support::*;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -10,9 +10,8 @@
 //! narrowed to exactly that.
 
 #[allow(unused_imports)]
-mod support;
-use support::resp::frame_len;
-use support::*;
+use crate::support::resp::frame_len;
+use crate::support::*;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config as PropConfig, TestCaseError, TestRunner};

@@ -2,8 +2,7 @@
 //! sent when some of them fail (`src/exec/ahead.rs`).
 
 #[allow(unused_imports)]
-mod support;
-use support::*;
+use crate::support::*;
 
 use std::time::Duration;
 use tokio::time::sleep;

@@ -1,14 +1,14 @@
 //! TLS on the client listener and to a `rediss://` backend, with certificates made for the
 //! test (rcgen) and a real redis-server speaking TLS.
 
-mod support;
+use crate::support;
 
+use crate::support::resp::frame_len;
+use crate::support::tls::{tls_redis, Certs};
+use crate::support::*;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
-use support::resp::frame_len;
-use support::tls::{tls_redis, Certs};
-use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::timeout;

@@ -1,5 +1,4 @@
-mod support;
-use support::*;
+use crate::support::*;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn proxies_a_get() {
