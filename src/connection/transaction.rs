@@ -107,33 +107,7 @@ impl ClientConn {
             );
             return Flow::Continue;
         }
-        // A publish goes where its channel routes, not by its keys (SPUBLISH's channel is
-        // one): every channel and every key must fall in one namespace.
-        let keys: Vec<&[u8]> = multi
-            .queue
-            .iter()
-            .filter(|c| c.channel().is_none())
-            .flat_map(|c| c.keys())
-            .map(|k| k.as_ref())
-            .collect();
-        let router = &self.state.router;
-        let channels: Vec<&Arc<crate::namespace::Namespace>> = multi
-            .queue
-            .iter()
-            .filter_map(|c| c.channel())
-            .map(|c| router.namespace_of_channel(c))
-            .collect();
-        let routed = match (channels.first(), keys.is_empty()) {
-            (Some(ns), true) => Ok(Arc::clone(ns)),
-            _ => router.route(keys.iter().copied()).map(Arc::clone),
-        };
-        let routed = routed.and_then(|ns| match channels.iter().find(|c| c.name != ns.name) {
-            Some(other) => Err(crate::namespace::RouteError::CrossNamespace {
-                first: ns.name.clone(),
-                second: other.name.clone(),
-            }),
-            None => Ok(ns),
-        });
+        let (keys, routed) = route(&self.state.router, &multi.queue);
         let namespace = match routed {
             Ok(ns) => ns,
             Err(e) => {
@@ -215,6 +189,41 @@ impl ClientConn {
         }
         Flow::Continue
     }
+}
+
+/// The namespace of a transaction's commands and their keys. A publish goes where its channel
+/// routes, not by its keys (SPUBLISH's channel is one): every channel and every key must fall
+/// in one namespace.
+fn route<'q>(
+    router: &crate::namespace::Router,
+    queue: &'q [Command],
+) -> (
+    Vec<&'q [u8]>,
+    Result<Arc<crate::namespace::Namespace>, crate::namespace::RouteError>,
+) {
+    let keys: Vec<&[u8]> = queue
+        .iter()
+        .filter(|c| c.channel().is_none())
+        .flat_map(|c| c.keys())
+        .map(|k| k.as_ref())
+        .collect();
+    let channels: Vec<&Arc<crate::namespace::Namespace>> = queue
+        .iter()
+        .filter_map(|c| c.channel())
+        .map(|c| router.namespace_of_channel(c))
+        .collect();
+    let routed = match (channels.first(), keys.is_empty()) {
+        (Some(ns), true) => Ok(Arc::clone(ns)),
+        _ => router.route(keys.iter().copied()).map(Arc::clone),
+    };
+    let routed = routed.and_then(|ns| match channels.iter().find(|c| c.name != ns.name) {
+        Some(other) => Err(crate::namespace::RouteError::CrossNamespace {
+            first: ns.name.clone(),
+            second: other.name.clone(),
+        }),
+        None => Ok(ns),
+    });
+    (keys, routed)
 }
 
 #[cfg(test)]

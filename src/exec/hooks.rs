@@ -1,5 +1,5 @@
 //! The retry loop's observer for one request: dispatches, retries, holds and give-ups, as
-//! metrics (`metrics.rs` declares them) and logs.
+//! metrics (`src/metrics/catalogue.rs` declares them) and logs.
 
 use crate::error::ErrorClass;
 use crate::metrics as m;

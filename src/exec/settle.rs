@@ -219,31 +219,7 @@ pub fn settle(args: &[Bytes]) -> Option<Settle> {
                 count: Count::NonNil,
             }
         }
-        b"ZADD" => {
-            // Only plain ZADD and ZADD NX count what was absent.
-            let mut at = 0;
-            while rest.get(at).is_some_and(|a| is(a, "NX")) {
-                at += 1;
-            }
-            let pairs = rest.get(at..).unwrap_or_default();
-            if pairs.is_empty() || pairs.len() % 2 != 0 {
-                return None;
-            }
-            let first_score = pairs.first()?;
-            if std::str::from_utf8(first_score)
-                .ok()?
-                .parse::<f64>()
-                .is_err()
-            {
-                return None; // an option settled mode does not know (CH, XX, GT, LT, INCR)
-            }
-            let members = distinct(&pairs.iter().skip(1).step_by(2).cloned().collect::<Vec<_>>());
-            Settle::Added {
-                items: members.len() as i64,
-                read: read("ZMSCORE", key, members),
-                count: Count::NonNil,
-            }
-        }
+        b"ZADD" => zadd(key, rest)?,
         b"SETNX" => Settle::IfAbsent {
             exists: vec![b("EXISTS"), key.clone()],
             read: vec![b("GET"), key.clone()],
@@ -302,35 +278,64 @@ pub fn settle(args: &[Bytes]) -> Option<Settle> {
                 expires,
             }
         }
-        b"XADD" => {
-            let at = xadd_id_at(args)?;
-            let id = args.get(at)?;
-            if id.as_ref() == b"*" || id.ends_with(b"-*") {
-                return None;
-            }
-            // As XRANGE will spell it: `5` is `5-0`, `05-01` is `5-1`.
-            let text = std::str::from_utf8(id).ok()?;
-            let (ms, seq) = text.split_once('-').unwrap_or((text, "0"));
-            let (ms, seq) = (ms.parse::<u64>().ok()?, seq.parse::<u64>().ok()?);
-            if (ms, seq) == (0, 0) {
-                return None; // refused whatever the stream holds, with its own error
-            }
-            let id = Bytes::from(format!("{ms}-{seq}"));
-            Settle::Append {
-                top: vec![
-                    b("XREVRANGE"),
-                    key.clone(),
-                    b("+"),
-                    id.clone(),
-                    b("COUNT"),
-                    b("1"),
-                ],
-                read: vec![b("XRANGE"), key.clone(), id.clone(), id.clone()],
-                id,
-                fields: args.get(at + 1..)?.to_vec(),
-            }
-        }
+        b"XADD" => xadd(args, key)?,
         _ => return None,
+    })
+}
+
+/// Plain ZADD and ZADD NX count what was absent; any other option is not settled.
+fn zadd(key: &Bytes, rest: &[Bytes]) -> Option<Settle> {
+    let mut at = 0;
+    while rest.get(at).is_some_and(|a| is(a, "NX")) {
+        at += 1;
+    }
+    let pairs = rest.get(at..).unwrap_or_default();
+    if pairs.is_empty() || pairs.len() % 2 != 0 {
+        return None;
+    }
+    let first_score = pairs.first()?;
+    if std::str::from_utf8(first_score)
+        .ok()?
+        .parse::<f64>()
+        .is_err()
+    {
+        return None; // an option settled mode does not know (CH, XX, GT, LT, INCR)
+    }
+    let members = distinct(&pairs.iter().skip(1).step_by(2).cloned().collect::<Vec<_>>());
+    Some(Settle::Added {
+        items: members.len() as i64,
+        read: read("ZMSCORE", key, members),
+        count: Count::NonNil,
+    })
+}
+
+/// XADD with an id of its own, read back at that id; one the server picks (`*`) is not settled.
+fn xadd(args: &[Bytes], key: &Bytes) -> Option<Settle> {
+    let at = xadd_id_at(args)?;
+    let id = args.get(at)?;
+    if id.as_ref() == b"*" || id.ends_with(b"-*") {
+        return None;
+    }
+    // As XRANGE will spell it: `5` is `5-0`, `05-01` is `5-1`.
+    let text = std::str::from_utf8(id).ok()?;
+    let (ms, seq) = text.split_once('-').unwrap_or((text, "0"));
+    let (ms, seq) = (ms.parse::<u64>().ok()?, seq.parse::<u64>().ok()?);
+    if (ms, seq) == (0, 0) {
+        return None; // refused whatever the stream holds, with its own error
+    }
+    let id = Bytes::from(format!("{ms}-{seq}"));
+    Some(Settle::Append {
+        top: vec![
+            b("XREVRANGE"),
+            key.clone(),
+            b("+"),
+            id.clone(),
+            b("COUNT"),
+            b("1"),
+        ],
+        read: vec![b("XRANGE"), key.clone(), id.clone(), id.clone()],
+        id,
+        fields: args.get(at + 1..)?.to_vec(),
     })
 }
 

@@ -811,6 +811,7 @@ pub fn format_double(value: f64, style: DoubleStyle) -> String {
     }
 }
 
+pub mod frame;
 pub mod scan;
 pub use scan::{decode_raw, restore_map_order};
 

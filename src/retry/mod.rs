@@ -144,11 +144,7 @@ where
     if let Some(error) = prior {
         // Recorded as the first attempt's failure (the loop's first pass dispatches nothing).
         let class = classify(&error);
-        hooks.failed(class);
-        if class == ErrorClass::Transient && idempotence != Idempotence::Read {
-            maybe_applied += 1;
-        }
-        last = Some((error, class));
+        last = Some(failed(hooks, idempotence, error, class, &mut maybe_applied));
         dispatch = false;
         wait = false;
     }
@@ -168,14 +164,7 @@ where
                 }
                 Err(error) => {
                     let class = classify(&error);
-                    hooks.failed(class);
-                    // A Transient failure is a dispatch that may have landed; NotAttempted
-                    // proves this one did not, and is not counted. A read has nothing to
-                    // land, so it is never in doubt.
-                    if class == ErrorClass::Transient && idempotence != Idempotence::Read {
-                        maybe_applied += 1;
-                    }
-                    last = Some((error, class));
+                    last = Some(failed(hooks, idempotence, error, class, &mut maybe_applied));
                 }
             }
         }
@@ -192,10 +181,7 @@ where
                 }
                 hooks.retrying(class, attempts, delay, start.elapsed());
                 if !std::mem::replace(&mut wait, true) {
-                    dispatch = budget.withdraw();
-                    if !dispatch {
-                        hooks.budget_denied();
-                    }
+                    dispatch = withdraw(budget, hooks);
                     continue;
                 }
                 let stopped = tokio::select! {
@@ -218,10 +204,7 @@ where
                         maybe_applied,
                     ));
                 }
-                dispatch = budget.withdraw();
-                if !dispatch {
-                    hooks.budget_denied();
-                }
+                dispatch = withdraw(budget, hooks);
             }
             Decision::Stop(stop) => {
                 if holding {
@@ -233,10 +216,9 @@ where
                 if stop == Stop::Answer {
                     return Err(Failure::Answer(error, maybe_applied, attempts));
                 }
-                let why = if stop == Stop::Exhausted {
-                    Why::Exhausted
-                } else {
-                    Why::MustNotRepeat
+                let why = match stop {
+                    Stop::Exhausted => Why::Exhausted,
+                    _ => Why::MustNotRepeat,
                 };
                 return Err(give_up(
                     hooks,
@@ -250,6 +232,34 @@ where
             }
         }
     }
+}
+
+/// Records a failed dispatch. A Transient failure is a dispatch that may have landed;
+/// NotAttempted proves this one did not, and is not counted. A read has nothing to land, so
+/// it is never in doubt.
+#[inline]
+fn failed<E, H: Hooks>(
+    hooks: &mut H,
+    idempotence: Idempotence,
+    error: E,
+    class: ErrorClass,
+    maybe_applied: &mut u32,
+) -> (E, ErrorClass) {
+    hooks.failed(class);
+    if class == ErrorClass::Transient && idempotence != Idempotence::Read {
+        *maybe_applied += 1;
+    }
+    (error, class)
+}
+
+/// Whether the budget allows the next dispatch (counted when it does not).
+#[inline]
+fn withdraw<H: Hooks>(budget: &RetryBudget, hooks: &mut H) -> bool {
+    let allowed = budget.withdraw();
+    if !allowed {
+        hooks.budget_denied();
+    }
+    allowed
 }
 
 /// The failure a give-up answers with: INDOUBT when a dispatch may have been applied.

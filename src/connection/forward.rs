@@ -1,0 +1,200 @@
+//! A command holdfast does not answer itself, on its way to a backend: the per-command key
+//! limit, routing to a namespace, `FLUSHDB`/`FLUSHALL`/`SCRIPT` on every backend the client
+//! may reach, and the executor's call with its metrics.
+
+use super::{array, error, number, simple, ClientConn};
+use crate::backend::{Backend, DoubleStyle, Reply};
+use crate::command::table::Idempotence;
+use crate::command::Command;
+use crate::metrics as m;
+use crate::namespace::Namespace;
+use quanta::Instant;
+use redis_protocol::resp3::types::BytesFrame as Frame;
+use std::sync::Arc;
+
+impl ClientConn {
+    /// Sends a command to its namespace's backend through the retry loop.
+    pub(super) async fn forward(
+        &mut self,
+        command: &Command,
+        started: Instant,
+    ) -> (Reply, DoubleStyle) {
+        if let Some((namespace, _)) = &self.ahead {
+            // Sent ahead: checked and routed already.
+            let namespace = namespace.clone();
+            return self.forward_to(namespace, command, started).await;
+        }
+        // Walked twice rather than collected: no allocation per request.
+        let key_count = command.keys().count();
+        let max_keys = self.state.config.server.max_keys_per_command;
+        if key_count > max_keys {
+            m::limit("max_keys_per_command");
+            m::request("", command.label(), "refused", started.elapsed());
+            let text = format!(
+                "ERR holdfast: {key_count} keys in one command; the limit is {max_keys} (server.max_keys_per_command)"
+            );
+            return (error(text).into(), DoubleStyle::default());
+        }
+        if command.spec.every_backend {
+            return self.every_backend(command, started).await;
+        }
+        let namespace = match self.route(command) {
+            Ok(ns) => ns.clone(),
+            Err(e) => {
+                m::request("", command.label(), "refused", started.elapsed());
+                return (error(e.to_string()).into(), DoubleStyle::default());
+            }
+        };
+        self.forward_to(namespace, command, started).await
+    }
+
+    /// The namespace a command goes to: a publish's channel's (`channels`), whatever its keys
+    /// say; any other's keys'.
+    pub(super) fn route(
+        &self,
+        command: &Command,
+    ) -> Result<&Arc<Namespace>, crate::namespace::RouteError> {
+        match command.channel() {
+            Some(channel) => Ok(self.state.router.namespace_of_channel(channel)),
+            None => self.state.router.route(command.keys().map(|k| k.as_ref())),
+        }
+    }
+
+    /// FLUSHDB, FLUSHALL and SCRIPT: sent once to the backend of each namespace this client
+    /// may reach. A backend that also holds a namespace the client may not reach is not its
+    /// to empty: NOPERM, and nothing is sent anywhere. `SCRIPT LOAD` and `SCRIPT EXISTS` empty
+    /// nothing; the `SCRIPT` commands go to Redis backends only (SQL backends run no scripts).
+    async fn every_backend(&mut self, command: &Command, started: Instant) -> (Reply, DoubleStyle) {
+        let script = command.spec.name.starts_with("SCRIPT|");
+        let harmless = matches!(command.spec.name, "SCRIPT|LOAD" | "SCRIPT|EXISTS");
+        let reachable = self.reachable();
+        let reach = |ns: &Namespace| {
+            reachable
+                .as_ref()
+                .map_or(true, |names| names.contains(&ns.name))
+        };
+        let all: Vec<Arc<Namespace>> = self.state.router.namespaces().to_vec();
+        let mut targets: Vec<Arc<Namespace>> = Vec::new();
+        for ns in all.iter().filter(|ns| reach(ns)) {
+            let shared_with_others = all
+                .iter()
+                .any(|other| Arc::ptr_eq(&other.backend, &ns.backend) && !reach(other));
+            if script && matches!(*ns.backend, Backend::Sql(_)) && (harmless || !shared_with_others)
+            {
+                continue;
+            }
+            if shared_with_others && !harmless {
+                m::request("", command.label(), "refused", started.elapsed());
+                let text = format!(
+                    "NOPERM this user has no permissions to run the '{}' command",
+                    command.spec.name.to_ascii_lowercase()
+                );
+                return (error(text).into(), DoubleStyle::default());
+            }
+            if !targets.iter().any(|t| Arc::ptr_eq(&t.backend, &ns.backend)) {
+                targets.push(ns.clone());
+            }
+        }
+        if script && targets.is_empty() {
+            m::request("", command.label(), "refused", started.elapsed());
+            let text = "ERR holdfast: scripts are not served by SQL backends";
+            return (error(text).into(), DoubleStyle::default());
+        }
+        let mut first: Option<(Reply, DoubleStyle)> = None;
+        for ns in targets {
+            let (reply, doubles) = self.forward_to(ns, command, started).await;
+            if reply.is_error() {
+                return (reply, doubles);
+            }
+            first = Some(match first {
+                // A script exists only where every backend has it.
+                Some((seen, d)) if command.spec.name == "SCRIPT|EXISTS" => {
+                    (both_exist(seen, reply), d)
+                }
+                Some(seen) => seen,
+                None => (reply, doubles),
+            });
+        }
+        match command.spec.name {
+            "SCRIPT|LOAD" => {
+                if let Some(script) = command.args.get(2) {
+                    self.state.backends.scripts().remember(script);
+                }
+            }
+            "SCRIPT|FLUSH" => self.state.backends.scripts().forget_all(),
+            _ => {}
+        }
+        first.unwrap_or_else(|| (simple("OK").into(), DoubleStyle::default()))
+    }
+
+    /// Sends a command to `namespace`'s backend: a connection-bound one on this client's own
+    /// connection, any other through the executor.
+    pub(super) async fn forward_to(
+        &mut self,
+        namespace: Arc<Namespace>,
+        command: &Command,
+        started: Instant,
+    ) -> (Reply, DoubleStyle) {
+        let doubles = namespace.backend.double_style();
+        if command.class == Idempotence::ConnectionBound {
+            return (
+                self.bound(&namespace, command, started).await.into(),
+                doubles,
+            );
+        }
+        let sent = self.ahead.take().map(|(_, ahead)| ahead);
+        self.routed = Some(namespace.series);
+        let in_flight = namespace.series.in_flight();
+        let (reply, outcome) = self
+            .exec
+            .execute(&self.shared.budget, &namespace, command, sent)
+            .await;
+        drop(in_flight);
+        m::request(
+            &namespace.name,
+            command.label(),
+            outcome.ended.label(),
+            started.elapsed(),
+        );
+        (reply, doubles)
+    }
+}
+
+/// The bytes `command` came in: as sent when it was a plain multibulk, else (an inline
+/// command) the multibulk of its arguments.
+pub(super) fn wire_len(command: &Command) -> usize {
+    if let Some(raw) = &command.raw {
+        return raw.len();
+    }
+    let header = |n: usize| 3 + decimal_digits(n);
+    header(command.args.len())
+        + command
+            .args
+            .iter()
+            .map(|arg| header(arg.len()) + arg.len() + 2)
+            .sum::<usize>()
+}
+
+/// How many decimal digits `n` has.
+pub(super) fn decimal_digits(n: usize) -> usize {
+    n.checked_ilog10().map_or(1, |d| d as usize + 1)
+}
+
+/// Two `SCRIPT EXISTS` answers as one: 1 where both say 1.
+fn both_exist(a: Reply, b: Reply) -> Reply {
+    match (a.into_frame(), b.into_frame()) {
+        (Frame::Array { data: a, .. }, Frame::Array { data: b, .. }) if a.len() == b.len() => {
+            array(
+                a.into_iter()
+                    .zip(b)
+                    .map(|(x, y)| match (x, y) {
+                        (Frame::Number { data: 1, .. }, Frame::Number { data: 1, .. }) => number(1),
+                        _ => number(0),
+                    })
+                    .collect(),
+            )
+            .into()
+        }
+        (a, _) => a.into(),
+    }
+}
