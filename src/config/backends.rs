@@ -99,8 +99,7 @@ fn default_true() -> bool {
     true
 }
 /// Two: concurrent `GET`s are read in batches (one `SELECT … IN` each), which fill better
-/// with fewer readers, and each reader is a worker thread competing for the cores. Measured on
-/// 2 cores with 50 clients: 74,000 `GET`s/s with 1 or 2 readers, 55,000–62,000 with 4 or 8.
+/// with fewer readers, and each reader is a worker thread competing for the cores.
 fn default_sqlite_readers() -> usize {
     2
 }

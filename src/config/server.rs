@@ -55,8 +55,8 @@ pub struct ServerConfig {
     pub max_pubsub_backlog: usize,
     /// Runtime threads serving clients. 1 (the default) runs everything on one thread, as
     /// twemproxy does: a sidecar shares its host's cores with the application and the
-    /// backend, and one thread spares every cross-thread wake-up (measured: a quarter less CPU
-    /// per request on a 2-core host). 0: one per core. Read at start only.
+    /// backend, and one thread spares every cross-thread wake-up. 0: one per core. Read at
+    /// start only.
     pub threads: usize,
     /// A client silent for this long is disconnected; `0s` (the default) never, as Redis.
     #[serde(with = "humantime_serde")]

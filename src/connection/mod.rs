@@ -44,8 +44,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
-// The TSC clock: a request reads it twice, and the system clock cost 3% of a pipelined
-// request's CPU.
+// The TSC clock: a request reads it twice, and the system clock is dearer to read.
 use quanta::Instant;
 
 /// Replies are flushed early once this much is buffered, so a deep pipeline cannot grow the

@@ -228,8 +228,8 @@ pub struct Session {
     /// Turns true when shutdown's grace period is over.
     give_up: watch::Receiver<bool>,
     /// Ends [`IN_FLIGHT_AT_SHUTDOWN`] after `give_up` turns true: what abandons a dispatch in
-    /// flight then. Made on the first dispatch and kept for the session, because waiting on
-    /// the channel anew for each request cost 5% of an unpipelined request's instructions.
+    /// flight then. Made on the first dispatch and kept for the session, not waited on anew
+    /// for each request, which would join the channel on every request.
     abandon: Option<Abandon>,
     /// What the request being executed is doing.
     activity: Arc<Activity>,
