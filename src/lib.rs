@@ -10,9 +10,11 @@
 //! - [`server`]: accept loop, connection limit, one task per client, graceful drain.
 //! - [`http`]: the metrics port (`/metrics`, `/healthz`, `/readyz`, `/backendz`, `/config`) and the
 //!   background probe that keeps `holdfast_backend_up` current.
-//! - [`connection`]: one client: framing, HELLO/AUTH/CLIENT/MULTI, its own backend connection
-//!   (blocking commands, transactions), its Pub/Sub subscriptions and what they deliver,
-//!   reply encoding, in-order execution.
+//! - [`connection`]: one client: framing, in-order execution and reply encoding (`mod.rs`),
+//!   what holdfast answers itself (`local`: HELLO, AUTH, CLIENT, MULTI, ...), forwarding to a
+//!   backend (`forward`), its own backend connection for blocking commands and transactions
+//!   (`bound`, `transaction`), a held command raced against its client (`held`), its Pub/Sub
+//!   subscriptions and what they deliver (`subscribe`).
 //! - [`shared`]: what every connection shares: the configuration generation (router and
 //!   backends, swapped whole on reload), the retry budget, client ids and the give-up signal.
 //! - [`exec`]: the request executor: a routed command in, its reply and outcome out; reply
@@ -34,9 +36,10 @@
 //!   subscriptions on one backend. A scripted fake for unit tests.
 //! - [`resp`]: request decoding with limits, reply encoding in RESP2 or RESP3, the client's
 //!   protocol version and a backend's spelling of doubles; a reply found in a buffer without
-//!   decoding it (`resp::scan`).
+//!   decoding it (`resp::scan`); the replies holdfast builds itself (`resp::frame`).
 //! - [`command`]: the command table (name, arity, keys, idempotence) and parsing against it.
-//! - [`metrics`]: every metric declared in one place.
+//! - [`metrics`]: every metric declared in one place (`metrics::catalogue`), recorded and
+//!   rendered.
 //! - [`error`]: the three failure classes, `BackendError` and `classify`, the only place that
 //!   assigns a class.
 //! - [`config`]: figment layers and validation, with what validation reads: the retry

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::command::table::Idempotence::*;
+use crate::resp::frame::array;
 
 fn args(words: &[&str]) -> Vec<Bytes> {
     words
@@ -21,13 +22,6 @@ fn settled(words: &[&str]) -> Settle {
 fn bulk(text: &str) -> Frame {
     Frame::BlobString {
         data: Bytes::copy_from_slice(text.as_bytes()),
-        attributes: None,
-    }
-}
-
-fn array(items: Vec<Frame>) -> Frame {
-    Frame::Array {
-        data: items,
         attributes: None,
     }
 }

@@ -1,6 +1,7 @@
 //! The executor's unit tests.
 
 use super::*;
+use crate::resp::frame::number;
 use crate::resp::Proto;
 
 /// A never-retried dispatch that failed: in doubt only when it may have applied
@@ -61,13 +62,6 @@ fn tokens_sort_in_the_order_they_are_made() {
 
 fn spec(name: &str) -> &'static Spec {
     crate::command::lookup(name.as_bytes()).expect("a row of the table")
-}
-
-fn number(n: i64) -> Frame {
-    Frame::Number {
-        data: n,
-        attributes: None,
-    }
 }
 
 /// The executor takes a settling read's row from the table (its metrics label and where

@@ -30,40 +30,8 @@ const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
 const XADD_LOW: &str =
     "ERR The ID specified in XADD is equal or smaller than the target stream top item";
 
-pub fn int(n: i64) -> Frame {
-    Frame::Number {
-        data: n,
-        attributes: None,
-    }
-}
-
-pub fn bulk(data: impl Into<Bytes>) -> Frame {
-    Frame::BlobString {
-        data: data.into(),
-        attributes: None,
-    }
-}
-
-pub fn ok() -> Frame {
-    Frame::SimpleString {
-        data: Bytes::from_static(b"OK"),
-        attributes: None,
-    }
-}
-
-pub fn err(text: &str) -> Frame {
-    Frame::SimpleError {
-        data: text.into(),
-        attributes: None,
-    }
-}
-
-fn array(items: Vec<Frame>) -> Frame {
-    Frame::Array {
-        data: items,
-        attributes: None,
-    }
-}
+// The replies the store builds, as holdfast builds its own.
+pub use holdfast::resp::frame::{array, bulk, error as err, number as int, ok};
 
 fn upper(arg: &[u8]) -> Vec<u8> {
     arg.to_ascii_uppercase()
