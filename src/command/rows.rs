@@ -20,7 +20,7 @@ use super::table::Idempotence::{
     ConnectionBound, Idempotent, IdempotentEffect, NonIdempotent, Read,
 };
 use super::table::{
-    store_index, Idempotence, Keys, Local, Options, Reach, Spec, KEY1, KEYS_1_2, KEYS_ALL,
+    store_index, Idempotence, Keys, Local, Reach, Spec, StoreOptions, KEY1, KEYS_1_2, KEYS_ALL,
     KEYS_PAIRS, NO_KEYS,
 };
 use bytes::Bytes;
@@ -273,7 +273,7 @@ pub(super) static ROWS: &[Spec] = &[
     Spec::new("SCAN", -2, NO_KEYS, Read).reach(Reach::Keyspace),
     // The sorted key and a STORE destination are routed; the keys BY and GET patterns read
     // are checked against a limited user's namespaces (Redis does not declare them).
-    Spec::new("SORT", -2, Keys::Store(Options::Sort), NonIdempotent)
+    Spec::new("SORT", -2, Keys::Store(StoreOptions::Sort), NonIdempotent)
         .refine(refine_sort)
         .reach(Reach::SortPatterns),
     Spec::new("SORT_RO", -2, KEY1, Read).reach(Reach::SortPatterns),
@@ -306,7 +306,7 @@ pub(super) static ROWS: &[Spec] = &[
     Spec::new(
         "GEORADIUS",
         -6,
-        Keys::Store(Options::Georadius(6)),
+        Keys::Store(StoreOptions::Georadius(6)),
         NonIdempotent,
     )
     .refine(refine_georadius)
@@ -315,7 +315,7 @@ pub(super) static ROWS: &[Spec] = &[
     Spec::new(
         "GEORADIUSBYMEMBER",
         -5,
-        Keys::Store(Options::Georadius(5)),
+        Keys::Store(StoreOptions::Georadius(5)),
         NonIdempotent,
     )
     .refine(refine_georadiusbymember)
@@ -639,11 +639,11 @@ fn refine_restore(args: &[Bytes]) -> Idempotence {
 /// `SORT key [BY pattern] [LIMIT offset count] [GET pattern ...] [ASC | DESC] [ALPHA]
 /// [STORE dest]`: a Read unless it stores.
 fn refine_sort(args: &[Bytes]) -> Idempotence {
-    stores(args, Options::Sort)
+    stores(args, StoreOptions::Sort)
 }
 
 /// A Read unless its options store (then as [`store_class`] says).
-fn stores(args: &[Bytes], options: Options) -> Idempotence {
+fn stores(args: &[Bytes], options: StoreOptions) -> Idempotence {
     match store_index(options, args) {
         Some(at) => store_class(args.get(at), args.get(1..2).unwrap_or_default()),
         None => Read,
@@ -652,10 +652,10 @@ fn stores(args: &[Bytes], options: Options) -> Idempotence {
 
 /// `GEORADIUS key longitude latitude radius unit [options]`
 fn refine_georadius(args: &[Bytes]) -> Idempotence {
-    stores(args, Options::Georadius(6))
+    stores(args, StoreOptions::Georadius(6))
 }
 
 /// `GEORADIUSBYMEMBER key member radius unit [options]`
 fn refine_georadiusbymember(args: &[Bytes]) -> Idempotence {
-    stores(args, Options::Georadius(5))
+    stores(args, StoreOptions::Georadius(5))
 }

@@ -63,12 +63,12 @@ pub enum Keys {
     /// The key at argument 1, and the destination after a `STORE` (or `STOREDIST`) option
     /// when there is one (`SORT … STORE dest`, `GEORADIUS … STORE dest`): a destination is
     /// routed and checked like any key, so it cannot land in another namespace.
-    Store(Options),
+    Store(StoreOptions),
 }
 
 /// How a command's options are read to find its `STORE` destination.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Options {
+pub enum StoreOptions {
     /// `SORT key [BY pattern] [LIMIT offset count] [GET pattern ...] [ASC | DESC] [ALPHA]
     /// [STORE dest]`
     Sort,
@@ -420,12 +420,12 @@ pub fn key_indices(keys: Keys, args: &[Bytes]) -> KeyIndices {
 
 /// The index of the destination after `STORE` (or `STOREDIST`), reading the options as
 /// `options` says (past the end when `STORE` is the last argument); None without one.
-pub fn store_index(options: Options, args: &[Bytes]) -> Option<usize> {
+pub fn store_index(options: StoreOptions, args: &[Bytes]) -> Option<usize> {
     let word =
         |arg: &Bytes, words: &[&str]| words.iter().any(|w| arg.eq_ignore_ascii_case(w.as_bytes()));
     let (mut i, store, skip): (usize, &[&str], &[(&str, usize)]) = match options {
-        Options::Sort => (2, &["STORE"], &[("BY", 2), ("GET", 2), ("LIMIT", 3)]),
-        Options::Georadius(from) => (from, &["STORE", "STOREDIST"], &[("COUNT", 2)]),
+        StoreOptions::Sort => (2, &["STORE"], &[("BY", 2), ("GET", 2), ("LIMIT", 3)]),
+        StoreOptions::Georadius(from) => (from, &["STORE", "STOREDIST"], &[("COUNT", 2)]),
     };
     while let Some(arg) = args.get(i) {
         if word(arg, store) {

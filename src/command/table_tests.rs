@@ -113,7 +113,7 @@ fn arity_and_keys_match_redis_7() {
         ("ZADD", -4, KEY1),
         // Redis 7's key specs name the STORE destination too (a keyword spec), beyond the
         // legacy triple (1, 1, 1).
-        ("SORT", -2, Keys::Store(Options::Sort)),
+        ("SORT", -2, Keys::Store(StoreOptions::Sort)),
         ("WAIT", 3, NO_KEYS),
         ("KEYS", 2, NO_KEYS),
         ("CONFIG|GET", -3, NO_KEYS),

@@ -3,7 +3,7 @@
 
 /// What kind of series a metric is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub enum SeriesKind {
     /// Only goes up.
     Counter,
     /// Goes up and down.
@@ -18,7 +18,7 @@ pub struct Def {
     /// The series name.
     pub name: &'static str,
     /// Counter, gauge or histogram.
-    pub kind: Kind,
+    pub kind: SeriesKind,
     /// Its label names.
     pub labels: &'static [&'static str],
     /// The help text.
@@ -27,7 +27,7 @@ pub struct Def {
 
 const fn def(
     name: &'static str,
-    kind: Kind,
+    kind: SeriesKind,
     labels: &'static [&'static str],
     help: &'static str,
 ) -> Def {
@@ -39,7 +39,7 @@ const fn def(
     }
 }
 
-use Kind::{Counter, Gauge, Histogram};
+use SeriesKind::{Counter, Gauge, Histogram};
 
 /// The label naming a holdfast namespace. Not `namespace`: a Kubernetes pod scrape attaches
 /// the pod's namespace under that name and renames holdfast's to `exported_namespace`.

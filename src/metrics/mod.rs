@@ -69,12 +69,12 @@ fn describe() {
             continue;
         }
         match def.kind {
-            Kind::Counter => describe_counter!(def.name, def.help),
-            Kind::Gauge => describe_gauge!(def.name, def.help),
-            Kind::Histogram if def.name == GROUP_COMMIT.name => {
+            SeriesKind::Counter => describe_counter!(def.name, def.help),
+            SeriesKind::Gauge => describe_gauge!(def.name, def.help),
+            SeriesKind::Histogram if def.name == GROUP_COMMIT.name => {
                 describe_histogram!(def.name, Unit::Count, def.help)
             }
-            Kind::Histogram => describe_histogram!(def.name, Unit::Seconds, def.help),
+            SeriesKind::Histogram => describe_histogram!(def.name, Unit::Seconds, def.help),
         }
     }
 }
@@ -207,7 +207,7 @@ pub fn render(handle: &PrometheusHandle) -> String {
     ];
     if !namespaces.is_empty() {
         for (def, value) in families {
-            let kind = if def.kind == Kind::Gauge {
+            let kind = if def.kind == SeriesKind::Gauge {
                 "gauge"
             } else {
                 "counter"

@@ -42,14 +42,14 @@ fn the_catalogue_is_well_formed() {
         assert!(names.insert(def.name), "{} twice", def.name);
         assert!(def.name.starts_with("holdfast_"), "{}", def.name);
         match def.kind {
-            Kind::Counter => assert!(def.name.ends_with("_total"), "{}", def.name),
+            SeriesKind::Counter => assert!(def.name.ends_with("_total"), "{}", def.name),
             // A histogram's name ends with its unit: seconds, or requests (group sizes).
-            Kind::Histogram => assert!(
+            SeriesKind::Histogram => assert!(
                 def.name.ends_with("_seconds") || def.name.ends_with("_requests"),
                 "{}",
                 def.name
             ),
-            Kind::Gauge => assert!(!def.name.ends_with("_total"), "{}", def.name),
+            SeriesKind::Gauge => assert!(!def.name.ends_with("_total"), "{}", def.name),
         }
         assert!(!def.help.is_empty());
     }

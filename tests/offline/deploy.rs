@@ -6,7 +6,7 @@
 //! check-config` with the environment the image and the manifests give it.
 
 use holdfast::config::Config;
-use holdfast::metrics::{Def, Kind, CATALOGUE};
+use holdfast::metrics::{Def, SeriesKind, CATALOGUE};
 use serde::Deserialize;
 use serde_json::Value as Json;
 use serde_yaml::Value as Yaml;
@@ -172,7 +172,7 @@ fn catalogue_entry(name: &str) -> Option<(&'static Def, Option<&'static str>)> {
         if def.name == name {
             return Some((def, None));
         }
-        if def.kind != Kind::Histogram {
+        if def.kind != SeriesKind::Histogram {
             return None;
         }
         HISTOGRAM_SERIES
@@ -375,13 +375,13 @@ fn promql_problems(place: &str, expr: &str, functions: bool) -> Vec<String> {
             problems.push(format!("{place}: `{name}` is not in the catalogue"));
             continue;
         };
-        if def.kind == Kind::Histogram && suffix.is_none() {
+        if def.kind == SeriesKind::Histogram && suffix.is_none() {
             problems.push(format!(
                 "{place}: histogram `{name}` has no series of that name; use _bucket, _sum or _count"
             ));
         }
         if functions {
-            let counts = def.kind == Kind::Counter || suffix.is_some();
+            let counts = def.kind == SeriesKind::Counter || suffix.is_some();
             let function = enclosing_function(expr, pos).unwrap_or("");
             let in_rate = COUNTER_FUNCTIONS.contains(&function);
             if counts && !in_rate {
