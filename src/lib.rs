@@ -25,9 +25,10 @@
 //! - [`retry`]: the retry loop, its policy (no I/O), backoff and the process-wide budget.
 //! - [`backend`]: the seam (`Backend`, `Backends`, `Request`, `Reply`, `Placement`) and its
 //!   rooms. `backend::redis`: every connection holdfast's own (`link`: replies paired by
-//!   order; `dial`: TCP or TLS and the handshake; `codec`), pooled and placed (`mod.rs`), to a
-//!   standalone server, the primary Sentinel names (`sentinel`) or a Cluster's nodes
-//!   (`cluster`); a client's own connections dialled ahead (`warm`); exact mode's script and
+//!   order; `dial`: TCP or TLS and the handshake; `codec`), pooled and placed (`pool`), a
+//!   request sent on one and its result read (`send`), to a standalone server, the primary
+//!   Sentinel names (`sentinel`) or a Cluster's nodes (`cluster`), as configured (`servers`);
+//!   a client's own connection (`dedicated`), dialled ahead (`warm`); exact mode's script and
 //!   token keys (`exact`); a subscriber's own connections (`feed`). `backend::sql`: the Redis
 //!   data model on tables (`model`: one command table, a file per data type) and the engine
 //!   that runs it (`engine`: transactions, group commit, batched reads, deadlines, schema,

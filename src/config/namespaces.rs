@@ -268,7 +268,7 @@ fn check_token_outlives_retries(
         return Ok(());
     }
     let (response, response_what) = match backends.get(&ns.backend) {
-        // The script's EVALSHA, then the EVAL after NOSCRIPT (src/backend/redis/mod.rs).
+        // The script's EVALSHA, then the EVAL after NOSCRIPT (src/backend/redis/send.rs).
         Some(BackendConfig::Redis(r)) => (r.response_timeout * 2, "2 × response_timeout"),
         Some(BackendConfig::Sentinel(r)) => (r.response_timeout * 2, "2 × response_timeout"),
         Some(BackendConfig::Cluster(r)) => (r.response_timeout * 2, "2 × response_timeout"),
@@ -277,7 +277,7 @@ fn check_token_outlives_retries(
         Some(BackendConfig::Sqlite(s)) => (s.response_timeout, "response_timeout"),
         None => (Duration::ZERO, "no response bound"),
     };
-    // `WAIT`'s own timeout, and the second its reply may take (src/backend/redis/mod.rs).
+    // `WAIT`'s own timeout, and the second its reply may take (src/backend/redis/send.rs).
     let replicas = policy
         .replicas
         .map_or(Duration::ZERO, |(_, wait)| wait + Duration::from_secs(1));

@@ -1,7 +1,7 @@
 //! Exact reply mode on Redis, without I/O: the script that applies a command and records its
 //! reply under the request's token in one atomic step, the token's key and database, the
 //! commands the script cannot carry, and the repair its replies need. `exact` in
-//! `src/backend/redis/mod.rs` sends it.
+//! `src/backend/redis/send.rs` sends it.
 
 use super::{Proto, Reply};
 use bytes::Bytes;
