@@ -519,135 +519,8 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let write = async {
-        let mut batch = Output::default();
-        // Commands in the last write.
-        let mut last = 0;
-        loop {
-            shared.wake.notified().await;
-            // Under load, let the other ready clients queue their commands too: one write for
-            // all. A lone client's command (the last write carried one, and nothing else is
-            // in flight) goes at once: the yield would cost it a pass through the event loop.
-            let lone = !shared.gathers || (last == 1 && shared.state().waiting.len() == 1);
-            if !lone {
-                tokio::task::yield_now().await;
-            }
-            {
-                let mut state = shared.state();
-                if state.closed {
-                    return "closed".to_string();
-                }
-                if let Some((wanted, wait)) = state.ack.take() {
-                    // One WAIT after every write of this batch that asked for replicas.
-                    let args = [
-                        Bytes::from_static(b"WAIT"),
-                        Bytes::from(wanted.to_string()),
-                        Bytes::from(wait.as_millis().to_string()),
-                    ];
-                    encode(&mut state.out, &args);
-                    state.queued += 1;
-                    let now = Instant::now();
-                    let deadline = now + wait + state.response_timeout;
-                    state.waiting.push_back(ReplySlot {
-                        waiter: Waiter::Wait(Vec::new()),
-                        deadline: Some(deadline),
-                        wait: true,
-                        since: now,
-                    });
-                    shared.acking.fetch_add(1, Ordering::Relaxed);
-                }
-                std::mem::swap(&mut state.out, &mut batch);
-                last = std::mem::take(&mut state.queued);
-                shared.unwritten.store(false, Ordering::Relaxed);
-            }
-            if batch.is_empty() {
-                continue;
-            }
-            if let Err(e) = batch.write_to(writer).await {
-                return format!("writing to the backend failed: {e}");
-            }
-            batch.clear();
-        }
-    };
-    let read = async {
-        let mut buf = BytesMut::with_capacity(64 * 1024);
-        // Both kept between reads, so a batch of replies allocates nothing.
-        let mut replies = Vec::new();
-        let mut slots: Vec<ReplySlot> = Vec::new();
-        // Writes whose replies came, waiting for their WAIT's.
-        let mut held: Vec<(oneshot::Sender<Acked>, Reply)> = Vec::new();
-        // Fires by the earliest deadline of a slot still waiting, or a period later.
-        let period = shared.state().period;
-        let timer = tokio::time::sleep(period);
-        tokio::pin!(timer);
-        loop {
-            tokio::select! {
-                biased;
-                read = reader.read_buf(&mut buf) => match read {
-                    Ok(0) => return "the backend closed the connection".to_string(),
-                    Ok(_) => {}
-                    Err(e) => return format!("reading from the backend failed: {e}"),
-                },
-                // Looked at below, with the replies that keep it from being polled.
-                () = &mut timer => {}
-            }
-            loop {
-                match next_reply(&mut buf, proto) {
-                    Ok(Some(Some(reply))) => replies.push(reply),
-                    // A push (a RESP3 out-of-band message) answers no command.
-                    Ok(Some(None)) => {}
-                    Ok(None) => break,
-                    Err(e) => return e.to_string(),
-                }
-            }
-            {
-                let mut state = shared.state();
-                let n = replies.len().min(state.waiting.len());
-                slots.extend(state.waiting.drain(..n));
-            }
-            if slots.len() < replies.len() {
-                return "the backend sent a reply nobody asked for".to_string();
-            }
-            for (slot, reply) in slots.drain(..).zip(replies.drain(..)) {
-                if slot.wait {
-                    shared.acking.fetch_sub(1, Ordering::Relaxed);
-                }
-                hand_over(slot.waiter, reply, &mut held);
-            }
-            if !held.is_empty() {
-                // Their WAIT is still on its way: it holds them from now on.
-                let mut state = shared.state();
-                match state
-                    .waiting
-                    .iter_mut()
-                    .find_map(|slot| match &mut slot.waiter {
-                        Waiter::Wait(waiting) => Some(waiting),
-                        _ => None,
-                    }) {
-                    Some(waiting) => waiting.append(&mut held),
-                    None => {
-                        drop(state);
-                        for (tx, reply) in held.drain(..) {
-                            let no_wait =
-                                Error::new(ErrorKind::Unexpected, "no WAIT followed the write");
-                            let _ = tx.send(Ok((reply, Err(no_wait))));
-                        }
-                    }
-                }
-            }
-            // Expired slots: found by the timer's branch, or here while replies keep coming
-            // and keep that branch from being polled.
-            if timer.is_elapsed() {
-                let next = shared.expire(Instant::now());
-                timer.as_mut().reset(next);
-            }
-            // Room for the rest: at least as much again as a partial reply already holds, so a
-            // large reply (an MGET of big values) is moved a few times, not once per read.
-            if buf.capacity() - buf.len() < 4096.max(buf.len()) {
-                buf.reserve((64 * 1024).max(buf.len()));
-            }
-        }
-    };
+    let write = write_batches(writer, shared);
+    let read = read_replies(reader, shared, proto);
     let closed = async {
         shared.closing.notified().await;
         None
@@ -656,6 +529,146 @@ where
         why = write => Some(why),
         why = read => Some(why),
         why = closed => why,
+    }
+}
+
+/// Writes what senders queued, each wake a batch (a `WAIT` after the writes that asked for
+/// replicas), until the link is closed or a write fails: why.
+async fn write_batches<W: AsyncWrite + Unpin>(writer: &mut W, shared: &LinkShared) -> String {
+    let mut batch = Output::default();
+    // Commands in the last write.
+    let mut last = 0;
+    loop {
+        shared.wake.notified().await;
+        // Under load, let the other ready clients queue their commands too: one write for
+        // all. A lone client's command (the last write carried one, and nothing else is
+        // in flight) goes at once: the yield would cost it a pass through the event loop.
+        let lone = !shared.gathers || (last == 1 && shared.state().waiting.len() == 1);
+        if !lone {
+            tokio::task::yield_now().await;
+        }
+        {
+            let mut state = shared.state();
+            if state.closed {
+                return "closed".to_string();
+            }
+            if let Some((wanted, wait)) = state.ack.take() {
+                // One WAIT after every write of this batch that asked for replicas.
+                let args = [
+                    Bytes::from_static(b"WAIT"),
+                    Bytes::from(wanted.to_string()),
+                    Bytes::from(wait.as_millis().to_string()),
+                ];
+                encode(&mut state.out, &args);
+                state.queued += 1;
+                let now = Instant::now();
+                let deadline = now + wait + state.response_timeout;
+                state.waiting.push_back(ReplySlot {
+                    waiter: Waiter::Wait(Vec::new()),
+                    deadline: Some(deadline),
+                    wait: true,
+                    since: now,
+                });
+                shared.acking.fetch_add(1, Ordering::Relaxed);
+            }
+            std::mem::swap(&mut state.out, &mut batch);
+            last = std::mem::take(&mut state.queued);
+            shared.unwritten.store(false, Ordering::Relaxed);
+        }
+        if batch.is_empty() {
+            continue;
+        }
+        if let Err(e) = batch.write_to(writer).await {
+            return format!("writing to the backend failed: {e}");
+        }
+        batch.clear();
+    }
+}
+
+/// Reads replies and hands each to the slot that waits for it, in order, and expires slots
+/// whose deadline passed, until the connection fails (a read, a reply that does not parse,
+/// one nobody asked for): why.
+async fn read_replies<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    shared: &LinkShared,
+    proto: Proto,
+) -> String {
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    // Both kept between reads, so a batch of replies allocates nothing.
+    let mut replies = Vec::new();
+    let mut slots: Vec<ReplySlot> = Vec::new();
+    // Writes whose replies came, waiting for their WAIT's.
+    let mut held: Vec<(oneshot::Sender<Acked>, Reply)> = Vec::new();
+    // Fires by the earliest deadline of a slot still waiting, or a period later.
+    let period = shared.state().period;
+    let timer = tokio::time::sleep(period);
+    tokio::pin!(timer);
+    loop {
+        tokio::select! {
+            biased;
+            read = reader.read_buf(&mut buf) => match read {
+                Ok(0) => return "the backend closed the connection".to_string(),
+                Ok(_) => {}
+                Err(e) => return format!("reading from the backend failed: {e}"),
+            },
+            // Looked at below, with the replies that keep it from being polled.
+            () = &mut timer => {}
+        }
+        loop {
+            match next_reply(&mut buf, proto) {
+                Ok(Some(Some(reply))) => replies.push(reply),
+                // A push (a RESP3 out-of-band message) answers no command.
+                Ok(Some(None)) => {}
+                Ok(None) => break,
+                Err(e) => return e.to_string(),
+            }
+        }
+        {
+            let mut state = shared.state();
+            let n = replies.len().min(state.waiting.len());
+            slots.extend(state.waiting.drain(..n));
+        }
+        if slots.len() < replies.len() {
+            return "the backend sent a reply nobody asked for".to_string();
+        }
+        for (slot, reply) in slots.drain(..).zip(replies.drain(..)) {
+            if slot.wait {
+                shared.acking.fetch_sub(1, Ordering::Relaxed);
+            }
+            hand_over(slot.waiter, reply, &mut held);
+        }
+        if !held.is_empty() {
+            // Their WAIT is still on its way: it holds them from now on.
+            let mut state = shared.state();
+            match state
+                .waiting
+                .iter_mut()
+                .find_map(|slot| match &mut slot.waiter {
+                    Waiter::Wait(waiting) => Some(waiting),
+                    _ => None,
+                }) {
+                Some(waiting) => waiting.append(&mut held),
+                None => {
+                    drop(state);
+                    for (tx, reply) in held.drain(..) {
+                        let no_wait =
+                            Error::new(ErrorKind::Unexpected, "no WAIT followed the write");
+                        let _ = tx.send(Ok((reply, Err(no_wait))));
+                    }
+                }
+            }
+        }
+        // Expired slots: found by the timer's branch, or here while replies keep coming
+        // and keep that branch from being polled.
+        if timer.is_elapsed() {
+            let next = shared.expire(Instant::now());
+            timer.as_mut().reset(next);
+        }
+        // Room for the rest: at least as much again as a partial reply already holds, so a
+        // large reply (an MGET of big values) is moved a few times, not once per read.
+        if buf.capacity() - buf.len() < 4096.max(buf.len()) {
+            buf.reserve((64 * 1024).max(buf.len()));
+        }
     }
 }
 
