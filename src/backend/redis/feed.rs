@@ -116,6 +116,24 @@ impl Names {
         self.wanted.iter().all(HashSet::is_empty)
     }
 
+    /// A subscriber waits for `pending`, names of `kind`, to be confirmed subscribed
+    /// (`subscribe`) or released.
+    fn wait_for(
+        &mut self,
+        kind: usize,
+        subscribe: bool,
+        pending: HashSet<Bytes>,
+    ) -> oneshot::Receiver<Result<(), BackendError>> {
+        let (done, answered) = oneshot::channel();
+        self.waiters.push(Waiter {
+            kind,
+            subscribe,
+            pending,
+            done,
+        });
+        answered
+    }
+
     /// The server's last answer for `name` says it is subscribed (`subscribe`) or released:
     /// it counts for every client waiting on that (constant work per waiter, so a long list
     /// is not scanned again for each name).
@@ -263,13 +281,7 @@ impl RedisFeed {
                 if pending.is_empty() {
                     continue;
                 }
-                let (done, answered) = oneshot::channel();
-                names.waiters.push(Waiter {
-                    kind: i,
-                    subscribe: true,
-                    pending,
-                    done,
-                });
+                let answered = names.wait_for(i, true, pending);
                 drop(names);
                 handle.shared.changed.notify_one();
                 waits.push((handle.shared.clone(), answered));
@@ -345,14 +357,7 @@ impl RedisFeed {
                     }
                 }
                 if !pending.is_empty() {
-                    let (done, answered) = oneshot::channel();
-                    names.waiters.push(Waiter {
-                        kind: i,
-                        subscribe: false,
-                        pending,
-                        done,
-                    });
-                    waits.push(answered);
+                    waits.push(names.wait_for(i, false, pending));
                 }
                 drop(names);
                 handle.shared.changed.notify_one();
@@ -567,84 +572,14 @@ async fn serve(ctx: &Ctx, shared: &FeedShared, mut stream: Stream, fence: Fence)
     loop {
         let mut out = Output::default();
         tokio::select! {
-            () = shared.changed.notified() => {
-                let mut names = shared.names();
-                for kind in Kind::ALL {
-                    let i = kind.index();
-                    let add: Vec<Bytes> = names.wanted[i].difference(&sent[i]).cloned().collect();
-                    let drop: Vec<Bytes> = sent[i].difference(&names.wanted[i]).cloned().collect();
-                    for (command, list) in [(kind.subscribe(), &add), (kind.unsubscribe(), &drop)] {
-                        for part in list.chunks(NAMES_PER_COMMAND) {
-                            let mut args = vec![Bytes::from_static(command)];
-                            args.extend(part.iter().cloned());
-                            encode(&mut out, &args);
-                        }
-                    }
-                    for name in add.iter().chain(&drop) {
-                        *inflight.entry((i, name.clone())).or_default() += 1;
-                    }
-                    for name in &drop {
-                        sent[i].remove(name);
-                        names.confirmed[i].remove(name);
-                    }
-                    sent[i].extend(add);
-                }
-            }
+            () = shared.changed.notified() => reconcile(shared, &mut sent, &mut inflight, &mut out),
             read = stream.read_buf(&mut buf) => {
                 if !matches!(read, Ok(n) if n > 0) {
                     return End::Lost;
                 }
                 heard = Instant::now();
-                loop {
-                    let frame = match decode(&mut buf, Proto::Resp2) {
-                        Ok(Some(frame)) => frame,
-                        Ok(None) => break,
-                        Err(_) => return End::Lost,
-                    };
-                    if let Frame::SimpleError { data, .. } = &frame {
-                        if !data.starts_with("MOVED ") {
-                            // A subscription refused (an ACL without the channel): its
-                            // waiters hear why; the connection is dialled again, so what was
-                            // sent matches what the server has.
-                            shared.names().refuse(data.inner());
-                            return End::Lost;
-                        }
-                    }
-                    match incoming(frame) {
-                        Incoming::Message(m) => {
-                            let wanted = {
-                                let names = shared.names();
-                                let name = m.pattern.as_ref().unwrap_or(&m.channel);
-                                names.wanted[m.kind.index()].contains(name)
-                            };
-                            if wanted {
-                                ctx.outbox.put(Delivery {
-                                    backend: ctx.backend.clone(),
-                                    kind: m.kind,
-                                    pattern: m.pattern,
-                                    channel: m.channel,
-                                    payload: m.payload,
-                                });
-                            }
-                        }
-                        Incoming::Subscribed(kind, name) | Incoming::Unsubscribed(kind, name) if answers(&mut inflight, kind.index(), &name) => {
-                            // The last answer for this name: it stands as `sent` says.
-                            let subscribed = sent[kind.index()].contains(&name);
-                            shared.names().settle(kind.index(), name, subscribed);
-                        }
-                        Incoming::Subscribed(..) => {}
-                        Incoming::Unsubscribed(kind, name) => {
-                            if inflight.contains_key(&(kind.index(), name.clone())) {
-                                continue;
-                            }
-                            if sent[kind.index()].contains(&name) {
-                                // Not asked for: the server moved it away.
-                                return End::Moved;
-                            }
-                        }
-                        Incoming::Moved => return End::Moved,
-                        Incoming::Other => {}
-                    }
+                if let Some(end) = take_frames(ctx, shared, &mut buf, &sent, &mut inflight) {
+                    return end;
                 }
             }
             () = &mut fenced => return End::Lost,
@@ -661,6 +596,101 @@ async fn serve(ctx: &Ctx, shared: &FeedShared, mut stream: Stream, fence: Fence)
             if !matches!(wrote, Ok(Ok(()))) {
                 return End::Lost;
             }
+        }
+    }
+}
+
+/// What is wanted changed: encodes into `out` the `SUBSCRIBE`s and `UNSUBSCRIBE`s that bring
+/// the server in line, and counts each name's answers still to come.
+fn reconcile(
+    shared: &FeedShared,
+    sent: &mut [HashSet<Bytes>; 3],
+    inflight: &mut HashMap<(usize, Bytes), u32>,
+    out: &mut Output,
+) {
+    let mut names = shared.names();
+    for kind in Kind::ALL {
+        let i = kind.index();
+        let add: Vec<Bytes> = names.wanted[i].difference(&sent[i]).cloned().collect();
+        let drop: Vec<Bytes> = sent[i].difference(&names.wanted[i]).cloned().collect();
+        for (command, list) in [(kind.subscribe(), &add), (kind.unsubscribe(), &drop)] {
+            for part in list.chunks(NAMES_PER_COMMAND) {
+                let mut args = vec![Bytes::from_static(command)];
+                args.extend(part.iter().cloned());
+                encode(out, &args);
+            }
+        }
+        for name in add.iter().chain(&drop) {
+            *inflight.entry((i, name.clone())).or_default() += 1;
+        }
+        for name in &drop {
+            sent[i].remove(name);
+            names.confirmed[i].remove(name);
+        }
+        sent[i].extend(add);
+    }
+}
+
+/// Takes the frames a read completed: delivers messages still wanted and settles the
+/// confirmations they answer. Some when one ends the connection.
+fn take_frames(
+    ctx: &Ctx,
+    shared: &FeedShared,
+    buf: &mut BytesMut,
+    sent: &[HashSet<Bytes>; 3],
+    inflight: &mut HashMap<(usize, Bytes), u32>,
+) -> Option<End> {
+    loop {
+        let frame = match decode(buf, Proto::Resp2) {
+            Ok(Some(frame)) => frame,
+            Ok(None) => return None,
+            Err(_) => return Some(End::Lost),
+        };
+        if let Frame::SimpleError { data, .. } = &frame {
+            if !data.starts_with("MOVED ") {
+                // A subscription refused (an ACL without the channel): its waiters hear why;
+                // the connection is dialled again, so what was sent matches what the server
+                // has.
+                shared.names().refuse(data.inner());
+                return Some(End::Lost);
+            }
+        }
+        match incoming(frame) {
+            Incoming::Message(m) => {
+                let wanted = {
+                    let names = shared.names();
+                    let name = m.pattern.as_ref().unwrap_or(&m.channel);
+                    names.wanted[m.kind.index()].contains(name)
+                };
+                if wanted {
+                    ctx.outbox.put(Delivery {
+                        backend: ctx.backend.clone(),
+                        kind: m.kind,
+                        pattern: m.pattern,
+                        channel: m.channel,
+                        payload: m.payload,
+                    });
+                }
+            }
+            Incoming::Subscribed(kind, name) | Incoming::Unsubscribed(kind, name)
+                if answers(inflight, kind.index(), &name) =>
+            {
+                // The last answer for this name: it stands as `sent` says.
+                let subscribed = sent[kind.index()].contains(&name);
+                shared.names().settle(kind.index(), name, subscribed);
+            }
+            Incoming::Subscribed(..) => {}
+            Incoming::Unsubscribed(kind, name) => {
+                if inflight.contains_key(&(kind.index(), name.clone())) {
+                    continue;
+                }
+                if sent[kind.index()].contains(&name) {
+                    // Not asked for: the server moved it away.
+                    return Some(End::Moved);
+                }
+            }
+            Incoming::Moved => return Some(End::Moved),
+            Incoming::Other => {}
         }
     }
 }
