@@ -1,7 +1,7 @@
 //! Sending a request on a pooled or a client's own connection, and reading its result: on a
 //! link ([`on_link`]: a client's `WAIT` kept within bounds, a write for `min_replicas_ack`
 //! counted by the `WAIT` after it), on a Cluster ([`on_cluster`]: `ASK` followed, `WAIT` on
-//! the target's link), or through exact mode's script ([`exact`]); where a pipelined run
+//! the target's link), or through exact mode's script ([`exact()`]); where a pipelined run
 //! goes ([`run_placement`], [`leading_run`]), and the commands about the whole keyspace a
 //! Cluster answers apart.
 
