@@ -18,10 +18,12 @@
 //! so a retry's transaction, which waits for the same locks, is the only one that can apply
 //! a request given up on. That is what lets a first dispatch skip exact mode's token read.
 
+use super::apply::{failure, lock_keys, record_reply, recorded_reply, work_error};
+use super::conn::{abandon, rollback, Held, TxConn};
 use super::deadline::{self, Progress, GRACE};
 use super::queue::Queue;
 use super::store::Ctx;
-use super::{abandon, Held, Inner, SqlStage, TxConn, Work};
+use super::{Inner, SqlStage, Work};
 use crate::backend::{BackendError, Proto};
 use bytes::Bytes;
 use redis_protocol::resp3::types::BytesFrame as Frame;
@@ -293,7 +295,7 @@ async fn open(inner: &Inner, group: &[Job], held: &mut Held) -> Result<TxConn, B
         .acquire_held(held, true, Some(begin), inner.response_timeout)
         .await?;
     if let Err(e) = lock_all(inner, &mut conn, group).await {
-        super::rollback(&mut conn).await;
+        rollback(&mut conn).await;
         return Err(e);
     }
     Ok(conn)
@@ -393,7 +395,7 @@ impl Tokens {
         dirty: &mut bool,
     ) -> GroupOutcome {
         if let Some(raw) = self.recorded.get(token) {
-            return super::recorded_reply(raw.clone());
+            return recorded_reply(raw.clone());
         }
         let outcome = job.apply_with(inner, conn, None, dirty).await;
         if let Ok(frames) = &outcome {
@@ -412,8 +414,7 @@ impl Tokens {
             {
                 return;
             }
-            self.recorded
-                .insert(token.to_vec(), super::record_reply(frame));
+            self.recorded.insert(token.to_vec(), record_reply(frame));
             self.new.push(token.to_vec());
         }
     }
@@ -531,13 +532,13 @@ async fn optimistic(
     let mut conn = open(inner, group, held).await.ok()?;
     // A job given up on before its claim is left out; the careful pass does that.
     if !states.iter().all(|state| claim(state)) {
-        super::rollback(&mut conn).await;
+        rollback(&mut conn).await;
         return None;
     }
     let mut tokens = match Tokens::read(inner, &mut conn, group).await {
         Ok(tokens) => tokens,
         Err(_) => {
-            super::rollback(&mut conn).await;
+            rollback(&mut conn).await;
             return None;
         }
     };
@@ -561,7 +562,7 @@ async fn optimistic(
                 if let super::store::Fail::Sql(e) = f {
                     let _ = abandon(&mut conn, e);
                 }
-                super::rollback(&mut conn).await;
+                rollback(&mut conn).await;
                 return None;
             }
             let each = sets.iter().map(|_| Ok(vec![super::store::ok()])).collect();
@@ -632,7 +633,7 @@ async fn optimistic(
                     if let super::store::Fail::Sql(e) = f {
                         let _ = abandon(&mut conn, e);
                     }
-                    super::rollback(&mut conn).await;
+                    rollback(&mut conn).await;
                     return None;
                 }
             };
@@ -666,7 +667,7 @@ async fn optimistic(
             _ => job.apply(inner, &mut conn, &mut dirty).await,
         };
         if dirty {
-            super::rollback(&mut conn).await;
+            rollback(&mut conn).await;
             return None;
         }
         changed.note(job, &outcome);
@@ -674,7 +675,7 @@ async fn optimistic(
         rest = &rest[1..];
     }
     if tokens.write(inner, &mut conn).await.is_err() {
-        super::rollback(&mut conn).await;
+        rollback(&mut conn).await;
         return None;
     }
     let outcomes = commit_outcomes(inner, &mut conn, &changed, outcomes, progress).await;
@@ -735,12 +736,12 @@ enum Shape {
 async fn lock_all(inner: &Inner, conn: &mut TxConn, group: &[Job]) -> Result<(), BackendError> {
     let keys: Vec<&[u8]> = group
         .iter()
-        .flat_map(|job| job.commands.iter().flat_map(|c| super::lock_keys(c)))
+        .flat_map(|job| job.commands.iter().flat_map(|c| lock_keys(c)))
         .collect();
     let mut ctx = Ctx::new(&mut *conn, 0, Proto::Resp2, inner.dialect, true);
     ctx.lock(&keys)
         .await
-        .map_err(|f| super::failure(conn, f, true, &mut false))
+        .map_err(|f| failure(conn, f, true, &mut false))
 }
 
 /// Commits, and turns the outcomes of the requests that succeeded into the commit's error
@@ -755,7 +756,7 @@ async fn commit_outcomes(
     if let Err(e) = changed.touch(inner, conn).await {
         let e = match e {
             super::store::Fail::Sql(e) => abandon(conn, e),
-            other => super::work_error(other),
+            other => work_error(other),
         };
         return rollback_all(conn, outcomes.len(), e).await;
     }
@@ -884,7 +885,7 @@ impl Changed {
 /// The transaction cannot go on: nothing of it is committed, so every job fails with the
 /// same error, before COMMIT.
 async fn rollback_all(conn: &mut TxConn, jobs: usize, error: BackendError) -> Vec<GroupOutcome> {
-    super::rollback(conn).await;
+    rollback(conn).await;
     let shared = Arc::new(error);
     (0..jobs).map(|_| Err(share(&shared))).collect()
 }

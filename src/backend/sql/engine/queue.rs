@@ -2,7 +2,7 @@
 //! connection wait in it, and a few tasks each take everything waiting (up to a bound) as one
 //! batch, so one statement or one transaction serves them all.
 
-use super::Held;
+use super::conn::Held;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, Mutex};

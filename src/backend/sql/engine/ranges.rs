@@ -106,7 +106,7 @@ async fn statement(
     rev: bool,
     dialect: Dialect,
     now_ms: i64,
-    conn: &mut super::TxConn,
+    conn: &mut super::conn::TxConn,
     limit: Duration,
 ) -> Result<Vec<Answer>, BackendError> {
     if ranges.is_empty() {

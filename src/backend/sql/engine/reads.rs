@@ -12,10 +12,11 @@
 //! after the keys' one, on the reader's held connection and in one read transaction: alone,
 //! each took a pooled connection, a `BEGIN`, a `COMMIT` and sqlx's ping on release.
 
+use super::conn::{Held, TxConn};
 use super::deadline::{self, GRACE};
 use super::queue::Queue;
 use super::store::{placeholders, Ctx, Dialect, Fail, Kind, WRONGTYPE};
-use super::{Held, Inner, SqlStage};
+use super::{Inner, SqlStage};
 use crate::backend::{BackendError, Proto};
 use bytes::Bytes;
 use redis_protocol::resp3::types::BytesFrame as Frame;
@@ -187,7 +188,7 @@ pub(super) async fn in_parts<T: Sync>(
     items: &[T],
     per: usize,
     acquire_timeout: Duration,
-    mut statement: impl for<'c> FnMut(&'c [T], &'c mut super::TxConn, i64, Duration) -> Part<'c>,
+    mut statement: impl for<'c> FnMut(&'c [T], &'c mut TxConn, i64, Duration) -> Part<'c>,
 ) -> Vec<Answer> {
     let split = items.len() > per;
     let begin = split.then(|| inner.begin_statement(false));
@@ -409,7 +410,7 @@ pub(super) fn work_error(source: sqlx::Error) -> BackendError {
 /// statement that always did both cost 10%). The key list is padded
 /// to a multiple of [`STEP`] with the last key (a key named twice is one record): a few
 /// statement sizes, each prepared once.
-async fn one_row(keys: &[&[u8]], conn: &mut super::TxConn) -> Result<Vec<Value>, BackendError> {
+async fn one_row(keys: &[&[u8]], conn: &mut TxConn) -> Result<Vec<Value>, BackendError> {
     let Some(&last) = keys.last() else {
         return Ok(Vec::new());
     };
@@ -592,7 +593,7 @@ fn parse_records<'a>(
 /// PostgreSQL rows cost little: they are read
 /// from the socket on this thread. The list is padded to a power of two with the last key
 /// (a key named twice is one row).
-async fn row_per_key(keys: &[&[u8]], conn: &mut super::TxConn) -> Result<Vec<Value>, BackendError> {
+async fn row_per_key(keys: &[&[u8]], conn: &mut TxConn) -> Result<Vec<Value>, BackendError> {
     let Some(&last) = keys.last() else {
         return Ok(Vec::new());
     };

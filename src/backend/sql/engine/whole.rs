@@ -120,7 +120,7 @@ async fn statement(
     proto: Proto,
     dialect: Dialect,
     now_ms: i64,
-    conn: &mut super::TxConn,
+    conn: &mut super::conn::TxConn,
     limit: Duration,
 ) -> Result<Vec<Answer>, BackendError> {
     let Some(&last) = keys.last() else {

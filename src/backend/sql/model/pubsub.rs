@@ -27,7 +27,7 @@ pub const HEARTBEAT_ALIVE: Duration = Duration::from_secs(3);
 /// `PUBLISH channel message`, answered with the subscribers the registry counts now: on
 /// PostgreSQL a `NOTIFY`, sent if the transaction commits ([`publish_postgres`]); on SQLite
 /// a row left for the other processes, and delivered to this one's once it has committed
-/// ([`publish_sqlite`], and the engine's `SqlBackend::run`).
+/// ([`publish_sqlite`], and the engine's `Inner::after`).
 pub async fn publish(ctx: &mut Ctx<'_>, a: &[Bytes], shard: bool) -> Out {
     let (Some(channel), Some(message)) = (a.get(1), a.get(2)) else {
         return fail(SYNTAX);

@@ -1,6 +1,6 @@
 //! Replies that prove a write changed nothing: `DEL` of keys that were not there, `SADD` of
 //! members already in the set, a refused `SETNX`. Exact mode records no token for such a
-//! request (`group.rs`, `apply_exact` in `mod.rs`).
+//! request (`group.rs`, `apply_exact` in `apply.rs`).
 //!
 //! Why that keeps exact mode's promise: a token exists so that a retry answers the reply of
 //! the one application that took effect. An application that changed nothing took no effect
