@@ -17,8 +17,15 @@
 //! claims each request (`claim`); one whose submitter gave up before that is not applied,
 //! so a retry's transaction, which waits for the same locks, is the only one that can apply
 //! a request given up on. That is what lets a first dispatch skip exact mode's token read.
+//!
+//! Exact mode's tokens for a group are `tokens`; the keys it changed, for `WATCH`, `changed`.
 
-use super::apply::{failure, lock_keys, record_reply, recorded_reply, work_error};
+mod changed;
+#[cfg(test)]
+mod tests;
+mod tokens;
+
+use super::apply::{failure, lock_keys, work_error};
 use super::conn::{abandon, rollback, Held, TxConn};
 use super::deadline::{self, Progress, GRACE};
 use super::queue::Queue;
@@ -26,11 +33,13 @@ use super::store::Ctx;
 use super::{Inner, SqlStage, Work};
 use crate::backend::{BackendError, Proto};
 use bytes::Bytes;
+use changed::Changed;
 use redis_protocol::resp3::types::BytesFrame as Frame;
 use sqlx::Executor;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
+use tokens::Tokens;
 use tokio::sync::{mpsc, oneshot};
 
 /// Most requests in one transaction.
@@ -329,135 +338,6 @@ impl Job {
     }
 }
 
-/// Exact mode's tokens for a whole group: the replies recorded under them read with one
-/// statement before the group runs, and the new ones written with one statement after,
-/// instead of a read and a write per request. A token named twice in the group (a retry
-/// queued behind its first attempt) finds the first one's reply. The group's key locks are
-/// taken first (`lock_all`), so a concurrent group applying the same request waits, and then
-/// sees its token.
-#[derive(Default)]
-struct Tokens {
-    /// Every token of the group known so far, with its recorded reply.
-    recorded: std::collections::HashMap<Vec<u8>, Vec<u8>>,
-    /// Tokens of requests this group applied, in order: written before COMMIT.
-    new: Vec<Vec<u8>>,
-}
-
-impl Tokens {
-    /// Reads the replies recorded under the group's tokens, those of requests sent before
-    /// (`Job::again`). A first dispatch's token is new, and its request claimed (`claim`):
-    /// no transaction but this one can have applied it, and none will after it.
-    async fn read(inner: &Inner, conn: &mut TxConn, group: &[Job]) -> Result<Tokens, BackendError> {
-        let wanted: Vec<&[u8]> = group
-            .iter()
-            .filter(|j| j.again)
-            .filter_map(|j| j.token.as_deref())
-            .collect();
-        let mut tokens = Tokens::default();
-        let Some(last) = wanted.last().copied() else {
-            return Ok(tokens);
-        };
-        let padded = wanted.len().next_power_of_two();
-        let list = super::store::placeholders(inner.dialect, padded);
-        let now = match inner.dialect {
-            super::store::Dialect::Sqlite => "?".to_string(),
-            super::store::Dialect::Postgres => format!("${}", padded + 1),
-        };
-        let sql = format!(
-            "SELECT token, reply FROM hf_tokens WHERE token IN ({list}) AND expires_at > {now}"
-        );
-        let mut query = sqlx::query(&sql);
-        for token in wanted.iter().chain(std::iter::repeat(&last)).take(padded) {
-            query = query.bind(*token);
-        }
-        let rows = query
-            .bind(super::now_ms())
-            .fetch_all(&mut ***conn)
-            .await
-            .map_err(|e| abandon(conn, e))?;
-        for row in rows {
-            use sqlx::Row;
-            let token: Vec<u8> = row.try_get(0).map_err(|e| abandon(conn, e))?;
-            let reply: Vec<u8> = row.try_get(1).map_err(|e| abandon(conn, e))?;
-            tokens.recorded.insert(token, reply);
-        }
-        Ok(tokens)
-    }
-
-    /// Runs `job`, a request with `token`: its recorded reply if it has one, else applied now
-    /// and its reply recorded.
-    async fn run(
-        &mut self,
-        inner: &Inner,
-        conn: &mut TxConn,
-        job: &Job,
-        token: &[u8],
-        dirty: &mut bool,
-    ) -> GroupOutcome {
-        if let Some(raw) = self.recorded.get(token) {
-            return recorded_reply(raw.clone());
-        }
-        let outcome = job.apply_with(inner, conn, None, dirty).await;
-        if let Ok(frames) = &outcome {
-            self.record(job, token, frames);
-        }
-        outcome
-    }
-
-    /// Records the reply of a request this group applied under its token, unless the reply
-    /// proves the request changed nothing (`unchanged`): then a retry applies it afresh.
-    fn record(&mut self, job: &Job, token: &[u8], frames: &[Frame]) {
-        if let Some(frame) = frames.first() {
-            if job
-                .single()
-                .is_some_and(|args| super::unchanged::changed_nothing(args, frame))
-            {
-                return;
-            }
-            self.recorded.insert(token.to_vec(), record_reply(frame));
-            self.new.push(token.to_vec());
-        }
-    }
-
-    /// Records the replies of the requests this group applied, in one statement.
-    async fn write(&self, inner: &Inner, conn: &mut TxConn) -> Result<(), BackendError> {
-        let Some(last) = self.new.last() else {
-            return Ok(());
-        };
-        let expires = super::now_ms().saturating_add(crate::backend::TOKEN_TTL.as_millis() as i64);
-        // SQLite's list is padded (the last row twice writes it twice); PostgreSQL refuses an
-        // upsert naming one row twice.
-        let rows = match inner.dialect {
-            super::store::Dialect::Sqlite => self.new.len().next_power_of_two(),
-            super::store::Dialect::Postgres => self.new.len(),
-        };
-        let values = (0..rows)
-            .map(|i| match inner.dialect {
-                super::store::Dialect::Sqlite => "(?, ?, ?)".to_string(),
-                super::store::Dialect::Postgres => {
-                    format!("(${}, ${}, ${})", 3 * i + 1, 3 * i + 2, 3 * i + 3)
-                }
-            })
-            .collect::<Vec<_>>()
-            .join(", ");
-        let sql = format!(
-            "INSERT INTO hf_tokens (token, reply, expires_at) VALUES {values} \
-             ON CONFLICT (token) DO UPDATE SET reply = excluded.reply, \
-             expires_at = excluded.expires_at"
-        );
-        let mut query = sqlx::query(&sql);
-        for token in self.new.iter().chain(std::iter::repeat(last)).take(rows) {
-            let reply = self.recorded.get(token).cloned().unwrap_or_default();
-            query = query.bind(token.clone()).bind(reply).bind(expires);
-        }
-        query
-            .execute(&mut ***conn)
-            .await
-            .map_err(|e| abandon(conn, e))?;
-        Ok(())
-    }
-}
-
 impl Job {
     /// The arguments of a request that is one command on its own, not a MULTI.
     fn single(&self) -> Option<&[Bytes]> {
@@ -548,24 +428,7 @@ async fn optimistic(
     while let Some(job) = rest.first() {
         let sets: Vec<(&[u8], &[u8])> = run_of(rest, &tokens, Job::plain_set);
         if sets.len() >= 2 {
-            let written = Ctx::new(
-                &mut conn,
-                super::now_ms(),
-                Proto::Resp2,
-                inner.dialect,
-                true,
-            )
-            .put_strings(&sets)
-            .await;
-            if let Err(f) = written {
-                // Undone whole; the careful pass runs each on its own and answers its error.
-                if let super::store::Fail::Sql(e) = f {
-                    let _ = abandon(&mut conn, e);
-                }
-                rollback(&mut conn).await;
-                return None;
-            }
-            let each = sets.iter().map(|_| Ok(vec![super::store::ok()])).collect();
+            let each = write_sets(inner, &mut conn, &sets).await?;
             let ran = &rest[..sets.len()];
             finish_run(ran, each, &mut tokens, &mut changed, &mut outcomes);
             rest = &rest[sets.len()..];
@@ -579,71 +442,7 @@ async fn optimistic(
                 .map(|(_, args)| args)
         });
         if let (Some(shape), true) = (shape, run.len() >= 2) {
-            let mut ctx = Ctx::new(
-                &mut conn,
-                super::now_ms(),
-                Proto::Resp2,
-                inner.dialect,
-                true,
-            );
-            let keyed = || -> Vec<(&[u8], &[Bytes])> {
-                // A SADD or HSET of the run has a key (`shape`).
-                run.iter()
-                    .map(|args| match args.split_first() {
-                        Some((key, rest)) => (key.as_ref(), rest),
-                        None => (&[][..], *args),
-                    })
-                    .collect()
-            };
-            // None from the collection runs: the key holds another kind.
-            let wrong = |each: Vec<Option<i64>>| -> Vec<Result<Frame, &'static str>> {
-                let wrongtype = super::store::WRONGTYPE;
-                let int = super::store::int;
-                each.into_iter()
-                    .map(|n| n.map(int).ok_or(wrongtype))
-                    .collect()
-            };
-            let applied = match shape {
-                Shape::Sadd => super::sets::sadd_run(&mut ctx, &keyed()).await.map(wrong),
-                Shape::Hset => super::hashes::hset_run(&mut ctx, &keyed()).await.map(wrong),
-                Shape::Del => super::keys::del_run(&mut ctx, &run).await.map(wrong),
-                Shape::Incr => {
-                    let increments: Vec<(&[u8], i64)> = rest[..run.len()]
-                        .iter()
-                        .filter_map(Job::increment)
-                        .collect();
-                    let each = super::strings::incr_run(&mut ctx, &increments).await;
-                    each.map(|each| {
-                        let int = super::store::int;
-                        each.into_iter().map(|n| n.map(int)).collect()
-                    })
-                }
-                Shape::Xadd => {
-                    let adds: Vec<_> = run
-                        .iter()
-                        .filter_map(|args| super::streams::plain_add(args))
-                        .collect();
-                    super::streams::xadd_run(&mut ctx, &adds).await
-                }
-            };
-            let added = match applied {
-                Ok(added) => added,
-                Err(f) => {
-                    // As for SETs: undone whole, and run again one by one.
-                    if let super::store::Fail::Sql(e) = f {
-                        let _ = abandon(&mut conn, e);
-                    }
-                    rollback(&mut conn).await;
-                    return None;
-                }
-            };
-            let each = added
-                .into_iter()
-                .map(|added| match added {
-                    Ok(frame) => Ok(vec![frame]),
-                    Err(error) => Err(BackendError::reply(Bytes::from_static(error.as_bytes()))),
-                })
-                .collect();
+            let each = write_run(inner, &mut conn, shape, &rest[..run.len()], &run).await?;
             finish_run(
                 &rest[..run.len()],
                 each,
@@ -681,6 +480,99 @@ async fn optimistic(
     let outcomes = commit_outcomes(inner, &mut conn, &changed, outcomes, progress).await;
     held.keep(conn);
     Some(outcomes)
+}
+
+/// A run of plain SETs, written by one statement: each answers OK. None when it failed, and
+/// the group's transaction was rolled back.
+async fn write_sets(
+    inner: &Inner,
+    conn: &mut TxConn,
+    sets: &[(&[u8], &[u8])],
+) -> Option<Vec<GroupOutcome>> {
+    let written = Ctx::new(conn, super::now_ms(), Proto::Resp2, inner.dialect, true)
+        .put_strings(sets)
+        .await;
+    if let Err(f) = written {
+        // Undone whole; the careful pass runs each on its own and answers its error.
+        undo_run(conn, f).await;
+        return None;
+    }
+    Some(sets.iter().map(|_| Ok(vec![super::store::ok()])).collect())
+}
+
+/// A run of one `shape`, the jobs `ran` with their arguments after the name `run`, written by
+/// a few multi-row statements: each job's own outcome. None when it failed, and the group's
+/// transaction was rolled back.
+async fn write_run(
+    inner: &Inner,
+    conn: &mut TxConn,
+    shape: Shape,
+    ran: &[Job],
+    run: &[&[Bytes]],
+) -> Option<Vec<GroupOutcome>> {
+    let mut ctx = Ctx::new(conn, super::now_ms(), Proto::Resp2, inner.dialect, true);
+    let keyed = || -> Vec<(&[u8], &[Bytes])> {
+        // A SADD or HSET of the run has a key (`shape`).
+        run.iter()
+            .map(|args| match args.split_first() {
+                Some((key, rest)) => (key.as_ref(), rest),
+                None => (&[][..], *args),
+            })
+            .collect()
+    };
+    // None from the collection runs: the key holds another kind.
+    let wrong = |each: Vec<Option<i64>>| -> Vec<Result<Frame, &'static str>> {
+        let wrongtype = super::store::WRONGTYPE;
+        let int = super::store::int;
+        each.into_iter()
+            .map(|n| n.map(int).ok_or(wrongtype))
+            .collect()
+    };
+    let applied = match shape {
+        Shape::Sadd => super::sets::sadd_run(&mut ctx, &keyed()).await.map(wrong),
+        Shape::Hset => super::hashes::hset_run(&mut ctx, &keyed()).await.map(wrong),
+        Shape::Del => super::keys::del_run(&mut ctx, run).await.map(wrong),
+        Shape::Incr => {
+            let increments: Vec<(&[u8], i64)> = ran.iter().filter_map(Job::increment).collect();
+            let each = super::strings::incr_run(&mut ctx, &increments).await;
+            each.map(|each| {
+                let int = super::store::int;
+                each.into_iter().map(|n| n.map(int)).collect()
+            })
+        }
+        Shape::Xadd => {
+            let adds: Vec<_> = run
+                .iter()
+                .filter_map(|args| super::streams::plain_add(args))
+                .collect();
+            super::streams::xadd_run(&mut ctx, &adds).await
+        }
+    };
+    let added = match applied {
+        Ok(added) => added,
+        Err(f) => {
+            // As for SETs: undone whole, and run again one by one.
+            undo_run(conn, f).await;
+            return None;
+        }
+    };
+    let each = added
+        .into_iter()
+        .map(|added| match added {
+            Ok(frame) => Ok(vec![frame]),
+            Err(error) => Err(BackendError::reply(Bytes::from_static(error.as_bytes()))),
+        })
+        .collect();
+    Some(each)
+}
+
+/// A run whose statements failed: its connection abandoned on a database error, and the
+/// group's transaction rolled back.
+async fn undo_run(conn: &mut TxConn, f: super::store::Fail) {
+    if let super::store::Fail::Sql(e) = f {
+        let _ = abandon(conn, e);
+    }
+    rollback(conn).await;
 }
 
 /// What `shape` takes of the jobs at the start of `rest`, up to the first it refuses or that
@@ -826,62 +718,6 @@ async fn careful(
     commit_outcomes(inner, &mut conn, &changed, outcomes, progress).await
 }
 
-/// The keys the group's applied requests changed so far (`watch`): a later request of the
-/// same transaction whose `EXEC` watched one of them is aborted (its check would read the
-/// version before the group raises it), and at the end their versions are raised, with one
-/// statement.
-#[derive(Default)]
-struct Changed {
-    /// Every key (`FLUSHDB`, `FLUSHALL`).
-    all: bool,
-    keys: std::collections::HashSet<Vec<u8>>,
-}
-
-impl Changed {
-    /// Notes what an applied request changed.
-    fn note(&mut self, job: &Job, outcome: &GroupOutcome) {
-        let Ok(replies) = outcome else { return };
-        for (args, reply) in job.commands.iter().zip(replies) {
-            let name = args.first().map_or(&[][..], |n| n.as_ref());
-            // A blocking pop that found nothing changed nothing.
-            if matches!(reply, Frame::Null) && super::blocking::is_blocking(name) {
-                continue;
-            }
-            match super::watch::modified(args) {
-                Some(keys) => self.keys.extend(keys.into_iter().map(<[u8]>::to_vec)),
-                None => self.all = true,
-            }
-        }
-    }
-
-    /// Whether `job` is an `EXEC` that watched a key changed earlier in the group.
-    fn conflicts(&self, job: &Job) -> bool {
-        job.commands.iter().any(|args| {
-            args.first()
-                .is_some_and(|n| n.as_ref() == super::watch::CHECK)
-                && args
-                    .iter()
-                    .skip(1)
-                    .step_by(2)
-                    .any(|k| self.all || self.keys.contains(k.as_ref()))
-        })
-    }
-
-    /// Raises the versions of the watched keys among those changed.
-    async fn touch(&self, inner: &Inner, conn: &mut TxConn) -> Result<(), super::store::Fail> {
-        if !self.all && self.keys.is_empty() {
-            return Ok(());
-        }
-        let mut ctx = Ctx::new(conn, 0, Proto::Resp2, inner.dialect, true);
-        if self.all {
-            return super::watch::touch(&mut ctx, None).await;
-        }
-        let mut keys: Vec<&[u8]> = self.keys.iter().map(Vec::as_slice).collect();
-        keys.sort_unstable();
-        super::watch::touch(&mut ctx, Some(&keys)).await
-    }
-}
-
 /// The transaction cannot go on: nothing of it is committed, so every job fails with the
 /// same error, before COMMIT.
 async fn rollback_all(conn: &mut TxConn, jobs: usize, error: BackendError) -> Vec<GroupOutcome> {
@@ -893,442 +729,4 @@ async fn rollback_all(conn: &mut TxConn, jobs: usize, error: BackendError) -> Ve
 /// One failure handed to several requests: each gets the same error, and so the same class.
 fn share(error: &Arc<BackendError>) -> BackendError {
     BackendError::Shared(error.clone())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{claim, give_up, run_of, Job, Shape, Tokens};
-    use super::{CLAIMED, GAVE_UP, QUEUED, TAKEN, WITHDRAWN};
-    use crate::backend::Proto;
-    use bytes::Bytes;
-    use std::sync::atomic::{AtomicU8, Ordering};
-    use std::sync::Arc;
-
-    #[test]
-    fn a_job_is_claimed_or_given_up_never_both() {
-        // (state before, give_up's state after, claim's answer and state after)
-        let cases = [
-            (QUEUED, WITHDRAWN, (false, QUEUED)),
-            (TAKEN, GAVE_UP, (true, CLAIMED)),
-            (CLAIMED, CLAIMED, (true, CLAIMED)),
-            (GAVE_UP, GAVE_UP, (false, GAVE_UP)),
-            (WITHDRAWN, WITHDRAWN, (false, WITHDRAWN)),
-        ];
-        for (before, given_up, (claimed, after)) in cases {
-            let state = AtomicU8::new(before);
-            give_up(&state);
-            assert_eq!(state.load(Ordering::Acquire), given_up, "give up {before}");
-            let state = AtomicU8::new(before);
-            assert_eq!(claim(&state), claimed, "claim {before}");
-            assert_eq!(state.load(Ordering::Acquire), after, "claim {before}");
-            // Whichever comes first, the other does not undo it.
-            let state = AtomicU8::new(before);
-            let won = claim(&state);
-            give_up(&state);
-            assert_eq!(won, claim(&state), "a claim stands {before}");
-            // A submitter that goes (its future dropped) gives up as one that timed out.
-            let state = AtomicU8::new(before);
-            drop(super::Waiting(&state));
-            assert_eq!(state.load(Ordering::Acquire), given_up, "dropped {before}");
-        }
-    }
-
-    /// On a real SQLite file: a first dispatch's token is not looked up, a dispatch sent
-    /// again finds its reply, and a job given up on before its claim is not applied.
-    /// A SQLite backend on a file in `dir`, its schema made.
-    async fn sqlite(dir: &tempfile::TempDir) -> super::super::SqlBackend {
-        use crate::backend::{Backend, Request};
-        let path = dir.path().join("g.db");
-        let config = crate::config::SqliteConfig::at(path.to_str().unwrap());
-        let Ok(Backend::Sql(backend)) = Backend::build(
-            "g",
-            &crate::config::BackendConfig::Sqlite(config),
-            &Arc::default(),
-        ) else {
-            panic!("a SQLite backend");
-        };
-        // The schema is made in the background.
-        let ping = [Bytes::from_static(b"GET"), Bytes::from_static(b"n")];
-        let started = std::time::Instant::now();
-        while backend
-            .dispatch(
-                &Request::new(&ping, Proto::Resp2, 1),
-                std::time::Duration::from_secs(5),
-            )
-            .await
-            .is_err()
-        {
-            assert!(started.elapsed() < std::time::Duration::from_secs(10));
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-        backend
-    }
-
-    /// Each outcome's integer reply; None for an error or another kind of reply.
-    fn integers(outcomes: Vec<super::GroupOutcome>) -> Vec<Option<i64>> {
-        outcomes
-            .into_iter()
-            .map(|o| match o.ok()?.first()? {
-                redis_protocol::resp3::types::BytesFrame::Number { data, .. } => Some(*data),
-                _ => None,
-            })
-            .collect()
-    }
-
-    #[tokio::test]
-    async fn a_group_applies_what_is_claimed_and_reads_only_tokens_sent_before() {
-        use crate::backend::Request;
-        let dir = tempfile::tempdir().unwrap();
-        let backend = sqlite(&dir).await;
-        let get = [Bytes::from_static(b"GET"), Bytes::from_static(b"n")];
-        let read = || async {
-            let request = Request::new(&get, Proto::Resp2, 1);
-            backend
-                .dispatch(&request, std::time::Duration::from_secs(5))
-                .await
-        };
-        let incr = |token: &str, again: bool| Job {
-            again,
-            ..job(&["INCR", "n"], Some(token), false)
-        };
-        let inner = &backend.inner;
-        let run = |jobs: Vec<(Job, u8)>| async move {
-            let (group, states): (Vec<Job>, Vec<Arc<AtomicU8>>) = jobs
-                .into_iter()
-                .map(|(job, s)| (job, Arc::new(AtomicU8::new(s))))
-                .unzip();
-            let progress = super::Progress::default();
-            let mut held = super::Held::default();
-            let outcomes = super::commit_group(inner, &group, &states, &mut held, &progress).await;
-            let replies = integers(outcomes);
-            let value = match read().await.unwrap() {
-                redis_protocol::resp3::types::BytesFrame::BlobString { data, .. } => {
-                    String::from_utf8_lossy(&data).into_owned()
-                }
-                other => format!("{other:?}"),
-            };
-            (replies, value)
-        };
-        // (what, the group's jobs and their entries' states, each job's reply, n after)
-        type Case = (&'static str, Vec<(Job, u8)>, Vec<Option<i64>>, &'static str);
-        let cases: Vec<Case> = vec![
-            (
-                "first dispatch",
-                vec![(incr("a", false), TAKEN)],
-                vec![Some(1)],
-                "1",
-            ),
-            (
-                "sent again",
-                vec![(incr("a", true), TAKEN)],
-                vec![Some(1)],
-                "1",
-            ),
-            // What a first dispatch skips: the lookup. (The executor never sends a token's
-            // first dispatch twice; this shows the read is not made.)
-            (
-                "not looked up",
-                vec![(incr("a", false), TAKEN)],
-                vec![Some(2)],
-                "2",
-            ),
-            (
-                "given up",
-                vec![(incr("b", false), GAVE_UP)],
-                vec![None],
-                "2",
-            ),
-            (
-                "given up beside a claimed one",
-                vec![
-                    (incr("c", false), GAVE_UP),
-                    (incr("d", false), TAKEN),
-                    (incr("c", true), TAKEN),
-                ],
-                vec![None, Some(3), Some(4)],
-                "4",
-            ),
-            (
-                "claimed before",
-                vec![(incr("e", false), CLAIMED)],
-                vec![Some(5)],
-                "5",
-            ),
-            (
-                "and then sent again",
-                vec![(incr("e", true), TAKEN)],
-                vec![Some(5)],
-                "5",
-            ),
-        ];
-        for (what, jobs, replies, value) in cases {
-            assert_eq!(run(jobs).await, (replies, value.to_string()), "{what}");
-        }
-    }
-
-    /// On a real SQLite file, through both passes of a group (one run of multi-row
-    /// statements, and a savepoint per request): a reply that proves nothing changed
-    /// records no token, so its retry applies afresh; any other reply is recorded, and its
-    /// retry answers it whatever the keys hold by then.
-    #[tokio::test]
-    async fn exact_mode_records_no_token_for_a_write_that_changed_nothing() {
-        let dir = tempfile::tempdir().unwrap();
-        let backend = sqlite(&dir).await;
-        let inner = &backend.inner;
-        for careful in [false, true] {
-            let pass = if careful { "careful" } else { "optimistic" };
-            let run = |jobs: Vec<Job>| async move {
-                let states: Vec<Arc<AtomicU8>> = jobs
-                    .iter()
-                    .map(|_| Arc::new(AtomicU8::new(TAKEN)))
-                    .collect();
-                let progress = super::Progress::default();
-                let outcomes = if careful {
-                    super::careful(inner, &jobs, &states, &progress).await
-                } else {
-                    let mut held = super::Held::default();
-                    super::commit_group(inner, &jobs, &states, &mut held, &progress).await
-                };
-                integers(outcomes)
-            };
-            let first = |args: &[&str], token: &str| job(args, Some(token), false);
-            let again = |args: &[&str], token: &str| Job {
-                again: true,
-                ..job(args, Some(token), false)
-            };
-            let t = |name: &str| format!("{pass}-{name}");
-            // Keys of each pass's own.
-            let (k, j, s) = (
-                format!("{pass}:k"),
-                format!("{pass}:j"),
-                format!("{pass}:s"),
-            );
-            let (k, j, s) = (k.as_str(), j.as_str(), s.as_str());
-            let plain = |args: &[&str]| job(args, None, false);
-            // The first case's three requests, sent again with their tokens.
-            let retries = || {
-                vec![
-                    again(&["DEL", k], &t("a")),
-                    again(&["DEL", j], &t("b")),
-                    again(&["SADD", s, "m"], &t("c")),
-                ]
-            };
-            // (what, the group, each job's reply)
-            type Case<'a> = (&'a str, Vec<Job>, Vec<Option<i64>>);
-            let cases: Vec<Case> = vec![
-                (
-                    "DELs of absent keys, and a SADD of a member already there",
-                    vec![
-                        plain(&["SADD", s, "m"]),
-                        first(&["DEL", k], &t("a")),
-                        first(&["DEL", j], &t("b")),
-                        first(&["SADD", s, "m"], &t("c")),
-                    ],
-                    vec![Some(1), Some(0), Some(0), Some(0)],
-                ),
-                (
-                    "the keys written by another client",
-                    vec![
-                        plain(&["SET", k, "1"]),
-                        plain(&["SET", j, "1"]),
-                        plain(&["SREM", s, "m"]),
-                    ],
-                    vec![None, None, Some(1)],
-                ),
-                (
-                    "retried: no token, so applied afresh",
-                    retries(),
-                    vec![Some(1), Some(1), Some(1)],
-                ),
-                (
-                    "retried again: those replies changed something, and were recorded",
-                    retries(),
-                    vec![Some(1), Some(1), Some(1)],
-                ),
-            ];
-            for (what, jobs, want) in cases {
-                assert_eq!(run(jobs).await, want, "{pass}: {what}");
-            }
-        }
-    }
-
-    /// The gap between the passes: the optimistic pass claimed a request and rolled back,
-    /// releasing its key locks, and before the careful pass takes them again a retry of the
-    /// same request (its token, sent again) is applied by another writer and commits. The
-    /// careful pass looks for the token under its locks (`apply_exact`: on PostgreSQL a
-    /// statement of its own, after the locks, so it sees that commit) and answers the
-    /// retry's reply, applying nothing. In the other order the retry finds the careful
-    /// pass's token. Either way the request is applied once.
-    #[tokio::test]
-    async fn a_retry_applied_between_the_two_passes_is_not_applied_again() {
-        let dir = tempfile::tempdir().unwrap();
-        let backend = sqlite(&dir).await;
-        let inner = &backend.inner;
-        let states = |state: u8| vec![Arc::new(AtomicU8::new(state))];
-        let progress = super::Progress::default();
-        let incr = |key: &str, again: bool| Job {
-            again,
-            ..job(&["INCR", key], Some(key), false)
-        };
-        // A group that commits keeps SQLite's one writer connection (`held`); the careful
-        // pass opens its own, so none is kept here.
-        let group = |jobs: Vec<Job>, state: u8| async move {
-            let states: Vec<Arc<AtomicU8>> = jobs
-                .iter()
-                .map(|_| Arc::new(AtomicU8::new(state)))
-                .collect();
-            let progress = super::Progress::default();
-            integers(
-                super::commit_group(
-                    inner,
-                    &jobs,
-                    &states,
-                    &mut super::Held::default(),
-                    &progress,
-                )
-                .await,
-            )
-        };
-        // The retry first, then the careful pass of the claimed first dispatch.
-        let retry = group(vec![incr("x", true)], TAKEN).await;
-        let careful = super::careful(inner, &[incr("x", false)], &states(CLAIMED), &progress).await;
-        assert_eq!((retry, integers(careful)), (vec![Some(1)], vec![Some(1)]));
-        // The careful pass first, then the retry.
-        let careful = super::careful(inner, &[incr("y", false)], &states(CLAIMED), &progress).await;
-        let retry = group(vec![incr("y", true)], TAKEN).await;
-        assert_eq!((integers(careful), retry), (vec![Some(1)], vec![Some(1)]));
-        // Applied once each: a plain INCR after them counts 2.
-        let after = group(
-            vec![
-                job(&["INCR", "x"], None, false),
-                job(&["INCR", "y"], None, false),
-            ],
-            TAKEN,
-        )
-        .await;
-        assert_eq!(after, vec![Some(2), Some(2)]);
-    }
-
-    fn job(args: &[&str], token: Option<&str>, batch: bool) -> Job {
-        Job {
-            commands: vec![args.iter().map(|a| Bytes::from(a.to_string())).collect()],
-            proto: Proto::Resp2,
-            batch,
-            token: token.map(|t| t.as_bytes().to_vec()),
-            again: false,
-        }
-    }
-
-    /// How many jobs from the start of `jobs` go into one run of the first one's shape.
-    fn run_length(jobs: &[Job], recorded: &[&str]) -> usize {
-        let mut tokens = Tokens::default();
-        for t in recorded {
-            tokens.recorded.insert(t.as_bytes().to_vec(), Vec::new());
-        }
-        let shape = jobs[0].shape().map(|(s, _)| s);
-        run_of(jobs, &tokens, |j| {
-            j.shape().filter(|(s, _)| Some(*s) == shape)
-        })
-        .len()
-    }
-
-    #[test]
-    fn a_run_stops_where_exact_mode_must_answer_a_job_on_its_own() {
-        let sadd = |t| job(&["SADD", "s", "m"], t, false);
-        let cases: &[(&str, Vec<Job>, &[&str], usize)] = &[
-            (
-                "fast mode",
-                vec![sadd(None), sadd(None), sadd(None)],
-                &[],
-                3,
-            ),
-            (
-                "tokens of their own",
-                vec![sadd(Some("a")), sadd(Some("b"))],
-                &[],
-                2,
-            ),
-            (
-                "a recorded reply answers its job",
-                vec![sadd(Some("a")), sadd(Some("b")), sadd(Some("c"))],
-                &["b"],
-                1,
-            ),
-            (
-                "a retry behind its first attempt",
-                vec![sadd(Some("a")), sadd(Some("b")), sadd(Some("a"))],
-                &[],
-                2,
-            ),
-            (
-                "another shape",
-                vec![sadd(None), job(&["HSET", "h", "f", "v"], None, false)],
-                &[],
-                1,
-            ),
-            (
-                "a MULTI",
-                vec![sadd(None), job(&["SADD", "s", "m"], None, true)],
-                &[],
-                1,
-            ),
-            (
-                "HSET without a value",
-                vec![
-                    job(&["HSET", "h", "f", "v"], None, false),
-                    job(&["HSET", "h", "f"], None, false),
-                ],
-                &[],
-                1,
-            ),
-            (
-                "DEL and UNLINK are one shape",
-                vec![
-                    job(&["DEL", "a"], None, false),
-                    job(&["UNLINK", "b", "c"], None, false),
-                ],
-                &[],
-                2,
-            ),
-        ];
-        for (what, jobs, recorded, want) in cases {
-            assert_eq!(run_length(jobs, recorded), *want, "{what}");
-        }
-        assert!(matches!(
-            job(&["DEL", "a"], None, false).shape(),
-            Some((Shape::Del, _))
-        ));
-    }
-
-    #[test]
-    fn increments_that_join_a_run_and_those_that_answer_alone() {
-        let min = i64::MIN.to_string();
-        let max = i64::MAX.to_string();
-        let cases: &[(&[&str], Option<i64>)] = &[
-            (&["INCR", "k"], Some(1)),
-            (&["decr", "k"], Some(-1)),
-            (&["INCRBY", "k", "5"], Some(5)),
-            (&["INCRBY", "k", "-5"], Some(-5)),
-            (&["DECRBY", "k", "5"], Some(-5)),
-            (&["DECRBY", "k", &max], Some(-i64::MAX)),
-            (&["INCRBY", "k", &min], Some(i64::MIN)),
-            // Their errors are answered on their own.
-            (&["DECRBY", "k", &min], None),
-            (&["INCRBY", "k", "x"], None),
-            (&["INCRBY", "k", "1.5"], None),
-            (&["INCRBY", "k"], None),
-            (&["INCR", "k", "1"], None),
-            (&["INCRBYFLOAT", "k", "1"], None),
-        ];
-        for (args, want) in cases {
-            let job = job(args, None, false);
-            assert_eq!(job.increment().map(|(_, by)| by), *want, "{args:?}");
-            assert_eq!(
-                matches!(job.shape(), Some((Shape::Incr, _))),
-                want.is_some(),
-                "{args:?}"
-            );
-        }
-        assert_eq!(job(&["INCR", "k"], None, true).increment(), None, "a MULTI");
-    }
 }
