@@ -372,7 +372,9 @@ impl Job {
             Shape::Del
         } else if self.increment().is_some() {
             Shape::Incr
-        } else if name.eq_ignore_ascii_case(b"XADD") && super::streams::plain_add(args).is_some() {
+        } else if name.eq_ignore_ascii_case(b"XADD")
+            && super::streams::write::plain_add(args).is_some()
+        {
             Shape::Xadd
         } else {
             return None;
@@ -400,7 +402,7 @@ impl Job {
 /// The group without savepoints; None when it had to be rolled back. A run of plain SETs is
 /// written by one statement, a run of SADDs, HSETs, DELs or increments by a few
 /// (`sets::sadd_run`, `hashes::hset_run`, `keys::del_run`, `strings::incr_run`,
-/// `streams::xadd_run`). Only a group that committed leaves its connection to `held`: every
+/// `streams::write::xadd_run`). Only a group that committed leaves its connection to `held`: every
 /// failure on the way may have put it in doubt.
 async fn optimistic(
     inner: &Inner,
@@ -543,9 +545,9 @@ async fn write_run(
         Shape::Xadd => {
             let adds: Vec<_> = run
                 .iter()
-                .filter_map(|args| super::streams::plain_add(args))
+                .filter_map(|args| super::streams::write::plain_add(args))
                 .collect();
-            super::streams::xadd_run(&mut ctx, &adds).await
+            super::streams::write::xadd_run(&mut ctx, &adds).await
         }
     };
     let added = match applied {
@@ -619,7 +621,7 @@ enum Shape {
     Del,
     /// `INCR`, `DECR`, `INCRBY`, `DECRBY`.
     Incr,
-    /// `XADD` without trimming (`streams::plain_add`).
+    /// `XADD` without trimming (`streams::write::plain_add`).
     Xadd,
 }
 

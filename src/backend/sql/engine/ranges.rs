@@ -12,7 +12,8 @@
 
 use super::reads::{bounded, in_parts, work_error, Answer};
 use super::store::{array, null, placeholders, Dialect, Kind, WRONGTYPE};
-use super::streams::{col, entry, range_args, uncol, Id, Range};
+use super::streams::read::{range_args, Range};
+use super::streams::{col, entry, uncol, Id};
 use super::Inner;
 use crate::backend::BackendError;
 use bytes::Bytes;

@@ -253,9 +253,9 @@ commands! {
     | b"BZMPOP"              => Write,     Alone,              blocking::attempt(ctx, a).await;
     b"LPOS"                  => Read,      Alone,              lists::lpos(ctx, a).await;
     b"LINSERT"               => Write,     Alone,              lists::linsert(ctx, a).await;
-    b"XREAD"                 => Read,      Alone,              streams::xread(ctx, a).await;
-    b"XSETID"                => Write,     Alone,              streams::xsetid(ctx, a).await;
-    b"HF.XLAST"              => Read,      Alone,              streams::xlast(ctx, a).await;
+    b"XREAD"                 => Read,      Alone,              streams::read::xread(ctx, a).await;
+    b"XSETID"                => Write,     Alone,              streams::write::xsetid(ctx, a).await;
+    b"HF.XLAST"              => Read,      Alone,              streams::read::xlast(ctx, a).await;
     b"XGROUP"                => Write,     Alone,              stream_groups::manage::xgroup(ctx, a).await;
     b"XREADGROUP"            => Write,     Alone,              stream_groups::consume::xreadgroup(ctx, a).await;
     b"XACK"                  => Write,     Alone,              stream_groups::consume::xack(ctx, a).await;
@@ -277,12 +277,12 @@ commands! {
     b"PUBLISH"               => Write,     Alone,              pubsub::publish(ctx, a, false).await;
     b"SPUBLISH"              => Write,     Alone,              pubsub::publish(ctx, a, true).await;
     b"TIME"                  => Read,      Alone,              Ok(time());
-    b"XADD"                  => Write,     Alone,              streams::xadd(ctx, a).await;
-    b"XTRIM"                 => Write,     Alone,              streams::xtrim(ctx, a).await;
-    b"XLEN"                  => Read,      Alone,              streams::xlen(ctx, a).await;
-    b"XDEL"                  => Write,     Alone,              streams::xdel(ctx, a).await;
-    b"XRANGE"                => Read,      Alone,              streams::xrange(ctx, a, false).await;
-    b"XREVRANGE"             => Read,      Alone,              streams::xrange(ctx, a, true).await;
+    b"XADD"                  => Write,     Alone,              streams::write::xadd(ctx, a).await;
+    b"XTRIM"                 => Write,     Alone,              streams::write::xtrim(ctx, a).await;
+    b"XLEN"                  => Read,      Alone,              streams::read::xlen(ctx, a).await;
+    b"XDEL"                  => Write,     Alone,              streams::write::xdel(ctx, a).await;
+    b"XRANGE"                => Read,      Alone,              streams::read::xrange(ctx, a, false).await;
+    b"XREVRANGE"             => Read,      Alone,              streams::read::xrange(ctx, a, true).await;
     b"HF.WATCH"              => Write,     Alone,              watch::watch(ctx, a).await;
     b"HF.WATCHED"            => Read,      Alone,              watch::check(ctx, a).await;
 }

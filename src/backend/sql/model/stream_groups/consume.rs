@@ -4,9 +4,8 @@
 
 use super::super::args::{self, is};
 use super::super::store::*;
-use super::super::streams::{
-    col, entries_after, entry, keyed, parse_id, range_end, Head, Id, Shape,
-};
+use super::super::streams::read::{block_ms, entries_after, keyed};
+use super::super::streams::{col, entry, parse_id, range_end, Head, Id, Shape};
 use super::{arg, group, lossy, save_group, seen, stream, strict, Group, UNKNOWN};
 use bytes::Bytes;
 use redis_protocol::resp3::types::BytesFrame as Frame;
@@ -30,7 +29,7 @@ pub async fn xreadgroup(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
         let more = a.len() - i - 1;
         let opt = arg(a, i);
         if is(opt, "BLOCK") && more > 0 {
-            super::super::streams::block_ms(arg(a, i + 1))?;
+            block_ms(arg(a, i + 1))?;
             i += 1;
         } else if is(opt, "COUNT") && more > 0 {
             count = args::int(arg(a, i + 1))?.max(0);

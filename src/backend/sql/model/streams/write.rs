@@ -1,248 +1,17 @@
-//! Streams as an append-only log over `hf_stream`. An id's two u64 halves are stored with
-//! their top bit flipped, so signed 64-bit columns sort them as unsigned. The stream's
-//! [`Head`] lives in its key row (`value`): its last id, kept past deletions as Redis keeps
-//! it, the number of entries ever added and the greatest id `XDEL` removed (`XINFO` and the
-//! consumer groups' lag read them). Consumer groups are `stream_groups`.
+//! Streams written: `XADD` (one, or a run of them by a few statements), `XTRIM`, `XDEL`
+//! and `XSETID`.
 //!
 //! Approximate trimming (`~`) trims nothing: Redis trims whole internal nodes only, so "at
 //! least N entries" is what both promise, and keeping all of them is the exact-reply choice
 //! for the small streams where Redis trims nothing either.
 
-use super::args::is;
-use super::store::*;
-use super::strings::arg;
+use super::super::args::{self, is};
+use super::super::store::*;
+use super::super::strings::arg;
+use super::{col, digits, encode_fields, parse_id, uncol, Head, Id, INVALID_ID};
 use bytes::Bytes;
+use redis_protocol::resp3::types::BytesFrame as Frame;
 use sqlx::Row;
-
-pub(crate) const INVALID_ID: &str = "ERR Invalid stream ID specified as stream command argument";
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct Id {
-    pub ms: u64,
-    pub seq: u64,
-}
-
-impl Id {
-    pub const MIN: Id = Id { ms: 0, seq: 0 };
-    pub const MAX: Id = Id {
-        ms: u64::MAX,
-        seq: u64::MAX,
-    };
-
-    pub fn text(self) -> Bytes {
-        Bytes::from(format!("{}-{}", self.ms, self.seq))
-    }
-
-    fn stored(self) -> [u8; 16] {
-        let mut out = [0u8; 16];
-        out[..8].copy_from_slice(&self.ms.to_be_bytes());
-        out[8..].copy_from_slice(&self.seq.to_be_bytes());
-        out
-    }
-
-    fn from_stored(raw: Option<&[u8]>) -> Id {
-        let half = |r: Option<&[u8]>| {
-            r.and_then(|b| <[u8; 8]>::try_from(b).ok())
-                .map_or(0, u64::from_be_bytes)
-        };
-        Id {
-            ms: half(raw.and_then(|r| r.get(..8))),
-            seq: half(raw.and_then(|r| r.get(8..16))),
-        }
-    }
-
-    /// The id of a row's `ms, seq` columns at `at`, `at + 1`.
-    pub fn of_row(row: &sqlx::any::AnyRow, at: usize) -> Result<Id, Fail> {
-        Ok(Id {
-            ms: uncol(row.try_get(at)?),
-            seq: uncol(row.try_get(at + 1)?),
-        })
-    }
-
-    pub fn next(self) -> Option<Id> {
-        if self.seq < u64::MAX {
-            Some(Id {
-                ms: self.ms,
-                seq: self.seq + 1,
-            })
-        } else if self.ms < u64::MAX {
-            Some(Id {
-                ms: self.ms + 1,
-                seq: 0,
-            })
-        } else {
-            None
-        }
-    }
-
-    pub fn prev(self) -> Option<Id> {
-        if self.seq > 0 {
-            Some(Id {
-                ms: self.ms,
-                seq: self.seq - 1,
-            })
-        } else if self.ms > 0 {
-            Some(Id {
-                ms: self.ms - 1,
-                seq: u64::MAX,
-            })
-        } else {
-            None
-        }
-    }
-}
-
-/// What a stream's key row keeps beside its entries.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Head {
-    /// The last id added (or set by `XSETID`).
-    pub last: Id,
-    /// Entries ever added; None in a row written before holdfast counted them (read as the
-    /// length then).
-    pub added: Option<u64>,
-    /// The greatest id `XDEL` removed (0-0: none).
-    pub max_deleted: Id,
-}
-
-impl Head {
-    pub fn from_stored(raw: Option<&[u8]>) -> Head {
-        let raw = raw.unwrap_or_default();
-        let added = raw
-            .get(16..24)
-            .and_then(|b| <[u8; 8]>::try_from(b).ok())
-            .map(u64::from_be_bytes);
-        Head {
-            last: Id::from_stored(raw.get(..16)),
-            added,
-            max_deleted: Id::from_stored(raw.get(24..40)),
-        }
-    }
-
-    fn stored(self, length: i64) -> [u8; 40] {
-        let mut out = [0u8; 40];
-        out[..16].copy_from_slice(&self.last.stored());
-        out[16..24].copy_from_slice(&self.added(length).to_be_bytes());
-        out[24..].copy_from_slice(&self.max_deleted.stored());
-        out
-    }
-
-    /// Entries ever added, for a stream of `length` entries now.
-    pub fn added(self, length: i64) -> u64 {
-        self.added.unwrap_or(u64::try_from(length).unwrap_or(0))
-    }
-}
-
-/// A stream's head and its entries now: what `XINFO` shows and the lag is computed from.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Shape {
-    pub head: Head,
-    pub length: i64,
-    /// The first entry's id, 0-0 when there is none.
-    pub first: Id,
-    /// The last entry's id, 0-0 when there is none.
-    pub top: Id,
-}
-
-impl Shape {
-    pub async fn read(ctx: &mut Ctx<'_>, key: &[u8], head: Head) -> Result<Shape, Fail> {
-        let length = ctx.count(key, Kind::Stream).await?;
-        let (mut first, mut top) = (Id::MIN, Id::MIN);
-        if length > 0 {
-            first = edge(ctx, key, "ms, seq").await?;
-            top = edge(ctx, key, "ms DESC, seq DESC").await?;
-        }
-        Ok(Shape {
-            head,
-            length,
-            first,
-            top,
-        })
-    }
-
-    pub fn added(&self) -> u64 {
-        self.head.added(self.length)
-    }
-
-    /// Whether an entry at or after `from` was deleted (Redis's `streamRangeHasTombstones`).
-    pub fn tombstones_after(&self, from: Id) -> bool {
-        let deleted = self.head.max_deleted;
-        self.length > 0 && deleted != Id::MIN && self.first <= deleted && from <= deleted
-    }
-
-    /// How many entries were added up to `id`, where that can be known (Redis's
-    /// `streamEstimateDistanceFromFirstEverEntry`); -1 where it cannot.
-    pub fn entries_before(&self, id: Id) -> i64 {
-        let added = i64::try_from(self.added()).unwrap_or(i64::MAX);
-        if added == 0 {
-            return 0;
-        }
-        if self.length == 0 && id <= self.head.last {
-            return added;
-        }
-        if id == self.head.last {
-            return added;
-        }
-        if id > self.head.last {
-            return -1;
-        }
-        let deleted = self.head.max_deleted;
-        if deleted == Id::MIN || deleted < self.first {
-            if id < self.first {
-                return added - self.length;
-            }
-            if id == self.first {
-                return added - self.length + 1;
-            }
-        }
-        -1
-    }
-}
-
-async fn edge(ctx: &mut Ctx<'_>, key: &[u8], order: &str) -> Result<Id, Fail> {
-    let row = sqlx::query(&format!(
-        "SELECT ms, seq FROM hf_stream WHERE key = $1 ORDER BY {order} LIMIT 1"
-    ))
-    .bind(key)
-    .fetch_one(&mut *ctx.conn)
-    .await?;
-    Id::of_row(&row, 0)
-}
-
-/// A u64 as a column value that sorts like it.
-pub(crate) fn col(v: u64) -> i64 {
-    i64::from_ne_bytes((v ^ (1 << 63)).to_ne_bytes())
-}
-
-pub(crate) fn uncol(v: i64) -> u64 {
-    u64::from_ne_bytes(v.to_ne_bytes()) ^ (1 << 63)
-}
-
-fn digits(text: &[u8]) -> Option<u64> {
-    if text.is_empty() || !text.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    std::str::from_utf8(text).ok()?.parse().ok()
-}
-
-/// `ms[-seq]` with a default for a missing seq; `-`/`+` only when `specials`.
-pub(crate) fn parse_id(text: &[u8], missing_seq: u64, specials: bool) -> Option<Id> {
-    if specials && text == b"-" {
-        return Some(Id::MIN);
-    }
-    if specials && text == b"+" {
-        return Some(Id::MAX);
-    }
-    match text.iter().position(|b| *b == b'-') {
-        Some(dash) => Some(Id {
-            ms: digits(text.get(..dash)?)?,
-            seq: digits(text.get(dash + 1..)?)?,
-        }),
-        None => Some(Id {
-            ms: digits(text)?,
-            seq: missing_seq,
-        }),
-    }
-}
 
 /// An XADD id: explicit, `ms-*`, or `*` (None, None).
 #[derive(Clone, Copy)]
@@ -297,7 +66,7 @@ fn trim_options(
             }
             let value = arg(a, i + 1);
             trim = Some(if maxlen {
-                let n = super::args::int(value)?;
+                let n = args::int(value)?;
                 if n < 0 {
                     return fail("ERR The MAXLEN argument must be >= 0.");
                 }
@@ -310,7 +79,7 @@ fn trim_options(
             });
             i += 1;
         } else if is(opt, "LIMIT") && more > 0 {
-            match super::args::parse_i64(arg(a, i + 1)) {
+            match args::parse_i64(arg(a, i + 1)) {
                 Some(n) if n >= 0 => {}
                 _ => return fail("ERR The LIMIT argument must be >= 0."),
             }
@@ -338,30 +107,6 @@ fn trim_options(
     }
     Ok((if approx { None } else { trim }, approx, nomkstream, i))
 }
-
-fn encode_fields(pairs: &[Bytes]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(pairs.iter().map(|p| p.len() + 4).sum());
-    for p in pairs {
-        out.extend_from_slice(&(p.len() as u32).to_be_bytes());
-        out.extend_from_slice(p);
-    }
-    out
-}
-
-pub(crate) fn decode_fields(mut raw: &[u8]) -> Vec<Frame> {
-    let mut out = Vec::new();
-    while raw.len() >= 4 {
-        let len = u32::from_be_bytes([raw[0], raw[1], raw[2], raw[3]]) as usize;
-        let Some(value) = raw.get(4..4 + len) else {
-            break;
-        };
-        out.push(bulk(Bytes::copy_from_slice(value)));
-        raw = &raw[4 + len..];
-    }
-    out
-}
-
-use redis_protocol::resp3::types::BytesFrame as Frame;
 
 async fn apply_trim(ctx: &mut Ctx<'_>, key: &[u8], trim: Trim) -> Result<i64, Fail> {
     let done = match trim {
@@ -644,14 +389,6 @@ pub async fn xtrim(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     }
 }
 
-pub async fn xlen(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
-    let key = arg(a, 1);
-    if ctx.typed(key, Kind::Stream).await?.is_none() {
-        return Ok(int(0));
-    }
-    Ok(int(ctx.count(key, Kind::Stream).await?))
-}
-
 pub async fn xdel(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     let key = arg(a, 1);
     ctx.lock(&[key]).await?;
@@ -689,256 +426,6 @@ pub async fn xdel(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     Ok(int(n))
 }
 
-/// One end of an XRANGE interval; `(` makes it exclusive.
-pub(crate) fn range_end(text: &[u8], start: bool) -> Result<Option<Id>, Fail> {
-    let (exclusive, text) = match text.split_first() {
-        Some((b'(', rest)) => (true, rest),
-        _ => (false, text),
-    };
-    if exclusive && (text == b"-" || text == b"+") {
-        return fail(INVALID_ID);
-    }
-    let missing = if start { 0 } else { u64::MAX };
-    let Some(id) = parse_id(text, missing, true) else {
-        return fail(INVALID_ID);
-    };
-    if !exclusive {
-        return Ok(Some(id));
-    }
-    let moved = if start { id.next() } else { id.prev() };
-    match moved {
-        Some(id) => Ok(Some(id)),
-        None => fail(if start {
-            "ERR invalid start ID for the interval"
-        } else {
-            "ERR invalid end ID for the interval"
-        }),
-    }
-}
-
-/// What an `XRANGE` or `XREVRANGE` asks for, its arguments checked (a syntax or id error
-/// is answered before the key is looked at, as in Redis).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Range<'a> {
-    pub key: &'a [u8],
-    /// The lowest and highest id taken, both included (`XREVRANGE` names them the other way
-    /// round).
-    pub lo: Option<Id>,
-    pub hi: Option<Id>,
-    pub count: Option<i64>,
-}
-
-impl Range<'_> {
-    /// Whether no entry can be in it (so nothing need be read).
-    pub fn empty(&self) -> bool {
-        !matches!((self.lo, self.hi), (Some(lo), Some(hi)) if lo <= hi)
-    }
-}
-
-pub(crate) fn range_args(a: &[Bytes], rev: bool) -> Result<Range<'_>, Fail> {
-    let key = arg(a, 1);
-    let (lo_text, hi_text) = if rev {
-        (arg(a, 3), arg(a, 2))
-    } else {
-        (arg(a, 2), arg(a, 3))
-    };
-    let lo = range_end(lo_text, true)?;
-    let hi = range_end(hi_text, false)?;
-    let mut count = None;
-    let mut j = 4;
-    while j < a.len() {
-        if is(arg(a, j), "COUNT") && j + 1 < a.len() {
-            count = Some(super::args::int(arg(a, j + 1))?.max(0));
-            j += 2;
-        } else {
-            return fail(SYNTAX);
-        }
-    }
-    Ok(Range { key, lo, hi, count })
-}
-
-/// XRANGE and XREVRANGE.
-pub async fn xrange(ctx: &mut Ctx<'_>, a: &[Bytes], rev: bool) -> Out {
-    let range = range_args(a, rev)?;
-    let (key, count) = (range.key, range.count);
-    if ctx.typed(key, Kind::Stream).await?.is_none() {
-        return Ok(array(Vec::new()));
-    }
-    // Redis answers COUNT 0 with a null array, not an empty one.
-    if count == Some(0) {
-        return Ok(null());
-    }
-    let (Some(lo), Some(hi)) = (range.lo, range.hi) else {
-        return Ok(array(Vec::new()));
-    };
-    if range.empty() {
-        return Ok(array(Vec::new()));
-    }
-    let order = if rev { "ms DESC, seq DESC" } else { "ms, seq" };
-    let rows = sqlx::query(&format!(
-        "SELECT ms, seq, fields FROM hf_stream WHERE key = $1 \
-         AND (ms > $2 OR (ms = $2 AND seq >= $3)) AND (ms < $4 OR (ms = $4 AND seq <= $5)) \
-         ORDER BY {order} LIMIT $6"
-    ))
-    .bind(key)
-    .bind(col(lo.ms))
-    .bind(col(lo.seq))
-    .bind(col(hi.ms))
-    .bind(col(hi.seq))
-    .bind(count.unwrap_or(i64::MAX))
-    .fetch_all(&mut *ctx.conn)
-    .await?;
-    let mut out = Vec::with_capacity(rows.len());
-    for row in &rows {
-        let id = Id {
-            ms: uncol(row.try_get(0)?),
-            seq: uncol(row.try_get(1)?),
-        };
-        let fields: Vec<u8> = row.try_get(2)?;
-        out.push(entry(id, &fields));
-    }
-    Ok(array(out))
-}
-
-/// The stream's last id (0-0 when there is no stream); WRONGTYPE for another kind.
-async fn last_id(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Id, Fail> {
-    let meta = ctx.typed(key, Kind::Stream).await?;
-    Ok(Id::from_stored(
-        meta.as_ref().and_then(|m| m.value.as_deref()),
-    ))
-}
-
-/// `XREAD [COUNT count] [BLOCK ms] STREAMS key ... id ...`, one attempt: the entries past
-/// each id (`$`: the stream's last id now), nil when there are none. A map in RESP3.
-pub async fn xread(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
-    let mut count = 0i64;
-    let mut i = 1;
-    let streams = loop {
-        let Some(opt) = a.get(i) else {
-            return fail(SYNTAX);
-        };
-        if is(opt, "COUNT") && i + 1 < a.len() {
-            count = super::args::int(arg(a, i + 1))?.max(0);
-            i += 2;
-        } else if is(opt, "BLOCK") && i + 1 < a.len() {
-            block_ms(arg(a, i + 1))?;
-            i += 2;
-        } else if is(opt, "STREAMS") {
-            break i + 1;
-        } else {
-            return fail(SYNTAX);
-        }
-    };
-    let rest = a.get(streams..).unwrap_or_default();
-    if rest.is_empty() || rest.len() % 2 != 0 {
-        return fail(
-            "ERR Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified.",
-        );
-    }
-    let (keys, ids) = rest.split_at(rest.len() / 2);
-    let mut after = Vec::with_capacity(ids.len());
-    for (key, id) in keys.iter().zip(ids) {
-        if id.as_ref() == b"$" {
-            after.push(last_id(ctx, key).await?);
-        } else {
-            let Some(id) = parse_id(id, 0, false) else {
-                return fail(INVALID_ID);
-            };
-            ctx.typed(key, Kind::Stream).await?;
-            after.push(id);
-        }
-    }
-    let mut found = Vec::new();
-    for (key, from) in keys.iter().zip(after) {
-        let entries = entries_after(ctx, key, from, count).await?;
-        if entries.is_empty() {
-            continue;
-        }
-        let entries = entries
-            .iter()
-            .map(|(id, fields)| entry(*id, fields))
-            .collect();
-        found.push((key.clone(), array(entries)));
-    }
-    if found.is_empty() {
-        return Ok(null());
-    }
-    Ok(keyed(ctx.proto, found))
-}
-
-/// Up to `count` (0: all) entries after `after`, in order.
-pub(crate) async fn entries_after(
-    ctx: &mut Ctx<'_>,
-    key: &[u8],
-    after: Id,
-    count: i64,
-) -> Result<Vec<(Id, Vec<u8>)>, Fail> {
-    let Some(from) = after.next() else {
-        return Ok(Vec::new());
-    };
-    let rows = sqlx::query(
-        "SELECT ms, seq, fields FROM hf_stream WHERE key = $1 \
-         AND (ms > $2 OR (ms = $2 AND seq >= $3)) ORDER BY ms, seq LIMIT $4",
-    )
-    .bind(key)
-    .bind(col(from.ms))
-    .bind(col(from.seq))
-    .bind(if count > 0 { count } else { i64::MAX })
-    .fetch_all(&mut *ctx.conn)
-    .await?;
-    let mut out = Vec::with_capacity(rows.len());
-    for row in &rows {
-        out.push((Id::of_row(row, 0)?, row.try_get(2)?));
-    }
-    Ok(out)
-}
-
-/// One entry as the range commands answer it.
-pub(crate) fn entry(id: Id, fields: &[u8]) -> Frame {
-    array(vec![bulk(id.text()), array(decode_fields(fields))])
-}
-
-/// `XREAD`'s and `XREADGROUP`'s reply: the entries of each stream, a map in RESP3.
-pub(crate) fn keyed(proto: crate::backend::Proto, found: Vec<(Bytes, Frame)>) -> Frame {
-    match proto {
-        crate::backend::Proto::Resp3 => {
-            let mut map = redis_protocol::resp3::types::FrameMap::default();
-            for (key, entries) in found {
-                map.insert(bulk(key), entries);
-            }
-            Frame::Map {
-                data: map,
-                attributes: None,
-            }
-        }
-        crate::backend::Proto::Resp2 => array(
-            found
-                .into_iter()
-                .map(|(key, entries)| array(vec![bulk(key), entries]))
-                .collect(),
-        ),
-    }
-}
-
-/// `XREAD`'s `BLOCK` argument: milliseconds, 0 for ever.
-pub fn block_ms(text: &[u8]) -> Result<u64, Fail> {
-    match super::args::parse_i64(text) {
-        Some(ms) if ms < 0 => fail("ERR timeout is negative"),
-        Some(ms) => Ok(ms.unsigned_abs()),
-        None => fail("ERR timeout is not an integer or out of range"),
-    }
-}
-
-/// `HF.XLAST key ...` (holdfast's own): each stream's last id now, for a blocked `XREAD`
-/// whose `$` must not move while it waits.
-pub async fn xlast(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
-    let mut out = Vec::with_capacity(a.len());
-    for key in a.iter().skip(1) {
-        out.push(bulk(last_id(ctx, key).await?.text()));
-    }
-    Ok(array(out))
-}
-
 /// `XSETID key last-id [ENTRIESADDED entries-added] [MAXDELETEDID max-deleted-id]`: the id
 /// the next `XADD *` must pass, and the two counters `XINFO STREAM` shows.
 pub async fn xsetid(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
@@ -950,7 +437,7 @@ pub async fn xsetid(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     let mut i = 3;
     while i < a.len() {
         if is(arg(a, i), "ENTRIESADDED") && i + 1 < a.len() {
-            let n = super::args::int(arg(a, i + 1))?;
+            let n = args::int(arg(a, i + 1))?;
             if n < 0 {
                 return fail("ERR entries_added must be positive");
             }
