@@ -26,7 +26,8 @@ use bytes::Bytes;
 use redis_protocol::resp3::types::BytesFrame as Frame;
 use sets::Algebra;
 use store::{fail, Ctx, Out};
-use zsets::{Form, ZAlgebra};
+use zsets::algebra::ZAlgebra;
+use zsets::ranges::Form;
 
 /// A command name in upper case, on the stack: looked up three times per request, so no
 /// allocation. A name longer than any served one comes out empty and matches nothing.
@@ -209,29 +210,29 @@ commands! {
     b"ZCARD"                 => Read,      Alone,              zsets::zcard(ctx, a).await;
     b"ZRANK"                 => Read,      Alone,              zsets::zrank(ctx, a, false).await;
     b"ZREVRANK"              => Read,      Alone,              zsets::zrank(ctx, a, true).await;
-    b"ZCOUNT"                => Read,      Alone,              zsets::zcount(ctx, a).await;
-    b"ZRANGE"                => Read,      Alone,              zsets::zrange(ctx, a, Form::Range).await;
-    b"ZREVRANGE"             => Read,      Alone,              zsets::zrange(ctx, a, Form::RevRange).await;
-    b"ZRANGEBYSCORE"         => Read,      Alone,              zsets::zrange(ctx, a, Form::ByScore).await;
-    b"ZREVRANGEBYSCORE"      => Read,      Alone,              zsets::zrange(ctx, a, Form::RevByScore).await;
-    b"ZREMRANGEBYSCORE"      => Write,     Alone,              zsets::zremrangebyscore(ctx, a).await;
-    b"ZRANGEBYLEX"           => Read,      Alone,              zsets::zrangebylex(ctx, a, false).await;
-    b"ZREVRANGEBYLEX"        => Read,      Alone,              zsets::zrangebylex(ctx, a, true).await;
-    b"ZLEXCOUNT"             => Read,      Alone,              zsets::zlexcount(ctx, a).await;
-    b"ZREMRANGEBYLEX"        => Write,     Alone,              zsets::zremrangebylex(ctx, a).await;
-    b"ZREMRANGEBYRANK"       => Write,     Alone,              zsets::zremrangebyrank(ctx, a).await;
+    b"ZCOUNT"                => Read,      Alone,              zsets::ranges::zcount(ctx, a).await;
+    b"ZRANGE"                => Read,      Alone,              zsets::ranges::zrange(ctx, a, Form::Range).await;
+    b"ZREVRANGE"             => Read,      Alone,              zsets::ranges::zrange(ctx, a, Form::RevRange).await;
+    b"ZRANGEBYSCORE"         => Read,      Alone,              zsets::ranges::zrange(ctx, a, Form::ByScore).await;
+    b"ZREVRANGEBYSCORE"      => Read,      Alone,              zsets::ranges::zrange(ctx, a, Form::RevByScore).await;
+    b"ZREMRANGEBYSCORE"      => Write,     Alone,              zsets::ranges::zremrangebyscore(ctx, a).await;
+    b"ZRANGEBYLEX"           => Read,      Alone,              zsets::ranges::zrangebylex(ctx, a, false).await;
+    b"ZREVRANGEBYLEX"        => Read,      Alone,              zsets::ranges::zrangebylex(ctx, a, true).await;
+    b"ZLEXCOUNT"             => Read,      Alone,              zsets::ranges::zlexcount(ctx, a).await;
+    b"ZREMRANGEBYLEX"        => Write,     Alone,              zsets::ranges::zremrangebylex(ctx, a).await;
+    b"ZREMRANGEBYRANK"       => Write,     Alone,              zsets::ranges::zremrangebyrank(ctx, a).await;
     b"ZPOPMIN"               => Write,     Alone,              zsets::zpop(ctx, a, false).await;
     b"ZPOPMAX"               => Write,     Alone,              zsets::zpop(ctx, a, true).await;
     b"ZMPOP"                 => Write,     Alone,              zsets::zmpop(ctx, a).await;
     b"ZRANDMEMBER"           => Read,      Alone,              zsets::zrandmember(ctx, a).await;
     b"ZSCAN"                 => Read,      Alone,              zsets::zscan(ctx, a).await;
-    b"ZINTER"                => Read,      Alone,              zsets::zalgebra(ctx, a, ZAlgebra::Inter).await;
-    b"ZUNION"                => Read,      Alone,              zsets::zalgebra(ctx, a, ZAlgebra::Union).await;
-    b"ZDIFF"                 => Read,      Alone,              zsets::zalgebra(ctx, a, ZAlgebra::Diff).await;
-    b"ZINTERSTORE"           => Write,     Alone,              zsets::zalgebra_store(ctx, a, ZAlgebra::Inter).await;
-    b"ZUNIONSTORE"           => Write,     Alone,              zsets::zalgebra_store(ctx, a, ZAlgebra::Union).await;
-    b"ZDIFFSTORE"            => Write,     Alone,              zsets::zalgebra_store(ctx, a, ZAlgebra::Diff).await;
-    b"ZINTERCARD"            => Read,      Alone,              zsets::zintercard(ctx, a).await;
+    b"ZINTER"                => Read,      Alone,              zsets::algebra::zalgebra(ctx, a, ZAlgebra::Inter).await;
+    b"ZUNION"                => Read,      Alone,              zsets::algebra::zalgebra(ctx, a, ZAlgebra::Union).await;
+    b"ZDIFF"                 => Read,      Alone,              zsets::algebra::zalgebra(ctx, a, ZAlgebra::Diff).await;
+    b"ZINTERSTORE"           => Write,     Alone,              zsets::algebra::zalgebra_store(ctx, a, ZAlgebra::Inter).await;
+    b"ZUNIONSTORE"           => Write,     Alone,              zsets::algebra::zalgebra_store(ctx, a, ZAlgebra::Union).await;
+    b"ZDIFFSTORE"            => Write,     Alone,              zsets::algebra::zalgebra_store(ctx, a, ZAlgebra::Diff).await;
+    b"ZINTERCARD"            => Read,      Alone,              zsets::algebra::zintercard(ctx, a).await;
     b"LPUSH"                 => Write,     Alone,              lists::push(ctx, a, true, false).await;
     b"RPUSH"                 => Write,     Alone,              lists::push(ctx, a, false, false).await;
     b"LPUSHX"                => Write,     Alone,              lists::push(ctx, a, true, true).await;
@@ -271,7 +272,7 @@ commands! {
     b"BITOP"                 => Write,     Alone,              bits::bitop(ctx, a).await;
     b"SORT"                  => Write,     Alone,              sort::sort(ctx, a, false).await;
     b"SORT_RO"               => Read,      Alone,              sort::sort(ctx, a, true).await;
-    b"ZRANGESTORE"           => Write,     Alone,              zsets::zrangestore(ctx, a).await;
+    b"ZRANGESTORE"           => Write,     Alone,              zsets::ranges::zrangestore(ctx, a).await;
     // Every holdfast's subscriptions on the database, from the registry (`broker`).
     b"PUBSUB"                => Read,      Alone,              Ok(pubsub::pubsub(ctx, a).await?);
     b"PUBLISH"               => Write,     Alone,              pubsub::publish(ctx, a, false).await;
