@@ -4,7 +4,7 @@
 use super::super::args::{self, is};
 use super::super::store::*;
 use super::super::strings::arg;
-use super::{by_rank, pairs_reply, put};
+use super::{by_rank, pairs_reply, replace_with};
 use bytes::Bytes;
 
 /// How `ZUNION`/`ZINTER` combine the scores of a member found in several inputs.
@@ -213,13 +213,7 @@ pub async fn zalgebra_store(ctx: &mut Ctx<'_>, a: &[Bytes], op: ZAlgebra) -> Out
     ctx.lock(&locked).await?;
     let (parsed, inputs) = algebra_args(ctx, a, 2, op, &command, true, false).await?;
     let out = combine(op, inputs, &parsed.weights, parsed.aggregate);
-    ctx.delete(dest).await?;
-    if !out.is_empty() {
-        ctx.create(dest, Kind::ZSet, None).await?;
-        for (m, s) in &out {
-            put(ctx, dest, m, *s, true).await?;
-        }
-    }
+    replace_with(ctx, dest, &out).await?;
     Ok(int(out.len() as i64))
 }
 

@@ -42,6 +42,18 @@ async fn put(ctx: &mut Ctx<'_>, key: &[u8], member: &[u8], s: f64, new: bool) ->
     Ok(())
 }
 
+/// Replaces whatever `dest` held with a sorted set of `pairs`; none deletes `dest`.
+async fn replace_with(ctx: &mut Ctx<'_>, dest: &[u8], pairs: &[(Bytes, f64)]) -> Result<(), Fail> {
+    ctx.delete(dest).await?;
+    if !pairs.is_empty() {
+        ctx.create(dest, Kind::ZSet, None).await?;
+        for (m, s) in pairs {
+            put(ctx, dest, m, *s, true).await?;
+        }
+    }
+    Ok(())
+}
+
 const NAN_RESULT: &str = "ERR resulting score is not a number (NaN)";
 
 pub async fn zadd(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {

@@ -5,7 +5,7 @@
 use super::super::args::{self, is};
 use super::super::store::*;
 use super::super::strings::arg;
-use super::{by_rank, put, score, zset};
+use super::{by_rank, replace_with, score, zset};
 use crate::backend::Proto;
 use bytes::Bytes;
 use redis_protocol::resp3::types::BytesFrame as Frame;
@@ -447,12 +447,6 @@ pub async fn zrangestore(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
             stored.push((data, s));
         }
     }
-    ctx.delete(dst).await?;
-    if !stored.is_empty() {
-        ctx.create(dst, Kind::ZSet, None).await?;
-        for (m, s) in &stored {
-            put(ctx, dst, m, *s, true).await?;
-        }
-    }
+    replace_with(ctx, dst, &stored).await?;
     Ok(int(stored.len() as i64))
 }
