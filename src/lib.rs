@@ -30,9 +30,10 @@
 //!   Sentinel names (`sentinel`) or a Cluster's nodes (`cluster`), as configured (`servers`);
 //!   a client's own connection (`dedicated`), dialled ahead (`warm`); exact mode's script and
 //!   token keys (`exact`); a subscriber's own connections (`feed`). `backend::sql`: the Redis
-//!   data model on tables (`model`: one command table, a file per data type) and the engine
-//!   that runs it (`engine`: transactions, group commit, batched reads, deadlines, schema,
-//!   waiters, Pub/Sub's broker); the model never uses the engine, and the Redis and SQL rooms
+//!   data model on tables (`model`: one command table, a file or folder per data type) and
+//!   the engine that runs it (`engine`: a backend opened, a request's transaction and its
+//!   commands, group commit, batched reads, deadlines, failover, schema and expiry, waiters,
+//!   Pub/Sub's broker); the model never uses the engine, and the Redis and SQL rooms
 //!   never use each other. `backend::pubsub`: what a subscriber is sent; `backend::feed`: its
 //!   subscriptions on one backend. A scripted fake for unit tests.
 //! - [`resp`]: request decoding with limits, reply encoding in RESP2 or RESP3, the client's

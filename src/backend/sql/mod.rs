@@ -1,6 +1,7 @@
 //! PostgreSQL and SQLite: the Redis data model on tables (`model`: one command table, a
 //! folder of data types, each command's SQL written once for both databases) and the engine
-//! that runs it (`engine`: transactions, group commit, batched reads, deadlines, the schema,
+//! that runs it (`engine`: a backend opened from its configuration, a request's transaction
+//! and its commands, group commit, batched reads, deadlines, failover, the schema and expiry,
 //! blocked clients and Pub/Sub). The model never uses the engine (`tests/offline/layout.rs`).
 
 mod engine;
