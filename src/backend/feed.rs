@@ -5,7 +5,7 @@
 //! A feed only carries messages. What the client is told (its confirmations and their
 //! counts, over every backend it subscribed on) is the connection's (`connection/subscribe.rs`).
 
-use super::pubsub::{Kind, Outbox};
+use super::pubsub::{Outbox, SubKind};
 
 use super::redis::feed::RedisFeed;
 use super::sql::broker::Ticket;
@@ -29,7 +29,7 @@ impl Feed {
     /// [`BackendError`] when the backend could not be reached in `timeout`.
     pub async fn subscribe(
         &self,
-        kind: Kind,
+        kind: SubKind,
         names: &[Bytes],
         timeout: Duration,
     ) -> Result<(), BackendError> {
@@ -41,7 +41,7 @@ impl Feed {
 
     /// Unsubscribes from `names`, returning once the backend released them (a Redis server
     /// answered; on PostgreSQL the registry changed; on SQLite at once).
-    pub async fn unsubscribe(&self, kind: Kind, names: &[Bytes]) {
+    pub async fn unsubscribe(&self, kind: SubKind, names: &[Bytes]) {
         match self {
             Feed::Redis(feed) => feed.unsubscribe(kind, names).await,
             Feed::Local(ticket) => ticket.unsubscribe(kind, names).await,

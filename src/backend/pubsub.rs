@@ -8,7 +8,7 @@ use tokio::sync::mpsc;
 
 /// The three kinds of subscription Redis keeps apart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Kind {
+pub enum SubKind {
     /// `SUBSCRIBE channel`: `message` deliveries.
     Channel,
     /// `PSUBSCRIBE pattern`: `pmessage` deliveries.
@@ -17,34 +17,34 @@ pub enum Kind {
     Shard,
 }
 
-impl Kind {
-    /// Every kind, in [`Kind::index`] order.
-    pub const ALL: [Kind; 3] = [Kind::Channel, Kind::Pattern, Kind::Shard];
+impl SubKind {
+    /// Every kind, in [`SubKind::index`] order.
+    pub const ALL: [SubKind; 3] = [SubKind::Channel, SubKind::Pattern, SubKind::Shard];
 
     /// Its place in a per-kind array (`[channels, patterns, shard channels]`).
     pub fn index(self) -> usize {
         match self {
-            Kind::Channel => 0,
-            Kind::Pattern => 1,
-            Kind::Shard => 2,
+            SubKind::Channel => 0,
+            SubKind::Pattern => 1,
+            SubKind::Shard => 2,
         }
     }
 
     /// The subscribe command of this kind.
     pub fn subscribe(self) -> &'static [u8] {
         match self {
-            Kind::Channel => b"SUBSCRIBE",
-            Kind::Pattern => b"PSUBSCRIBE",
-            Kind::Shard => b"SSUBSCRIBE",
+            SubKind::Channel => b"SUBSCRIBE",
+            SubKind::Pattern => b"PSUBSCRIBE",
+            SubKind::Shard => b"SSUBSCRIBE",
         }
     }
 
     /// The unsubscribe command of this kind.
     pub fn unsubscribe(self) -> &'static [u8] {
         match self {
-            Kind::Channel => b"UNSUBSCRIBE",
-            Kind::Pattern => b"PUNSUBSCRIBE",
-            Kind::Shard => b"SUNSUBSCRIBE",
+            SubKind::Channel => b"UNSUBSCRIBE",
+            SubKind::Pattern => b"PUNSUBSCRIBE",
+            SubKind::Shard => b"SUNSUBSCRIBE",
         }
     }
 }
@@ -56,8 +56,8 @@ pub struct Delivery {
     /// several backends takes a message only from the one its channel routes to.
     pub backend: Arc<str>,
     /// How the client subscribed to it.
-    pub kind: Kind,
-    /// The pattern that matched (`Kind::Pattern` only).
+    pub kind: SubKind,
+    /// The pattern that matched (`SubKind::Pattern` only).
     pub pattern: Option<Bytes>,
     /// The channel it was published to.
     pub channel: Bytes,

@@ -19,7 +19,7 @@
 
 use super::{array, bulk, error, number, ClientConn, Flow};
 use crate::backend::feed::Feed;
-use crate::backend::pubsub::{Delivery, Kind, Outbox};
+use crate::backend::pubsub::{Delivery, Outbox, SubKind};
 use crate::backend::{Backend, BackendError, DoubleStyle, Proto, Reply};
 use crate::command::Command;
 use crate::error::{classify, ErrorClass};
@@ -41,7 +41,7 @@ pub(super) struct Subscriptions {
     pub(super) rx: mpsc::Receiver<Delivery>,
     /// One feed per backend it subscribed on.
     feeds: Vec<(Arc<Backend>, Feed)>,
-    /// Its names by kind ([`Kind::index`]), each with the feeds (indices into `feeds`) carrying it;
+    /// Its names by kind ([`SubKind::index`]), each with the feeds (indices into `feeds`) carrying it;
     /// in the order subscribed until one is unsubscribed (Redis keeps no order either).
     names: [IndexMap<Bytes, Vec<usize>>; 3],
 }
@@ -55,10 +55,10 @@ impl Drop for Subscriptions {
 impl Subscriptions {
     /// The count Redis reports in a confirmation of `kind`: channels and patterns together,
     /// shard channels apart.
-    fn count(&self, kind: Kind) -> i64 {
+    fn count(&self, kind: SubKind) -> i64 {
         let n = match kind {
-            Kind::Shard => self.names[2].len(),
-            Kind::Channel | Kind::Pattern => self.names[0].len() + self.names[1].len(),
+            SubKind::Shard => self.names[2].len(),
+            SubKind::Channel | SubKind::Pattern => self.names[0].len() + self.names[1].len(),
         };
         n as i64
     }
@@ -68,7 +68,7 @@ impl Subscriptions {
     }
 
     /// Drops `name` of `kind`, once its feeds released it.
-    async fn remove(&mut self, kind: Kind, name: &Bytes) {
+    async fn remove(&mut self, kind: SubKind, name: &Bytes) {
         for at in self.names[kind.index()]
             .swap_remove(name)
             .unwrap_or_default()
@@ -81,7 +81,7 @@ impl Subscriptions {
 
     /// Drops every name of `kind`, once its feeds released them (each feed's in one call);
     /// returns them in the order subscribed.
-    async fn remove_all(&mut self, kind: Kind) -> IndexMap<Bytes, Vec<usize>> {
+    async fn remove_all(&mut self, kind: SubKind) -> IndexMap<Bytes, Vec<usize>> {
         let all = std::mem::take(&mut self.names[kind.index()]);
         let mut by_feed: Vec<Vec<Bytes>> = vec![Vec::new(); self.feeds.len()];
         for (name, feeds) in &all {
@@ -101,26 +101,26 @@ impl Subscriptions {
 }
 
 /// Which subscribe command, and of what kind.
-fn kind_of(name: &str) -> (Kind, bool) {
+fn kind_of(name: &str) -> (SubKind, bool) {
     match name {
-        "PSUBSCRIBE" => (Kind::Pattern, true),
-        "SSUBSCRIBE" => (Kind::Shard, true),
-        "UNSUBSCRIBE" => (Kind::Channel, false),
-        "PUNSUBSCRIBE" => (Kind::Pattern, false),
-        "SUNSUBSCRIBE" => (Kind::Shard, false),
-        _ => (Kind::Channel, true),
+        "PSUBSCRIBE" => (SubKind::Pattern, true),
+        "SSUBSCRIBE" => (SubKind::Shard, true),
+        "UNSUBSCRIBE" => (SubKind::Channel, false),
+        "PUNSUBSCRIBE" => (SubKind::Pattern, false),
+        "SUNSUBSCRIBE" => (SubKind::Shard, false),
+        _ => (SubKind::Channel, true),
     }
 }
 
 /// The confirmation's first element: the command's name in lower case.
-fn confirmation(kind: Kind, subscribe: bool) -> &'static [u8] {
+fn confirmation(kind: SubKind, subscribe: bool) -> &'static [u8] {
     match (kind, subscribe) {
-        (Kind::Channel, true) => b"subscribe",
-        (Kind::Pattern, true) => b"psubscribe",
-        (Kind::Shard, true) => b"ssubscribe",
-        (Kind::Channel, false) => b"unsubscribe",
-        (Kind::Pattern, false) => b"punsubscribe",
-        (Kind::Shard, false) => b"sunsubscribe",
+        (SubKind::Channel, true) => b"subscribe",
+        (SubKind::Pattern, true) => b"psubscribe",
+        (SubKind::Shard, true) => b"ssubscribe",
+        (SubKind::Channel, false) => b"unsubscribe",
+        (SubKind::Pattern, false) => b"punsubscribe",
+        (SubKind::Shard, false) => b"sunsubscribe",
     }
 }
 
@@ -136,12 +136,12 @@ fn push(items: Vec<Frame>) -> Frame {
 pub(super) fn delivery_frame(delivery: Delivery) -> Frame {
     let mut items = Vec::with_capacity(4);
     match delivery.kind {
-        Kind::Channel => items.push(bulk(Bytes::from_static(b"message"))),
-        Kind::Pattern => {
+        SubKind::Channel => items.push(bulk(Bytes::from_static(b"message"))),
+        SubKind::Pattern => {
             items.push(bulk(Bytes::from_static(b"pmessage")));
             items.push(bulk(delivery.pattern.unwrap_or_default()));
         }
-        Kind::Shard => items.push(bulk(Bytes::from_static(b"smessage"))),
+        SubKind::Shard => items.push(bulk(Bytes::from_static(b"smessage"))),
     }
     items.push(bulk(delivery.channel));
     items.push(bulk(delivery.payload));
@@ -178,7 +178,7 @@ impl ClientConn {
     pub(super) fn deliver(&mut self, first: Delivery, out: &mut Output) {
         let mut next = Some(first);
         while let Some(delivery) = next {
-            let routed = delivery.kind != Kind::Pattern
+            let routed = delivery.kind != SubKind::Pattern
                 || self
                     .state
                     .router
@@ -209,7 +209,7 @@ impl ClientConn {
     /// Leaves every subscription (`RESET`), as Redis does before it answers.
     pub(super) async fn unsubscribe_all(&mut self) {
         if let Some(mut subs) = self.subs.take() {
-            for kind in Kind::ALL {
+            for kind in SubKind::ALL {
                 subs.remove_all(kind).await;
             }
         }
@@ -217,15 +217,15 @@ impl ClientConn {
     }
 
     /// The namespaces that carry `name` of `kind`.
-    fn carriers(&self, kind: Kind, name: &[u8]) -> Vec<Arc<Namespace>> {
+    fn carriers(&self, kind: SubKind, name: &[u8]) -> Vec<Arc<Namespace>> {
         let router = &self.state.router;
         match kind {
-            Kind::Pattern => router
+            SubKind::Pattern => router
                 .namespaces_of_pattern(name)
                 .into_iter()
                 .cloned()
                 .collect(),
-            Kind::Channel | Kind::Shard => vec![router.namespace_of_channel(name).clone()],
+            SubKind::Channel | SubKind::Shard => vec![router.namespace_of_channel(name).clone()],
         }
     }
 
@@ -260,7 +260,7 @@ impl ClientConn {
         state.subs = counts;
     }
 
-    async fn subscribe(&mut self, kind: Kind, names: &[Bytes]) -> Result<Vec<Frame>, Frame> {
+    async fn subscribe(&mut self, kind: SubKind, names: &[Bytes]) -> Result<Vec<Frame>, Frame> {
         // Every name's carriers first: a name the user may not reach refuses the command
         // whole, as Redis's ACL refuses a channel, and nothing is subscribed.
         let reachable = self.reachable();
@@ -326,7 +326,12 @@ impl ClientConn {
     /// `(P|S)UNSUBSCRIBE`. What was delivered before it is written first, as Redis sends a
     /// message before the confirmation of an unsubscribe it processed after; the feeds drop
     /// what comes for a name once it is no longer wanted, so nothing for it follows.
-    async fn unsubscribe(&mut self, kind: Kind, names: &[Bytes], out: &mut Output) -> Vec<Frame> {
+    async fn unsubscribe(
+        &mut self,
+        kind: SubKind,
+        names: &[Bytes],
+        out: &mut Output,
+    ) -> Vec<Frame> {
         if let Some(first) = self.subs.as_mut().and_then(|s| s.rx.try_recv().ok()) {
             self.deliver(first, out);
         }
@@ -472,7 +477,7 @@ impl ClientConn {
 /// names in one call. On a failure nothing of this command stays subscribed.
 async fn subscribe_on(
     subs: &mut Subscriptions,
-    kind: Kind,
+    kind: SubKind,
     plan: &[(Bytes, Vec<Arc<Namespace>>)],
 ) -> Result<(), Frame> {
     // By backend: (feed index, the namespace it was reached through, its new names); and
@@ -541,7 +546,7 @@ async fn subscribe_on(
     Ok(())
 }
 
-fn unsubscribed(kind: Kind, name: Option<Bytes>, count: i64) -> Frame {
+fn unsubscribed(kind: SubKind, name: Option<Bytes>, count: i64) -> Frame {
     push(vec![
         bulk(Bytes::from_static(confirmation(kind, false))),
         name.map_or(Frame::Null, bulk),
@@ -589,15 +594,15 @@ mod tests {
             payload: b("hi"),
         };
         assert_eq!(
-            shape(delivery_frame(d(Kind::Channel, None))),
+            shape(delivery_frame(d(SubKind::Channel, None))),
             vec![b("message"), b("ch"), b("hi")]
         );
         assert_eq!(
-            shape(delivery_frame(d(Kind::Pattern, Some("c*")))),
+            shape(delivery_frame(d(SubKind::Pattern, Some("c*")))),
             vec![b("pmessage"), b("c*"), b("ch"), b("hi")]
         );
         assert_eq!(
-            shape(delivery_frame(d(Kind::Shard, None))),
+            shape(delivery_frame(d(SubKind::Shard, None))),
             vec![b("smessage"), b("ch"), b("hi")]
         );
     }

@@ -413,3 +413,51 @@ fn every_source_file_a_comment_or_document_names_exists() {
     }
     assert!(missing.is_empty(), "{}", missing.join("\n"));
 }
+
+#[test]
+fn no_type_name_is_declared_twice() {
+    // A reader who meets `Waiter` or `Session` should find one of it: two types of one name in
+    // two rooms read as one. Types of unit tests (in `tests.rs` files or a `mod tests` at the
+    // end of a file) are their tests' own.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut seen: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for (file, _) in modules(root) {
+        let name = file.strip_prefix(root).expect("in the repository");
+        let name = name.to_string_lossy().replace('\\', "/");
+        if name.ends_with("tests.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).expect("a source file");
+        let body = text
+            .split("\n#[cfg(test)]\nmod tests")
+            .next()
+            .unwrap_or_default();
+        for (at, line) in body.lines().enumerate() {
+            // Declarations at the top of a file; an impl's `type Target` is not one.
+            let rest = line
+                .strip_prefix("pub(crate) ")
+                .or_else(|| line.strip_prefix("pub(super) "))
+                .or_else(|| line.strip_prefix("pub "))
+                .unwrap_or(line);
+            let Some(decl) = ["struct ", "enum ", "type ", "trait "]
+                .iter()
+                .find_map(|kw| rest.strip_prefix(kw))
+            else {
+                continue;
+            };
+            let ty: String = decl
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            seen.entry(ty)
+                .or_default()
+                .push(format!("{name}:{}", at + 1));
+        }
+    }
+    let twice: Vec<String> = seen
+        .into_iter()
+        .filter(|(_, at)| at.len() > 1)
+        .map(|(ty, at)| format!("{ty}: {}", at.join(", ")))
+        .collect();
+    assert!(twice.is_empty(), "{}", twice.join("\n"));
+}

@@ -29,8 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
 
-/// A node's address.
-pub type Addr = (String, u16);
+use super::dial::Addr;
 
 /// How often the slot map is read again without a reason.
 pub const REFRESH: Duration = Duration::from_secs(10);

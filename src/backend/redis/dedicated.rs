@@ -2,8 +2,8 @@
 //! never re-dialled; and the [`Probe`] that asks, on a shared connection, whether the
 //! backend still answers while a blocking command waits.
 
+use super::dial::Addr;
 use super::pool::{ensure_connected, Live, PoolSlot};
-use super::sentinel::Addr;
 use super::{BackendError, Proto, RedisBackend, Reply, Request};
 use crate::error::{LinkError, LinkErrorKind};
 use bytes::Bytes;

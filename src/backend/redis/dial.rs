@@ -14,6 +14,9 @@ use rustls::pki_types::ServerName;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+
+/// A server's address: host and port.
+pub type Addr = (String, u16);
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;

@@ -20,12 +20,13 @@
 //! owner; a slot that moves ends its subscriptions there (Redis sends `sunsubscribe`), and the
 //! line is dialled again at the slot's new owner.
 
-use super::cluster::{Addr, Topology};
+use super::cluster::Topology;
 use super::codec::{decode, encode};
+use super::dial::Addr;
 use super::dial::{self, Stream, Target};
 use super::sentinel::Watch;
 use super::BackendError;
-use crate::backend::pubsub::{Delivery, Kind, Outbox};
+use crate::backend::pubsub::{Delivery, Outbox, SubKind};
 use crate::error::{LinkError as Error, LinkErrorKind as ErrorKind};
 use crate::metrics as m;
 use crate::resp::{Output, Proto};
@@ -71,7 +72,7 @@ enum Line {
 }
 
 /// What a feed's lines share.
-pub(super) struct Ctx {
+pub(super) struct FeedCtx {
     /// The `[backends]` key, for logs, metrics and deliveries.
     pub backend: Arc<str>,
     /// How to connect and introduce a line (RESP2).
@@ -86,8 +87,8 @@ pub(super) struct Ctx {
 
 /// A client waiting for its names to be confirmed by the server: subscribed, or (for an
 /// unsubscribe) released.
-struct Waiter {
-    /// The kind of its names (`Kind::index`).
+struct ConfirmWaiter {
+    /// The kind of its names (`SubKind::index`).
     kind: usize,
     /// Waiting for subscriptions (else for their release).
     subscribe: bool,
@@ -106,7 +107,7 @@ struct Names {
     /// written since.
     confirmed: [HashSet<Bytes>; 3],
     /// Subscribers waiting for confirmations.
-    waiters: Vec<Waiter>,
+    waiters: Vec<ConfirmWaiter>,
     /// Why the last dial failed, for a subscriber that gives up waiting.
     failed: Option<Error>,
 }
@@ -125,7 +126,7 @@ impl Names {
         pending: HashSet<Bytes>,
     ) -> oneshot::Receiver<Result<(), BackendError>> {
         let (done, answered) = oneshot::channel();
-        self.waiters.push(Waiter {
+        self.waiters.push(ConfirmWaiter {
             kind,
             subscribe,
             pending,
@@ -207,12 +208,12 @@ impl Drop for LineHandle {
 
 /// One client's subscriptions on one Redis backend.
 pub struct RedisFeed {
-    ctx: Arc<Ctx>,
+    ctx: Arc<FeedCtx>,
     lines: Mutex<HashMap<Line, LineHandle>>,
 }
 
 impl RedisFeed {
-    pub(super) fn new(ctx: Ctx) -> RedisFeed {
+    pub(super) fn new(ctx: FeedCtx) -> RedisFeed {
         RedisFeed {
             ctx: Arc::new(ctx),
             lines: Mutex::new(HashMap::new()),
@@ -223,9 +224,9 @@ impl RedisFeed {
         self.lines.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn line_of(&self, kind: Kind, name: &[u8]) -> Line {
+    fn line_of(&self, kind: SubKind, name: &[u8]) -> Line {
         match (&self.ctx.locate, kind) {
-            (Locate::Cluster(_), Kind::Shard) => Line::Slot(super::cluster::keyslot(name)),
+            (Locate::Cluster(_), SubKind::Shard) => Line::Slot(super::cluster::keyslot(name)),
             _ => Line::Main,
         }
     }
@@ -238,7 +239,7 @@ impl RedisFeed {
     /// server did not confirm them within `timeout`.
     pub async fn subscribe(
         &self,
-        kind: Kind,
+        kind: SubKind,
         names: &[Bytes],
         timeout: Duration,
     ) -> Result<(), BackendError> {
@@ -254,7 +255,7 @@ impl RedisFeed {
             }
             let new_lines = by_line.keys().filter(|l| !lines.contains_key(l)).count();
             let slot_lines = lines.keys().filter(|l| matches!(l, Line::Slot(_))).count();
-            if kind == Kind::Shard && slot_lines + new_lines > MAX_SLOT_LINES {
+            if kind == SubKind::Shard && slot_lines + new_lines > MAX_SLOT_LINES {
                 return Err(BackendError::Unsupported {
                     what: format!(
                         "a client's shard channels may span at most {MAX_SLOT_LINES} hash slots of a Cluster backend"
@@ -331,7 +332,7 @@ impl RedisFeed {
     /// answers an `UNSUBSCRIBE`: a `PUBLISH` after it no longer counts this client), or once
     /// a silent server has had as long as a line waits for one; a line left with nothing
     /// wanted is closed then. Messages for them still on their way are dropped by the line.
-    pub async fn unsubscribe(&self, kind: Kind, names: &[Bytes]) {
+    pub async fn unsubscribe(&self, kind: SubKind, names: &[Bytes]) {
         let i = kind.index();
         let mut waits = Vec::new();
         let mut touched = Vec::new();
@@ -395,7 +396,7 @@ enum End {
 
 /// A line's task: connect, subscribe what is wanted, deliver, and again when the connection
 /// ends; gives the client up when the line stays down past the hold budget.
-async fn run_line(ctx: Arc<Ctx>, line: Line, shared: Arc<FeedShared>) {
+async fn run_line(ctx: Arc<FeedCtx>, line: Line, shared: Arc<FeedShared>) {
     let mut served = false;
     let mut down_since: Option<Instant> = None;
     let mut delay = Duration::from_millis(50);
@@ -445,7 +446,7 @@ fn io_error(text: String) -> Error {
 }
 
 /// Dials the line's server and introduces the connection.
-async fn connect(ctx: &Ctx, line: Line) -> Result<(Stream, Fence), Error> {
+async fn connect(ctx: &FeedCtx, line: Line) -> Result<(Stream, Fence), Error> {
     let (at, fence): (Option<Addr>, Fence) = match &ctx.locate {
         Locate::Fixed => (None, None),
         Locate::Sentinel(watch) => {
@@ -479,7 +480,7 @@ async fn connect(ctx: &Ctx, line: Line) -> Result<(Stream, Fence), Error> {
 /// A published message as read.
 #[derive(Debug, PartialEq, Eq)]
 struct Message {
-    kind: Kind,
+    kind: SubKind,
     pattern: Option<Bytes>,
     channel: Bytes,
     payload: Bytes,
@@ -491,9 +492,9 @@ enum Incoming {
     /// A published message.
     Message(Message),
     /// The server confirmed a subscription.
-    Subscribed(Kind, Bytes),
+    Subscribed(SubKind, Bytes),
     /// The server ended a subscription (ours asked, or its own: a moved slot).
-    Unsubscribed(Kind, Bytes),
+    Unsubscribed(SubKind, Bytes),
     /// A redirection (`-MOVED`): the slot is served elsewhere.
     Moved,
     /// Anything else (a `pong`, another error reply).
@@ -527,27 +528,28 @@ fn incoming(frame: Frame) -> Incoming {
             }),
             _ => Incoming::Other,
         };
-    let named =
-        |make: fn(Kind, Bytes) -> Incoming, kind| at(0).map_or(Incoming::Other, |n| make(kind, n));
+    let named = |make: fn(SubKind, Bytes) -> Incoming, kind| {
+        at(0).map_or(Incoming::Other, |n| make(kind, n))
+    };
     match what.as_ref() {
-        b"message" => delivery(Kind::Channel, None, at(0), at(1)),
+        b"message" => delivery(SubKind::Channel, None, at(0), at(1)),
         b"pmessage" => match at(0) {
-            Some(pattern) => delivery(Kind::Pattern, Some(pattern), at(1), at(2)),
+            Some(pattern) => delivery(SubKind::Pattern, Some(pattern), at(1), at(2)),
             None => Incoming::Other,
         },
-        b"smessage" => delivery(Kind::Shard, None, at(0), at(1)),
-        b"subscribe" => named(Incoming::Subscribed, Kind::Channel),
-        b"psubscribe" => named(Incoming::Subscribed, Kind::Pattern),
-        b"ssubscribe" => named(Incoming::Subscribed, Kind::Shard),
-        b"unsubscribe" => named(Incoming::Unsubscribed, Kind::Channel),
-        b"punsubscribe" => named(Incoming::Unsubscribed, Kind::Pattern),
-        b"sunsubscribe" => named(Incoming::Unsubscribed, Kind::Shard),
+        b"smessage" => delivery(SubKind::Shard, None, at(0), at(1)),
+        b"subscribe" => named(Incoming::Subscribed, SubKind::Channel),
+        b"psubscribe" => named(Incoming::Subscribed, SubKind::Pattern),
+        b"ssubscribe" => named(Incoming::Subscribed, SubKind::Shard),
+        b"unsubscribe" => named(Incoming::Unsubscribed, SubKind::Channel),
+        b"punsubscribe" => named(Incoming::Unsubscribed, SubKind::Pattern),
+        b"sunsubscribe" => named(Incoming::Unsubscribed, SubKind::Shard),
         _ => Incoming::Other,
     }
 }
 
 /// Serves one connection of a line until it ends.
-async fn serve(ctx: &Ctx, shared: &FeedShared, mut stream: Stream, fence: Fence) -> End {
+async fn serve(ctx: &FeedCtx, shared: &FeedShared, mut stream: Stream, fence: Fence) -> End {
     // What was sent on this connection, by kind: the difference to `wanted` is what to send.
     let mut sent: [HashSet<Bytes>; 3] = Default::default();
     // Subscribe and unsubscribe commands written for a name and not answered yet: a
@@ -609,7 +611,7 @@ fn reconcile(
     out: &mut Output,
 ) {
     let mut names = shared.names();
-    for kind in Kind::ALL {
+    for kind in SubKind::ALL {
         let i = kind.index();
         let add: Vec<Bytes> = names.wanted[i].difference(&sent[i]).cloned().collect();
         let drop: Vec<Bytes> = sent[i].difference(&names.wanted[i]).cloned().collect();
@@ -634,7 +636,7 @@ fn reconcile(
 /// Takes the frames a read completed: delivers messages still wanted and settles the
 /// confirmations they answer. Some when one ends the connection.
 fn take_frames(
-    ctx: &Ctx,
+    ctx: &FeedCtx,
     shared: &FeedShared,
     buf: &mut BytesMut,
     sent: &[HashSet<Bytes>; 3],
@@ -743,35 +745,35 @@ mod tests {
         let cases = [
             (
                 array(&["message", "c", "hi"]),
-                message(Kind::Channel, None, "c", "hi"),
+                message(SubKind::Channel, None, "c", "hi"),
             ),
             (
                 array(&["pmessage", "c*", "c1", "hi"]),
-                message(Kind::Pattern, Some("c*"), "c1", "hi"),
+                message(SubKind::Pattern, Some("c*"), "c1", "hi"),
             ),
             (
                 array(&["smessage", "s", "x"]),
-                message(Kind::Shard, None, "s", "x"),
+                message(SubKind::Shard, None, "s", "x"),
             ),
             (
                 array(&["subscribe", "c", "1"]),
-                Incoming::Subscribed(Kind::Channel, b("c")),
+                Incoming::Subscribed(SubKind::Channel, b("c")),
             ),
             (
                 array(&["psubscribe", "c*", "2"]),
-                Incoming::Subscribed(Kind::Pattern, b("c*")),
+                Incoming::Subscribed(SubKind::Pattern, b("c*")),
             ),
             (
                 array(&["ssubscribe", "s", "1"]),
-                Incoming::Subscribed(Kind::Shard, b("s")),
+                Incoming::Subscribed(SubKind::Shard, b("s")),
             ),
             (
                 array(&["unsubscribe", "c", "0"]),
-                Incoming::Unsubscribed(Kind::Channel, b("c")),
+                Incoming::Unsubscribed(SubKind::Channel, b("c")),
             ),
             (
                 array(&["sunsubscribe", "s", "0"]),
-                Incoming::Unsubscribed(Kind::Shard, b("s")),
+                Incoming::Unsubscribed(SubKind::Shard, b("s")),
             ),
             (array(&["pong", ""]), Incoming::Other),
             // Cut short: not a message.

@@ -105,7 +105,7 @@ struct LinkState {
 
 /// Where a command's reply goes, and by when it must come.
 struct ReplySlot {
-    waiter: Waiter,
+    waiter: ReplyWaiter,
     deadline: Option<Instant>,
     /// The link's own `WAIT` (counted in `acking` until its reply comes).
     wait: bool,
@@ -114,7 +114,7 @@ struct ReplySlot {
 }
 
 /// Who waits for a reply.
-enum Waiter {
+enum ReplyWaiter {
     /// A command's sender.
     Reply(oneshot::Sender<Answer>),
     /// A write acknowledged only after the `WAIT` that follows it; true when an error reply
@@ -126,9 +126,9 @@ enum Waiter {
     Gone,
 }
 
-impl Waiter {
+impl ReplyWaiter {
     fn is_gone(&self) -> bool {
-        matches!(self, Waiter::Gone)
+        matches!(self, ReplyWaiter::Gone)
     }
 
     /// Answers with an error: `why` is the error of the command, or of the `WAIT` for the
@@ -143,18 +143,18 @@ impl Waiter {
             }
         };
         match self {
-            Waiter::Reply(tx) => {
+            ReplyWaiter::Reply(tx) => {
                 let _ = tx.send(Err(failed()));
             }
-            Waiter::Acked(tx, _) => {
+            ReplyWaiter::Acked(tx, _) => {
                 let _ = tx.send(Err(failed()));
             }
-            Waiter::Wait(held) => {
+            ReplyWaiter::Wait(held) => {
                 for (tx, reply) in held {
                     let _ = tx.send(Ok((reply, Err(why()))));
                 }
             }
-            Waiter::Gone => {}
+            ReplyWaiter::Gone => {}
         }
     }
 }
@@ -209,7 +209,7 @@ impl LinkShared {
                 };
                 match due {
                     Some(at) if at <= now && !slot.waiter.is_gone() => {
-                        expired.push(std::mem::replace(&mut slot.waiter, Waiter::Gone));
+                        expired.push(std::mem::replace(&mut slot.waiter, ReplyWaiter::Gone));
                     }
                     Some(at) if !slot.waiter.is_gone() => next = next.min(at),
                     _ => {}
@@ -291,7 +291,7 @@ impl Link {
         timeout: Option<Duration>,
     ) -> Result<Reply, SendError> {
         let (slot, reply) = oneshot::channel();
-        if !self.queue(args, raw, Waiter::Reply(slot), timeout, None) {
+        if !self.queue(args, raw, ReplyWaiter::Reply(slot), timeout, None) {
             return Err(SendError::NotSent(Error::new(
                 ErrorKind::Io,
                 "the connection closed before the request was sent",
@@ -315,7 +315,7 @@ impl Link {
         error_may_write: bool,
     ) -> Acked {
         let (slot, reply) = oneshot::channel();
-        let waiter = Waiter::Acked(slot, error_may_write);
+        let waiter = ReplyWaiter::Acked(slot, error_may_write);
         if !self.queue(args, raw, waiter, Some(timeout), Some(ack)) {
             // Nothing queued, so nothing written: as for `send`, not sent.
             return Err(SendError::NotSent(Error::new(
@@ -337,7 +337,7 @@ impl Link {
         &self,
         args: &[Bytes],
         raw: Option<&Bytes>,
-        waiter: Waiter,
+        waiter: ReplyWaiter,
         timeout: Option<Duration>,
         ack: Option<(u32, Duration)>,
     ) -> bool {
@@ -400,7 +400,7 @@ impl Link {
                     state.queued += 1;
                     let (slot, reply) = oneshot::channel();
                     state.waiting.push_back(ReplySlot {
-                        waiter: Waiter::Reply(slot),
+                        waiter: ReplyWaiter::Reply(slot),
                         deadline: Some(deadline),
                         wait: false,
                         since: now,
@@ -564,7 +564,7 @@ async fn write_batches<W: AsyncWrite + Unpin>(writer: &mut W, shared: &LinkShare
                 let now = Instant::now();
                 let deadline = now + wait + state.response_timeout;
                 state.waiting.push_back(ReplySlot {
-                    waiter: Waiter::Wait(Vec::new()),
+                    waiter: ReplyWaiter::Wait(Vec::new()),
                     deadline: Some(deadline),
                     wait: true,
                     since: now,
@@ -644,7 +644,7 @@ async fn read_replies<R: AsyncRead + Unpin>(
                 .waiting
                 .iter_mut()
                 .find_map(|slot| match &mut slot.waiter {
-                    Waiter::Wait(waiting) => Some(waiting),
+                    ReplyWaiter::Wait(waiting) => Some(waiting),
                     _ => None,
                 }) {
                 Some(waiting) => waiting.append(&mut held),
@@ -675,16 +675,16 @@ async fn read_replies<R: AsyncRead + Unpin>(
 /// Gives `reply` to whoever waits for it. A write waiting for replicas is held (in `held`,
 /// until the `WAIT` after it answers) unless its reply is an error that applied nothing; a
 /// `WAIT`'s answer releases the writes it holds and those held before it.
-fn hand_over(waiter: Waiter, reply: Reply, held: &mut Vec<(oneshot::Sender<Acked>, Reply)>) {
+fn hand_over(waiter: ReplyWaiter, reply: Reply, held: &mut Vec<(oneshot::Sender<Acked>, Reply)>) {
     match waiter {
-        Waiter::Reply(tx) => {
+        ReplyWaiter::Reply(tx) => {
             let _ = tx.send(Ok(reply));
         }
-        Waiter::Acked(tx, false) if reply.is_error() => {
+        ReplyWaiter::Acked(tx, false) if reply.is_error() => {
             let _ = tx.send(Ok((reply, Ok(None))));
         }
-        Waiter::Acked(tx, _) => held.push((tx, reply)),
-        Waiter::Wait(mut waiting) => {
+        ReplyWaiter::Acked(tx, _) => held.push((tx, reply)),
+        ReplyWaiter::Wait(mut waiting) => {
             waiting.append(held);
             let count = match reply.into_frame() {
                 Frame::Number { data, .. } => Ok(Some(data)),
@@ -698,7 +698,7 @@ fn hand_over(waiter: Waiter, reply: Reply, held: &mut Vec<(oneshot::Sender<Acked
             }
         }
         // Timed out already: whatever a WAIT held was answered then.
-        Waiter::Gone => {}
+        ReplyWaiter::Gone => {}
     }
 }
 
@@ -724,34 +724,34 @@ mod tests {
         };
         let mut held = Vec::new();
         let (tx, mut written) = oneshot::channel();
-        hand_over(Waiter::Acked(tx, false), raw(b"+OK\r\n"), &mut held);
+        hand_over(ReplyWaiter::Acked(tx, false), raw(b"+OK\r\n"), &mut held);
         assert!(written.try_recv().is_err(), "held until its WAIT answers");
         let (tx, mut refused) = oneshot::channel();
-        hand_over(Waiter::Acked(tx, false), error(), &mut held);
+        hand_over(ReplyWaiter::Acked(tx, false), error(), &mut held);
         assert!(matches!(refused.try_recv(), Ok(Ok((_, Ok(None))))));
         // A script's error may come after it wrote: it waits for the count like a write.
         let (tx, mut scripted) = oneshot::channel();
-        hand_over(Waiter::Acked(tx, true), error(), &mut held);
+        hand_over(ReplyWaiter::Acked(tx, true), error(), &mut held);
         assert!(scripted.try_recv().is_err(), "held until its WAIT answers");
-        hand_over(Waiter::Wait(Vec::new()), raw(b":1\r\n"), &mut held);
+        hand_over(ReplyWaiter::Wait(Vec::new()), raw(b":1\r\n"), &mut held);
         assert!(held.is_empty());
         assert!(matches!(written.try_recv(), Ok(Ok((_, Ok(Some(1)))))));
         assert!(matches!(scripted.try_recv(), Ok(Ok((reply, Ok(Some(1))))) if reply.is_error()));
 
         let (tx, mut written) = oneshot::channel();
-        hand_over(Waiter::Acked(tx, false), raw(b":3\r\n"), &mut held);
-        hand_over(Waiter::Wait(Vec::new()), error(), &mut held);
+        hand_over(ReplyWaiter::Acked(tx, false), raw(b":3\r\n"), &mut held);
+        hand_over(ReplyWaiter::Wait(Vec::new()), error(), &mut held);
         assert!(matches!(written.try_recv(), Ok(Ok((_, Err(_))))));
 
         let (tx, mut written) = oneshot::channel();
-        Waiter::Wait(vec![(tx, raw(b"+OK\r\n"))]).fail(true, || {
+        ReplyWaiter::Wait(vec![(tx, raw(b"+OK\r\n"))]).fail(true, || {
             Error::new(ErrorKind::Timeout, "the backend did not reply in time")
         });
         assert!(
             matches!(written.try_recv(), Ok(Ok((_, Err(e)))) if e.kind() == ErrorKind::Timeout)
         );
         let (tx, mut unanswered) = oneshot::channel();
-        Waiter::Acked(tx, false).fail(true, || Error::new(ErrorKind::Io, "closed"));
+        ReplyWaiter::Acked(tx, false).fail(true, || Error::new(ErrorKind::Io, "closed"));
         assert!(matches!(unanswered.try_recv(), Ok(Err(SendError::Sent(_)))));
     }
 
@@ -783,11 +783,11 @@ mod tests {
         let mut acked = Vec::new();
         let queue_two = |replies: &mut Vec<_>, acked: &mut Vec<_>| {
             let (tx, rx) = oneshot::channel();
-            assert!(link.queue(&args, None, Waiter::Reply(tx), None, None));
+            assert!(link.queue(&args, None, ReplyWaiter::Reply(tx), None, None));
             replies.push(rx);
             let (tx, rx) = oneshot::channel();
             let ack = Some((1, Duration::from_secs(1)));
-            assert!(link.queue(&args, None, Waiter::Acked(tx, false), None, ack));
+            assert!(link.queue(&args, None, ReplyWaiter::Acked(tx, false), None, ack));
             acked.push(rx);
         };
         queue_two(&mut replies, &mut acked);
@@ -814,6 +814,9 @@ mod tests {
             .map(|rx| sent(rx.try_recv().ok().and_then(|r| r.err()).as_ref()))
             .collect();
         assert_eq!(got, ["sent", "not sent"]);
-        assert!(!link.queue(&args, None, Waiter::Gone, None, None), "closed");
+        assert!(
+            !link.queue(&args, None, ReplyWaiter::Gone, None, None),
+            "closed"
+        );
     }
 }

@@ -281,13 +281,13 @@ impl RedisBackend {
     /// A subscribed client's connections to this backend (`feed.rs`), delivering into
     /// `outbox`, given up after `hold` without a connection.
     pub fn feed(&self, outbox: crate::backend::pubsub::Outbox, hold: Duration) -> feed::RedisFeed {
-        use feed::{Ctx, Locate, RedisFeed};
+        use feed::{FeedCtx, Locate, RedisFeed};
         let locate = match (self.flavor, &self.follower, &self.topology) {
             (Flavor::Sentinel, Some(follower), _) => Locate::Sentinel(follower.watch().clone()),
             (Flavor::Cluster(_), _, Some(topology)) => Locate::Cluster(topology.clone()),
             _ => Locate::Fixed,
         };
-        RedisFeed::new(Ctx {
+        RedisFeed::new(FeedCtx {
             backend: self.name.as_str().into(),
             target: self.target.with_proto(Proto::Resp2),
             locate,

@@ -9,10 +9,11 @@
 //! `send.rs`'s.
 
 use super::cluster::{keyslot, Nodes, Topology};
+use super::dial::Addr;
 use super::dial::Target;
 use super::exact::{self, TokenDb};
 use super::link;
-use super::sentinel::{Addr, Watch};
+use super::sentinel::Watch;
 use super::warm::Warm;
 use super::{BackendError, Placement};
 use crate::error::{LinkError, LinkErrorKind};

@@ -23,7 +23,7 @@
 //! lines over the link's framing.
 
 use super::codec::{read_frame, write_command};
-use super::dial::{self, Stream, Tls};
+use super::dial::{self, Addr, Stream, Tls};
 use super::BackendError;
 use crate::error::{classify, ErrorClass};
 use crate::error::{LinkError as Error, LinkErrorKind as ErrorKind};
@@ -43,9 +43,6 @@ const MISNAMED_REQUERY: Duration = Duration::from_secs(5);
 fn refused_for_good(frame: &Frame) -> bool {
     matches!(BackendError::check_reply(frame.clone()), Err(e) if classify(&e) == ErrorClass::Other)
 }
-
-/// A server's address.
-pub type Addr = (String, u16);
 
 /// What the sentinels said last, as one backend follows it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -2,8 +2,9 @@
 //! of its configuration, and the servers its clients' own connections go to ([`Servers`]).
 
 use super::cluster::Topology;
+use super::dial::Addr;
 use super::dial::{Target, Tls};
-use super::sentinel::{Addr, Watch};
+use super::sentinel::Watch;
 use super::{BackendError, Proto};
 use crate::config::host_port;
 use std::sync::Arc;

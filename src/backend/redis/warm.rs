@@ -14,7 +14,7 @@
 //! of a Cluster. A link taken is replaced at once, in the background; the keeper also drops
 //! links the server closed while they waited.
 
-use super::dial::{Server, Target};
+use super::dial::{Addr, Server, Target};
 use super::link::{Link, Signals};
 use super::{Proto, Servers};
 use std::collections::HashMap;
@@ -22,9 +22,6 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
-
-/// A server's address.
-type Addr = (String, u16);
 
 /// How often the keeper looks again without being woken (a dial that failed, a link the
 /// server closed, a map or primary that changed).

@@ -28,7 +28,7 @@
 
 use super::model::args::glob;
 use super::model::pubsub::{decode, LIVE, LOCK_CLASS, PG_CHANNEL};
-use crate::backend::pubsub::{Delivery, Kind, Outbox};
+use crate::backend::pubsub::{Delivery, Outbox, SubKind};
 use crate::backend::BackendError;
 use crate::metrics as m;
 use bytes::Bytes;
@@ -48,17 +48,17 @@ struct Sub {
 }
 
 impl Sub {
-    fn names(&mut self, kind: Kind) -> &mut HashSet<Bytes> {
+    fn names(&mut self, kind: SubKind) -> &mut HashSet<Bytes> {
         match kind {
-            Kind::Channel => &mut self.channels,
-            Kind::Pattern => &mut self.patterns,
-            Kind::Shard => &mut self.shards,
+            SubKind::Channel => &mut self.channels,
+            SubKind::Pattern => &mut self.patterns,
+            SubKind::Shard => &mut self.shards,
         }
     }
 }
 
 /// A name of one kind, as the registry keeps it.
-pub(super) type Name = (Kind, Bytes);
+pub(super) type Name = (SubKind, Bytes);
 
 #[derive(Default)]
 struct BrokerState {
@@ -75,7 +75,7 @@ struct BrokerState {
 
 impl BrokerState {
     /// `by` more (or fewer) subscribers hold `name`.
-    fn add(&mut self, kind: Kind, name: &Bytes, by: i64) {
+    fn add(&mut self, kind: SubKind, name: &Bytes, by: i64) {
         let key = (kind, name.clone());
         let total = self.totals.entry(key.clone()).or_insert(0);
         *total += by;
@@ -183,7 +183,7 @@ impl Broker {
     fn reach(&self, shard: bool, channel: &Bytes, payload: Option<&Bytes>) -> i64 {
         let state = self.state();
         let mut count = 0;
-        let mut hit = |sub: &Sub, kind: Kind, pattern: Option<&Bytes>| {
+        let mut hit = |sub: &Sub, kind: SubKind, pattern: Option<&Bytes>| {
             count += 1;
             if let Some(payload) = payload {
                 sub.outbox.put(Delivery {
@@ -198,16 +198,16 @@ impl Broker {
         for sub in state.subs.values() {
             if shard {
                 if sub.shards.contains(channel) {
-                    hit(sub, Kind::Shard, None);
+                    hit(sub, SubKind::Shard, None);
                 }
                 continue;
             }
             if sub.channels.contains(channel) {
-                hit(sub, Kind::Channel, None);
+                hit(sub, SubKind::Channel, None);
             }
             for pattern in &sub.patterns {
                 if glob(pattern, channel) {
-                    hit(sub, Kind::Pattern, Some(pattern));
+                    hit(sub, SubKind::Pattern, Some(pattern));
                 }
             }
         }
@@ -380,7 +380,7 @@ pub(super) fn idle(broker: &Weak<Broker>) -> bool {
 }
 
 /// One `LISTEN` session: its connection, the key of its lock, and its server process.
-struct Session {
+struct ListenSession {
     listener: sqlx::postgres::PgListener,
     key: i64,
     pid: i32,
@@ -390,7 +390,10 @@ struct Session {
 /// always names a session that hears. `previous`, this holdfast's last session, is ended on
 /// the server if it is still there (left because it stopped answering): its rows would count
 /// subscribers nobody delivers to. Rows of sessions that ended are removed.
-async fn open_session(url: &str, previous: Option<(i64, i32)>) -> Result<Session, sqlx::Error> {
+async fn open_session(
+    url: &str,
+    previous: Option<(i64, i32)>,
+) -> Result<ListenSession, sqlx::Error> {
     let mut listener = sqlx::postgres::PgListener::connect(url).await?;
     listener.listen(PG_CHANNEL).await?;
     let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
@@ -422,12 +425,12 @@ async fn open_session(url: &str, previous: Option<(i64, i32)>) -> Result<Session
     sqlx::query(&format!("DELETE FROM hf_pubsub WHERE NOT {LIVE}"))
         .execute(&mut listener)
         .await?;
-    Ok(Session { listener, key, pid })
+    Ok(ListenSession { listener, key, pid })
 }
 
 /// Writes `rows` (a name and how many subscribers hold it; 0: none any more) under the
 /// session's key.
-async fn write(session: &mut Session, rows: &[(Name, i64)]) -> Result<(), sqlx::Error> {
+async fn write(session: &mut ListenSession, rows: &[(Name, i64)]) -> Result<(), sqlx::Error> {
     let (held, released): (Vec<_>, Vec<_>) = rows.iter().partition(|(_, total)| *total > 0);
     if !held.is_empty() {
         let kinds: Vec<i64> = held.iter().map(|((k, _), _)| k.index() as i64).collect();
@@ -466,7 +469,7 @@ async fn write(session: &mut Session, rows: &[(Name, i64)]) -> Result<(), sqlx::
 
 /// Brings the registry in line with the subscribers (`every` name: a new session), and says
 /// how far it is written. False when the session failed.
-async fn sync(broker: &Weak<Broker>, session: &mut Session, every: bool) -> bool {
+async fn sync(broker: &Weak<Broker>, session: &mut ListenSession, every: bool) -> bool {
     let Some(b) = broker.upgrade() else {
         return false;
     };
@@ -576,7 +579,7 @@ impl Ticket {
     /// [`BackendError::Sql`] when PostgreSQL accepted no `LISTEN` within `timeout`.
     pub async fn subscribe(
         &self,
-        kind: Kind,
+        kind: SubKind,
         names: &[Bytes],
         timeout: Duration,
     ) -> Result<(), BackendError> {
@@ -600,7 +603,7 @@ impl Ticket {
 
     /// Removes `names`; on PostgreSQL, returns once the registry says so (a `PUBLISH` after
     /// it does not count them), or at once when no session listens (none counts them).
-    pub async fn unsubscribe(&self, kind: Kind, names: &[Bytes]) {
+    pub async fn unsubscribe(&self, kind: SubKind, names: &[Bytes]) {
         let change = {
             let mut state = self.broker.state();
             let removed: Vec<Bytes> = match state.subs.get_mut(&self.id) {
@@ -629,7 +632,7 @@ impl Drop for Ticket {
     fn drop(&mut self) {
         let mut state = self.broker.state();
         if let Some(mut sub) = state.subs.remove(&self.id) {
-            for kind in Kind::ALL {
+            for kind in SubKind::ALL {
                 for name in std::mem::take(sub.names(kind)) {
                     state.add(kind, &name, -1);
                 }
@@ -658,9 +661,9 @@ mod tests {
         };
         let hour = Duration::from_secs(3600);
         for (kind, list) in [
-            (Kind::Channel, names(&["news"])),
-            (Kind::Pattern, names(&["n*", "*s"])),
-            (Kind::Shard, names(&["news"])),
+            (SubKind::Channel, names(&["news"])),
+            (SubKind::Pattern, names(&["n*", "*s"])),
+            (SubKind::Shard, names(&["news"])),
         ] {
             ticket
                 .subscribe(kind, &list, hour)
@@ -700,10 +703,10 @@ mod tests {
             kinds.push((d.kind, d.pattern));
         }
         assert_eq!(kinds.len(), 4);
-        assert_eq!(kinds[0], (Kind::Channel, None));
-        assert_eq!(kinds[3], (Kind::Shard, None));
+        assert_eq!(kinds[0], (SubKind::Channel, None));
+        assert_eq!(kinds[3], (SubKind::Shard, None));
         ticket
-            .unsubscribe(Kind::Pattern, &names(&["n*", "*s"]))
+            .unsubscribe(SubKind::Pattern, &names(&["n*", "*s"]))
             .await;
         assert_eq!(broker.count(false, &news), 1);
         assert_eq!(ask(&["PUBSUB", "NUMPAT"]), number(0));

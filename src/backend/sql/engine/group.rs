@@ -39,7 +39,7 @@ use sqlx::Executor;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
-use tokens::Tokens;
+use tokens::GroupTokens;
 use tokio::sync::{mpsc, oneshot};
 
 /// Most requests in one transaction.
@@ -417,7 +417,7 @@ async fn optimistic(
         rollback(&mut conn).await;
         return None;
     }
-    let mut tokens = match Tokens::read(inner, &mut conn, group).await {
+    let mut tokens = match GroupTokens::read(inner, &mut conn, group).await {
         Ok(tokens) => tokens,
         Err(_) => {
             rollback(&mut conn).await;
@@ -581,7 +581,11 @@ async fn undo_run(conn: &mut TxConn, f: super::store::Fail) {
 /// exact mode must not apply with the others: one whose token has a recorded reply (it
 /// answers that reply, applying nothing), or whose token an earlier job of the run has (a
 /// retry queued behind its first attempt: it answers the first's reply).
-fn run_of<'a, T>(rest: &'a [Job], tokens: &Tokens, shape: impl Fn(&'a Job) -> Option<T>) -> Vec<T> {
+fn run_of<'a, T>(
+    rest: &'a [Job],
+    tokens: &GroupTokens,
+    shape: impl Fn(&'a Job) -> Option<T>,
+) -> Vec<T> {
     let mut seen = std::collections::HashSet::new();
     rest.iter()
         .map_while(|job| {
@@ -600,7 +604,7 @@ fn run_of<'a, T>(rest: &'a [Job], tokens: &Tokens, shape: impl Fn(&'a Job) -> Op
 fn finish_run(
     ran: &[Job],
     each: Vec<GroupOutcome>,
-    tokens: &mut Tokens,
+    tokens: &mut GroupTokens,
     changed: &mut Changed,
     outcomes: &mut Vec<GroupOutcome>,
 ) {

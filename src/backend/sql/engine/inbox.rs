@@ -200,10 +200,10 @@ async fn heartbeat(pool: &AnyPool, me: i64) -> Result<bool, sqlx::Error> {
 }
 
 /// One message left in `hf_messages`.
-type Message = (i64, i64, i64, Vec<u8>, Vec<u8>);
+type StoredMessage = (i64, i64, i64, Vec<u8>, Vec<u8>);
 
 /// The messages committed after `last`, oldest first.
-async fn read(pool: &AnyPool, last: i64) -> Result<Vec<Message>, sqlx::Error> {
+async fn read(pool: &AnyPool, last: i64) -> Result<Vec<StoredMessage>, sqlx::Error> {
     let fetch = sqlx::query_as(
         "SELECT seq, origin, shard, channel, payload FROM hf_messages \
          WHERE seq > ? ORDER BY seq LIMIT 1000",

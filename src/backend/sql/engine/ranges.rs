@@ -10,7 +10,7 @@
 //! Should the backend fail or never answer, every request of the run hears the same error,
 //! and a read applied nothing: its class says it can be tried again.
 
-use super::reads::{bounded, in_parts, work_error, Answer};
+use super::reads::{bounded, in_parts, work_error, ReadAnswer};
 use super::store::{array, null, placeholders, Dialect, Kind, WRONGTYPE};
 use super::streams::read::{range_args, Range};
 use super::streams::{col, entry, uncol, Id};
@@ -55,7 +55,7 @@ pub async fn read(
     rev: bool,
     ranges: &[Range<'_>],
     acquire_timeout: Duration,
-) -> Vec<Answer> {
+) -> Vec<ReadAnswer> {
     let dialect = inner.dialect;
     in_parts(
         inner,
@@ -109,7 +109,7 @@ async fn statement(
     now_ms: i64,
     conn: &mut super::conn::TxConn,
     limit: Duration,
-) -> Result<Vec<Answer>, BackendError> {
+) -> Result<Vec<ReadAnswer>, BackendError> {
     if ranges.is_empty() {
         return Ok(Vec::new());
     }

@@ -46,7 +46,7 @@ pub(super) const STATEMENT_KEYS: usize = 2048;
 /// GETs waiting for a reader; a full queue makes callers wait (within their timeout).
 const QUEUE: usize = 4096;
 
-pub(super) type Answer = Result<Frame, BackendError>;
+pub(super) type ReadAnswer = Result<Frame, BackendError>;
 
 /// What a request of a submission asks of its keys.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,7 +91,7 @@ struct Get {
     /// Past this, the requests are answered not attempted instead of being read.
     deadline: Instant,
     /// One answer per request (per entry of `asks`), in order.
-    reply: oneshot::Sender<Vec<Answer>>,
+    reply: oneshot::Sender<Vec<ReadAnswer>>,
 }
 
 /// The handle GETs are submitted through.
@@ -130,7 +130,7 @@ impl GetBatcher {
         requests: &[(Ask, &[Bytes])],
         proto: Proto,
         acquire_timeout: Duration,
-    ) -> Vec<Answer> {
+    ) -> Vec<ReadAnswer> {
         let deadline = Instant::now() + acquire_timeout;
         let count = requests.len();
         let (reply, answer) = oneshot::channel();
@@ -177,7 +177,8 @@ impl GetBatcher {
 }
 
 /// One statement of a run's reads (`in_parts`), borrowing its part and connection.
-pub(super) type Part<'c> = futures_util::future::BoxFuture<'c, Result<Vec<Answer>, BackendError>>;
+pub(super) type Part<'c> =
+    futures_util::future::BoxFuture<'c, Result<Vec<ReadAnswer>, BackendError>>;
 
 /// A client's run of reads (`whole`, `ranges`), `per` items a statement: one statement, or
 /// several inside one read-only transaction (one snapshot still), each bounded by the
@@ -189,7 +190,7 @@ pub(super) async fn in_parts<T: Sync>(
     per: usize,
     acquire_timeout: Duration,
     mut statement: impl for<'c> FnMut(&'c [T], &'c mut TxConn, i64, Duration) -> Part<'c>,
-) -> Vec<Answer> {
+) -> Vec<ReadAnswer> {
     let split = items.len() > per;
     let begin = split.then(|| inner.begin_statement(false));
     let mut conn = match inner.acquire(false, begin, acquire_timeout).await {
@@ -219,7 +220,7 @@ pub(super) async fn in_parts<T: Sync>(
 }
 
 /// `error` for `count` requests: the same one each, and so the same class.
-pub(super) fn shared(error: &Arc<BackendError>, count: usize) -> Vec<Answer> {
+pub(super) fn shared(error: &Arc<BackendError>, count: usize) -> Vec<ReadAnswer> {
     (0..count)
         .map(|_| Err(BackendError::Shared(error.clone())))
         .collect()
@@ -342,7 +343,7 @@ async fn read_batch(inner: &Inner, batch: Vec<Get>, held: &mut Held) {
 }
 
 /// A request's answer from what its keys hold, in order.
-fn answer(ask: Ask, mut values: impl Iterator<Item = Value>) -> Answer {
+fn answer(ask: Ask, mut values: impl Iterator<Item = Value>) -> ReadAnswer {
     match ask {
         Ask::Get => match values.next() {
             Some(Value::WrongType) => Err(BackendError::reply(Bytes::from_static(

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 /// The waiters on one key, longest waiting first: (registration order, its wake-up).
-type Line = Vec<(u64, Arc<Notify>)>;
+type WaitLine = Vec<(u64, Arc<Notify>)>;
 
 /// The clients of one backend waiting in a blocking command, by key.
 pub struct Wakers {
@@ -20,7 +20,7 @@ pub struct Wakers {
     waiting: AtomicUsize,
     /// Registration order: the smaller waited longer.
     next: AtomicU64,
-    by_key: Mutex<HashMap<Bytes, Line>>,
+    by_key: Mutex<HashMap<Bytes, WaitLine>>,
 }
 
 impl Wakers {

@@ -9,7 +9,7 @@
 //! Should the backend fail or never answer, every request of the run hears the same error,
 //! and a read applied nothing: its class says it can be tried again.
 
-use super::reads::{bounded, in_parts, work_error, Answer, STATEMENT_KEYS};
+use super::reads::{bounded, in_parts, work_error, ReadAnswer, STATEMENT_KEYS};
 use super::store::{bulk, placeholders, Dialect, Kind, WRONGTYPE};
 use super::Inner;
 use crate::backend::{BackendError, Proto};
@@ -87,7 +87,7 @@ pub async fn read(
     keys: &[&[u8]],
     proto: Proto,
     acquire_timeout: Duration,
-) -> Vec<Answer> {
+) -> Vec<ReadAnswer> {
     let dialect = inner.dialect;
     in_parts(
         inner,
@@ -122,7 +122,7 @@ async fn statement(
     now_ms: i64,
     conn: &mut super::conn::TxConn,
     limit: Duration,
-) -> Result<Vec<Answer>, BackendError> {
+) -> Result<Vec<ReadAnswer>, BackendError> {
     let Some(&last) = keys.last() else {
         return Ok(Vec::new());
     };

@@ -6,7 +6,7 @@
 
 use super::args::glob;
 use super::store::{self, fail, Ctx, Dialect, Out, SYNTAX};
-use crate::backend::pubsub::Kind;
+use crate::backend::pubsub::SubKind;
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use bytes::Bytes;
@@ -67,9 +67,12 @@ pub async fn publish_sqlite(
     payload: &[u8],
 ) -> Result<i64, sqlx::Error> {
     let (kind, patterns) = if shard {
-        (Kind::Shard.index() as i64, -1)
+        (SubKind::Shard.index() as i64, -1)
     } else {
-        (Kind::Channel.index() as i64, Kind::Pattern.index() as i64)
+        (
+            SubKind::Channel.index() as i64,
+            SubKind::Pattern.index() as i64,
+        )
     };
     let rows: Vec<(i64, i64, Vec<u8>, i64)> = sqlx::query_as(
         "SELECT listener, kind, name, clients FROM hf_pubsub \
@@ -134,9 +137,12 @@ pub async fn publish_postgres(
 ) -> Result<i64, sqlx::Error> {
     use sqlx::Row;
     let (kind, patterns) = if shard {
-        (Kind::Shard.index() as i64, -1)
+        (SubKind::Shard.index() as i64, -1)
     } else {
-        (Kind::Channel.index() as i64, Kind::Pattern.index() as i64)
+        (
+            SubKind::Channel.index() as i64,
+            SubKind::Pattern.index() as i64,
+        )
     };
     let sql = format!(
         "SELECT (SELECT COALESCE(SUM(clients), 0) FROM hf_pubsub \
@@ -195,7 +201,11 @@ pub async fn pubsub(ctx: &mut store::Ctx<'_>, args: &[Bytes]) -> Result<Frame, s
             .await?
         }
     };
-    let kind = |k: i64| Kind::ALL.into_iter().find(|kind| kind.index() as i64 == k);
+    let kind = |k: i64| {
+        SubKind::ALL
+            .into_iter()
+            .find(|kind| kind.index() as i64 == k)
+    };
     Ok(answer(
         args,
         rows.into_iter()
@@ -205,12 +215,12 @@ pub async fn pubsub(ctx: &mut store::Ctx<'_>, args: &[Bytes]) -> Result<Frame, s
 
 /// The answer to `PUBSUB …` (`args`, the whole command) over `totals`: each name subscribed,
 /// and by how many clients.
-pub fn answer(args: &[Bytes], totals: impl Iterator<Item = (Kind, Bytes, i64)>) -> Frame {
+pub fn answer(args: &[Bytes], totals: impl Iterator<Item = (SubKind, Bytes, i64)>) -> Frame {
     let sub = args
         .get(1)
         .map(|s| s.to_ascii_uppercase())
         .unwrap_or_default();
-    let totals: Vec<(Kind, Bytes, i64)> = totals.filter(|(_, _, n)| *n > 0).collect();
+    let totals: Vec<(SubKind, Bytes, i64)> = totals.filter(|(_, _, n)| *n > 0).collect();
     let bulk = |data: Bytes| Frame::BlobString {
         data,
         attributes: None,
@@ -223,14 +233,14 @@ pub fn answer(args: &[Bytes], totals: impl Iterator<Item = (Kind, Bytes, i64)>) 
         data,
         attributes: None,
     };
-    let of = |kind: Kind| -> BTreeSet<Bytes> {
+    let of = |kind: SubKind| -> BTreeSet<Bytes> {
         totals
             .iter()
             .filter(|(k, _, _)| *k == kind)
             .map(|(_, name, _)| name.clone())
             .collect()
     };
-    let subscribers = |kind: Kind, name: &Bytes| -> i64 {
+    let subscribers = |kind: SubKind, name: &Bytes| -> i64 {
         totals
             .iter()
             .filter(|(k, n, _)| *k == kind && n == name)
@@ -240,9 +250,9 @@ pub fn answer(args: &[Bytes], totals: impl Iterator<Item = (Kind, Bytes, i64)>) 
     match sub.as_slice() {
         b"CHANNELS" | b"SHARDCHANNELS" => {
             let kind = if sub.as_slice() == b"CHANNELS" {
-                Kind::Channel
+                SubKind::Channel
             } else {
-                Kind::Shard
+                SubKind::Shard
             };
             let pattern = args.get(2);
             array(
@@ -255,9 +265,9 @@ pub fn answer(args: &[Bytes], totals: impl Iterator<Item = (Kind, Bytes, i64)>) 
         }
         b"NUMSUB" | b"SHARDNUMSUB" => {
             let kind = if sub.as_slice() == b"NUMSUB" {
-                Kind::Channel
+                SubKind::Channel
             } else {
-                Kind::Shard
+                SubKind::Shard
             };
             let mut items = Vec::new();
             for name in args.get(2..).unwrap_or_default() {
@@ -266,7 +276,7 @@ pub fn answer(args: &[Bytes], totals: impl Iterator<Item = (Kind, Bytes, i64)>) 
             }
             array(items)
         }
-        _ => number(of(Kind::Pattern).len() as i64),
+        _ => number(of(SubKind::Pattern).len() as i64),
     }
 }
 

@@ -1,6 +1,6 @@
 //! Group commit's unit tests: the claim rules, and groups run on a real SQLite file.
 
-use super::{claim, give_up, run_of, Job, Shape, Tokens};
+use super::{claim, give_up, run_of, GroupTokens, Job, Shape};
 use super::{CLAIMED, GAVE_UP, QUEUED, TAKEN, WITHDRAWN};
 use crate::backend::Proto;
 use bytes::Bytes;
@@ -324,7 +324,7 @@ fn job(args: &[&str], token: Option<&str>, batch: bool) -> Job {
 
 /// How many jobs from the start of `jobs` go into one run of the first one's shape.
 fn run_length(jobs: &[Job], recorded: &[&str]) -> usize {
-    let mut tokens = Tokens::default();
+    let mut tokens = GroupTokens::default();
     for t in recorded {
         tokens.recorded.insert(t.as_bytes().to_vec(), Vec::new());
     }

@@ -16,14 +16,14 @@ use redis_protocol::resp3::types::BytesFrame as Frame;
 /// taken first (`lock_all`), so a concurrent group applying the same request waits, and then
 /// sees its token.
 #[derive(Default)]
-pub(super) struct Tokens {
+pub(super) struct GroupTokens {
     /// Every token of the group known so far, with its recorded reply.
     pub(super) recorded: std::collections::HashMap<Vec<u8>, Vec<u8>>,
     /// Tokens of requests this group applied, in order: written before COMMIT.
     new: Vec<Vec<u8>>,
 }
 
-impl Tokens {
+impl GroupTokens {
     /// Reads the replies recorded under the group's tokens, those of requests sent before
     /// (`Job::again`). A first dispatch's token is new, and its request claimed (`claim`):
     /// no transaction but this one can have applied it, and none will after it.
@@ -31,13 +31,13 @@ impl Tokens {
         inner: &Inner,
         conn: &mut TxConn,
         group: &[Job],
-    ) -> Result<Tokens, BackendError> {
+    ) -> Result<GroupTokens, BackendError> {
         let wanted: Vec<&[u8]> = group
             .iter()
             .filter(|j| j.again)
             .filter_map(|j| j.token.as_deref())
             .collect();
-        let mut tokens = Tokens::default();
+        let mut tokens = GroupTokens::default();
         let Some(last) = wanted.last().copied() else {
             return Ok(tokens);
         };
