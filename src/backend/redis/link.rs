@@ -298,7 +298,7 @@ impl Link {
             )));
         }
         // The link's task answers a slot whose deadline passed: one timer for the link, not
-        // one per request (6% of a request's instructions).
+        // one per request.
         settle(reply.await)
     }
 

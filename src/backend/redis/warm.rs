@@ -1,9 +1,9 @@
 //! Connections dialled ahead for clients' own connections (a blocking command, `WATCH`).
 //!
-//! A client's first blocking command used to wait for a dial, and a command holdfast received
-//! after it from another client (an `LPUSH` on a shared link) then reached Redis first: the
-//! blocked clients saw the element in another order than the one holdfast received their
-//! commands in. With a connection ready, a client's own connection is written to as soon as
+//! A client's first blocking command that waited for a dial would let a command holdfast
+//! received after it from another client (an `LPUSH` on a shared link) reach Redis first: the
+//! blocked clients would see the element in another order than the one holdfast received
+//! their commands in. With a connection ready, a client's own connection is written to as soon as
 //! its command is read, so commands reach Redis in the order holdfast received them, as far
 //! as one process can see (two clients whose commands arrive in the same instant are read in
 //! an order the scheduler picks).

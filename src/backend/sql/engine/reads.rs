@@ -30,9 +30,8 @@ use tokio::time::Instant;
 /// Keys a reader takes into one statement, by dialect: it takes submissions until it has
 /// at least this many (a client's run is never split, so a batch may hold one run more).
 /// PostgreSQL's statement costs about the same for a few keys as for many (a small table
-/// is scanned whole), so its batches are large: 1,024 keys read 10–35% more GETs a second
-/// than 256 with 16-deep pipelines. SQLite's are smaller: its two readers work side by side
-/// on the other core, and 1,024 read 20% fewer.
+/// is scanned whole), so its batches are large. SQLite's are smaller: its two readers work
+/// side by side on the other core, and read fewer GETs a second with larger batches.
 fn max_batch(dialect: Dialect) -> usize {
     match dialect {
         Dialect::Sqlite => 256,
@@ -399,16 +398,16 @@ pub(super) fn work_error(source: sqlx::Error) -> BackendError {
 
 /// SQLite: every key's answer in one value of one row, so the batch crosses from the
 /// driver's SQLite thread as one row, not one per key: per row the driver sends, wakes and
-/// converts (`AnyRow`), which was a third of a pipelined GET's CPU. The statement
+/// converts (`AnyRow`), a large share of a pipelined GET's CPU. The statement
 /// concatenates a record per live key found (`parse_records`); SQLite's `||` and
 /// `group_concat` keep a blob's bytes as they are. (Joining the keys with their positions,
-/// a `VALUES` list, was planned worse than `IN` by the bundled SQLite: 40% slower than a row
-/// per key.) A key or value over [`INLINE`] bytes is not inlined, so the one value stays
+/// a `VALUES` list, is planned worse than `IN` by the bundled SQLite: slower than a row per
+/// key.) A key or value over [`INLINE`] bytes is not inlined, so the one value stays
 /// far under SQLite's limit (1 GB) whatever the batch: such a key comes back as a row of its
 /// own: when the first statement says there is one, the whole batch is read again by a
 /// statement that answers both (one snapshot for the whole batch: re-reading only the large
 /// ones could answer a later GET of a pipeline with an older value than an earlier one; a
-/// statement that always did both cost 10%). The key list is padded
+/// statement that always did both would cost every batch). The key list is padded
 /// to a multiple of [`STEP`] with the last key (a key named twice is one record): a few
 /// statement sizes, each prepared once.
 async fn one_row(keys: &[&[u8]], conn: &mut TxConn) -> Result<Vec<Value>, BackendError> {
@@ -529,7 +528,7 @@ fn sqlite_statement(size: usize, large: bool) -> Arc<str> {
         || CASE WHEN kind = 0 THEN CAST(value AS BLOB) ELSE x'' END";
     let live = format!("key IN ({list}) AND (expires_at IS NULL OR expires_at > ?)");
     let sql: Arc<str> = if large {
-        // The keys' rows materialized once for both parts (read twice, they cost 20%).
+        // The keys' rows materialized once for both parts, not read twice.
         format!(
             "WITH live AS MATERIALIZED (SELECT key, kind, value FROM hf_keys WHERE {live}) \
              SELECT CAST(group_concat({record}, '') AS BLOB), NULL, NULL, NULL \

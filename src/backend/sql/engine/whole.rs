@@ -133,8 +133,8 @@ async fn statement(
         Whole::Hash { .. } => ("hf_hash", "field, value"),
         Whole::Set => ("hf_set", "member, NULL AS value"),
     };
-    // PostgreSQL joins a young table (not analyzed yet) by scanning all of it: 8 ms for
-    // 60,000 members where a look-up per key takes 0.7. The lateral subquery (kept apart by
+    // PostgreSQL joins a young table (not analyzed yet) by scanning all of it, many times
+    // slower than a look-up per key on a large set. The lateral subquery (kept apart by
     // its OFFSET) is looked up per key whatever the statistics say. SQLite has no LATERAL,
     // and joins by a look-up per key anyway.
     let joined = match dialect {

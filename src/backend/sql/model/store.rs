@@ -681,8 +681,7 @@ pub fn value_rows(dialect: Dialect, rows: usize, width: usize) -> String {
 pub fn placeholders(dialect: Dialect, count: usize) -> String {
     match dialect {
         // Anonymous: SQLite looks a numbered parameter's name up in a list, and sqlx asks for
-        // every parameter's name when it binds, so a statement of n `$i` took n² steps (14%
-        // of a pipelined SET's CPU at 500 parameters).
+        // every parameter's name when it binds, so a statement of n `$i` takes n² steps.
         Dialect::Sqlite => vec!["?"; count].join(", "),
         Dialect::Postgres => (1..=count)
             .map(|i| format!("${i}"))
@@ -708,46 +707,10 @@ pub fn bytes_at(row: &AnyRow, index: usize) -> Result<Bytes, Fail> {
     Ok(Bytes::from(v))
 }
 
-/// Replies.
-pub fn bulk(data: impl Into<Bytes>) -> Frame {
-    Frame::BlobString {
-        data: data.into(),
-        attributes: None,
-    }
-}
+// The replies the model builds, as the rest of holdfast builds its own.
+pub use crate::resp::frame::{array, bulk, double, number as int, ok, simple};
 
-pub fn int(n: i64) -> Frame {
-    Frame::Number {
-        data: n,
-        attributes: None,
-    }
-}
-
-pub fn ok() -> Frame {
-    simple("OK")
-}
-
-pub fn simple(text: &'static str) -> Frame {
-    Frame::SimpleString {
-        data: Bytes::from_static(text.as_bytes()),
-        attributes: None,
-    }
-}
-
-pub fn array(items: Vec<Frame>) -> Frame {
-    Frame::Array {
-        data: items,
-        attributes: None,
-    }
-}
-
-pub fn double(d: f64) -> Frame {
-    Frame::Double {
-        data: d,
-        attributes: None,
-    }
-}
-
+/// A nil.
 pub fn null() -> Frame {
     Frame::Null
 }
