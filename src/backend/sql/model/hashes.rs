@@ -246,14 +246,7 @@ pub async fn hgetall(ctx: &mut Ctx<'_>, a: &[Bytes], keys: bool, values: bool) -
 }
 
 pub async fn hdel(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
-    let key = arg(a, 1);
-    ctx.lock(&[key]).await?;
-    if !hash(ctx, key).await? {
-        return Ok(int(0));
-    }
-    Ok(int(ctx
-        .remove(key, Kind::Hash, a.get(2..).unwrap_or_default())
-        .await?))
+    ctx.remove_named(a, Kind::Hash).await
 }
 
 pub async fn hincrby(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {

@@ -51,6 +51,19 @@ pub async fn publish(ctx: &mut Ctx<'_>, a: &[Bytes], shard: bool) -> Out {
     })
 }
 
+/// The subscription kinds a publish reaches, as stored: a shard channel's only, or a
+/// channel's and the patterns' (-1: none).
+fn kinds(shard: bool) -> (i64, i64) {
+    if shard {
+        (SubKind::Shard.index() as i64, -1)
+    } else {
+        (
+            SubKind::Channel.index() as i64,
+            SubKind::Pattern.index() as i64,
+        )
+    }
+}
+
 /// A `PUBLISH`'s reply on SQLite, in its transaction at `now` (Unix ms) by the backend whose
 /// registry id is `origin`: the subscriptions of every live process that a message to
 /// `channel` matches (a client matching by two patterns
@@ -66,14 +79,7 @@ pub async fn publish_sqlite(
     channel: &[u8],
     payload: &[u8],
 ) -> Result<i64, sqlx::Error> {
-    let (kind, patterns) = if shard {
-        (SubKind::Shard.index() as i64, -1)
-    } else {
-        (
-            SubKind::Channel.index() as i64,
-            SubKind::Pattern.index() as i64,
-        )
-    };
+    let (kind, patterns) = kinds(shard);
     let rows: Vec<(i64, i64, Vec<u8>, i64)> = sqlx::query_as(
         "SELECT listener, kind, name, clients FROM hf_pubsub \
          WHERE ((kind = ? AND name = ?) OR kind = ?) \
@@ -136,14 +142,7 @@ pub async fn publish_postgres(
     text: &str,
 ) -> Result<i64, sqlx::Error> {
     use sqlx::Row;
-    let (kind, patterns) = if shard {
-        (SubKind::Shard.index() as i64, -1)
-    } else {
-        (
-            SubKind::Channel.index() as i64,
-            SubKind::Pattern.index() as i64,
-        )
-    };
+    let (kind, patterns) = kinds(shard);
     let sql = format!(
         "SELECT (SELECT COALESCE(SUM(clients), 0) FROM hf_pubsub \
                  WHERE kind = $3 AND name = $4 AND {LIVE})::bigint, \

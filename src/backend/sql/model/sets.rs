@@ -96,14 +96,7 @@ pub async fn sadd_run(
 }
 
 pub async fn srem(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
-    let key = arg(a, 1);
-    ctx.lock(&[key]).await?;
-    if !set(ctx, key).await? {
-        return Ok(int(0));
-    }
-    Ok(int(ctx
-        .remove(key, Kind::Set, a.get(2..).unwrap_or_default())
-        .await?))
+    ctx.remove_named(a, Kind::Set).await
 }
 
 pub async fn smembers(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {

@@ -563,6 +563,19 @@ impl<'c> Ctx<'c> {
         Ok(n)
     }
 
+    /// HDEL, SREM and ZREM: the names after the key taken out of the `kind` at the key, under
+    /// its lock; 0 when the key is missing.
+    pub async fn remove_named(&mut self, a: &[Bytes], kind: Kind) -> Out {
+        let key = a.get(1).map(|b| b.as_ref()).unwrap_or_default();
+        self.lock(&[key]).await?;
+        if self.typed(key, kind).await?.is_none() {
+            return Ok(int(0));
+        }
+        Ok(int(self
+            .remove(key, kind, a.get(2..).unwrap_or_default())
+            .await?))
+    }
+
     /// Removes elements of a hash, set or sorted set by their name (field or member), and
     /// the key with its last element; returns how many were there.
     pub async fn remove(&mut self, key: &[u8], kind: Kind, names: &[Bytes]) -> Result<i64, Fail> {

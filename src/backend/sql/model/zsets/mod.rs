@@ -159,14 +159,7 @@ pub async fn zincrby(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
 }
 
 pub async fn zrem(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
-    let key = arg(a, 1);
-    ctx.lock(&[key]).await?;
-    if !zset(ctx, key).await? {
-        return Ok(int(0));
-    }
-    Ok(int(ctx
-        .remove(key, Kind::ZSet, a.get(2..).unwrap_or_default())
-        .await?))
+    ctx.remove_named(a, Kind::ZSet).await
 }
 
 pub async fn zscore(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
