@@ -310,7 +310,7 @@ impl Clients {
             }
             None => 0,
         };
-        if sample.map_or(true, |(at, _)| now.duration_since(at).as_secs() >= 1) {
+        if sample.is_none_or(|(at, _)| now.duration_since(at).as_secs() >= 1) {
             *sample = Some((now, total));
         }
         rate

@@ -6,6 +6,7 @@
 
 pub mod fake;
 pub mod feed;
+pub mod lua;
 pub mod pubsub;
 pub mod redis;
 pub mod scripts;
@@ -103,6 +104,9 @@ pub struct Request<'a> {
     /// `redis.call` changed something: Redis does not roll a script back), so it waits for
     /// the replicas too; any other command's error reply applied nothing.
     pub error_may_write: bool,
+    /// What a script it runs may call, and for how long (SQL backends run scripts
+    /// themselves); None for any other command.
+    pub script: Option<&'a dyn lua::Gate>,
     /// On a Redis Cluster, the key whose hash slot picks the node (None: the first argument,
     /// and a `MOVED` reply when that was not a key). Connection-bound commands carry their
     /// transaction's first key, so `MULTI` and `EXEC` reach the node that holds it.
@@ -128,6 +132,7 @@ impl<'a> Request<'a> {
             again: false,
             replicas: None,
             error_may_write: false,
+            script: None,
             route: None,
             raw: None,
         }

@@ -335,6 +335,8 @@ pub(super) static ROWS: &[Spec] = &[
     Spec::container("SCRIPT"),
     Spec::new("SCRIPT|EXISTS", -3, NO_KEYS, Read).every_backend(),
     Spec::new("SCRIPT|FLUSH", -2, NO_KEYS, Idempotent).every_backend(),
+    // SQL backends answer it at once; Redis backends as they do.
+    Spec::new("SCRIPT|KILL", 2, NO_KEYS, Idempotent).every_backend(),
     Spec::new("SCRIPT|LOAD", 3, NO_KEYS, Idempotent).every_backend(),
     // ---- server: forwarded to the catch-all backend ----
     Spec::container("CONFIG"),

@@ -100,6 +100,7 @@ impl Default for Config {
                 min_replicas_ack: None,
                 replicas_ack_timeout: None,
                 allow_scripts: false,
+                script_time_limit: None,
             }],
         }
     }
@@ -129,7 +130,7 @@ pub fn service_link(key: &str) -> bool {
     !number.is_empty()
         && number.bytes().all(|b| b.is_ascii_digit())
         && matches!(proto, "TCP" | "UDP" | "SCTP")
-        && field.map_or(true, |f| matches!(f, "PROTO" | "PORT" | "ADDR"))
+        && field.is_none_or(|f| matches!(f, "PROTO" | "PORT" | "ADDR"))
         && parts.next().is_none()
 }
 

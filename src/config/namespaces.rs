@@ -113,7 +113,18 @@ pub struct NamespaceConfig {
     /// users"). Users that may reach every namespace run scripts regardless.
     #[serde(default)]
     pub allow_scripts: bool,
+    /// How long a script may run on a SQL backend before it is stopped and rolled back
+    /// (default 5 s). Redis backends keep their own `busy-reply-threshold`.
+    #[serde(
+        default,
+        with = "humantime_serde",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub script_time_limit: Option<Duration>,
 }
+
+/// A script's limit when its namespace sets none.
+pub const SCRIPT_TIME_LIMIT: Duration = Duration::from_secs(5);
 
 /// A namespace's policy after `[defaults]` is applied.
 #[derive(Clone, Debug, PartialEq)]

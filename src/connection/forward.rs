@@ -4,7 +4,7 @@
 
 use super::{array, error, number, simple, ClientConn};
 use crate::backend::{Backend, DoubleStyle, Reply};
-use crate::command::table::Idempotence;
+use crate::command::table::{Idempotence, Reach};
 use crate::command::Command;
 use crate::metrics as m;
 use crate::namespace::Namespace;
@@ -63,15 +63,14 @@ impl ClientConn {
     /// FLUSHDB, FLUSHALL and SCRIPT: sent once to the backend of each namespace this client
     /// may reach. A backend that also holds a namespace the client may not reach is not its
     /// to empty: NOPERM, and nothing is sent anywhere. `SCRIPT LOAD` and `SCRIPT EXISTS` empty
-    /// nothing; the `SCRIPT` commands go to Redis backends only (SQL backends run no scripts).
+    /// nothing. SQL backends keep their scripts in the database (`model/scripting.rs`).
     async fn every_backend(&mut self, command: &Command, started: Instant) -> (Reply, DoubleStyle) {
-        let script = command.spec.name.starts_with("SCRIPT|");
         let harmless = matches!(command.spec.name, "SCRIPT|LOAD" | "SCRIPT|EXISTS");
         let reachable = self.reachable();
         let reach = |ns: &Namespace| {
             reachable
                 .as_ref()
-                .map_or(true, |names| names.contains(&ns.name))
+                .is_none_or(|names| names.contains(&ns.name))
         };
         let all: Vec<Arc<Namespace>> = self.state.router.namespaces().to_vec();
         let mut targets: Vec<Arc<Namespace>> = Vec::new();
@@ -79,10 +78,6 @@ impl ClientConn {
             let shared_with_others = all
                 .iter()
                 .any(|other| Arc::ptr_eq(&other.backend, &ns.backend) && !reach(other));
-            if script && matches!(*ns.backend, Backend::Sql(_)) && (harmless || !shared_with_others)
-            {
-                continue;
-            }
             if shared_with_others && !harmless {
                 m::request("", command.label(), "refused", started.elapsed());
                 let text = format!(
@@ -94,11 +89,6 @@ impl ClientConn {
             if !targets.iter().any(|t| Arc::ptr_eq(&t.backend, &ns.backend)) {
                 targets.push(ns.clone());
             }
-        }
-        if script && targets.is_empty() {
-            m::request("", command.label(), "refused", started.elapsed());
-            let text = "ERR holdfast: scripts are not served by SQL backends";
-            return (error(text).into(), DoubleStyle::default());
         }
         let mut first: Option<(Reply, DoubleStyle)> = None;
         for ns in targets {
@@ -127,6 +117,24 @@ impl ClientConn {
         first.unwrap_or_else(|| (simple("OK").into(), DoubleStyle::default()))
     }
 
+    /// What a script this client runs on `namespace`'s SQL backend may call.
+    fn script_gate(&self, namespace: &Namespace) -> Arc<super::scripted::ScriptGate> {
+        let limit = self
+            .state
+            .config
+            .namespaces
+            .iter()
+            .find(|c| c.name == namespace.name)
+            .and_then(|c| c.script_time_limit)
+            .unwrap_or(crate::config::SCRIPT_TIME_LIMIT);
+        Arc::new(super::scripted::ScriptGate {
+            state: self.state.clone(),
+            reach: self.reachable(),
+            backend: namespace.backend.clone(),
+            limit,
+        })
+    }
+
     /// Sends a command to `namespace`'s backend: a connection-bound one on this client's own
     /// connection, any other through the executor.
     pub(super) async fn forward_to(
@@ -143,6 +151,10 @@ impl ClientConn {
             );
         }
         let sent = self.ahead.take().map(|(_, ahead)| ahead);
+        // A SQL backend runs the script itself: what it may call is decided here.
+        self.exec.script = (command.spec.reach == Reach::Scripts
+            && matches!(*namespace.backend, Backend::Sql(_)))
+        .then(|| self.script_gate(&namespace) as Arc<dyn crate::backend::lua::Gate>);
         self.routed = Some(namespace.series);
         let in_flight = namespace.series.in_flight();
         let (reply, outcome) = self

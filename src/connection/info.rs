@@ -222,12 +222,12 @@ impl ClientConn {
                 .clone();
             let laddr_of = client.laddr.map(|a| a.to_string()).unwrap_or_default();
             let matches = normal
-                && id.map_or(true, |id| client.id == id)
-                && addr.as_ref().map_or(true, |a| *a == addr_of(&client))
-                && laddr.as_ref().map_or(true, |a| *a == laddr_of)
+                && id.is_none_or(|id| client.id == id)
+                && addr.as_ref().is_none_or(|a| *a == addr_of(&client))
+                && laddr.as_ref().is_none_or(|a| *a == laddr_of)
                 && user
                     .as_ref()
-                    .map_or(true, |u| state.user.as_deref().unwrap_or("default") == u)
+                    .is_none_or(|u| state.user.as_deref().unwrap_or("default") == u)
                 && !(skipme && client.id == self.id);
             if matches && client.kill() {
                 killed += 1;

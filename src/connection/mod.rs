@@ -17,6 +17,7 @@ mod held;
 mod info;
 mod local;
 mod pipelined;
+mod scripted;
 mod subscribe;
 mod transaction;
 

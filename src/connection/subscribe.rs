@@ -382,7 +382,7 @@ impl ClientConn {
         let reaches = |ns: &Namespace| {
             reachable
                 .as_ref()
-                .map_or(true, |names| names.contains(&ns.name))
+                .is_none_or(|names| names.contains(&ns.name))
         };
         let mut targets: Vec<Arc<Namespace>> = Vec::new();
         for ns in self

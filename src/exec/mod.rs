@@ -240,6 +240,9 @@ pub struct Session {
     waited_out: Vec<String>,
     /// Whether the request being executed is one of those.
     behind: bool,
+    /// What a script the request runs may call, when its backend runs scripts itself (SQL):
+    /// set by the connection for that request.
+    pub script: Option<Arc<dyn crate::backend::lua::Gate>>,
 }
 
 /// What one request's retry loop needs to know about it.
@@ -274,6 +277,7 @@ impl Session {
             activity: Arc::default(),
             waited_out: Vec::new(),
             behind: false,
+            script: None,
         }
     }
 
@@ -626,6 +630,7 @@ impl Session {
     fn request_for<'a, B: Dispatch>(
         proto: Proto,
         pin: &'a AtomicU64,
+        script: Option<&'a dyn crate::backend::lua::Gate>,
         namespace: &Namespace<B>,
         attempted: &Attempted<'a>,
     ) -> Request<'a> {
@@ -647,6 +652,7 @@ impl Session {
             },
             // A script's error reply may follow its writes (Redis does not roll it back).
             error_may_write: attempted.spec.error_may_write(class),
+            script,
             // Routed by its first argument; a MOVED where that was not a key is followed.
             route: None,
             raw: attempted.raw,
@@ -668,7 +674,8 @@ impl Session {
         if prior.is_some() {
             self.activity.failed.store(true, Ordering::Relaxed);
         }
-        let request = Self::request_for(self.proto, &self.pin, namespace, &attempted);
+        let script = self.script.as_deref();
+        let request = Self::request_for(self.proto, &self.pin, script, namespace, &attempted);
         let Attempted {
             class, spec, made, ..
         } = attempted;

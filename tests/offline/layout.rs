@@ -97,7 +97,7 @@ fn modules(root: &Path) -> Vec<(PathBuf, Vec<String>)> {
                 dirs.push(path);
                 continue;
             }
-            if path.extension().map_or(true, |e| e != "rs") {
+            if path.extension().is_none_or(|e| e != "rs") {
                 continue;
             }
             let rel = path.strip_prefix(root.join("src")).expect("under src");

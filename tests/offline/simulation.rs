@@ -373,7 +373,7 @@ async fn client(
                     && matches!(session.plan(&*namespace, command), Plan::Fast)
                     && run
                         .first()
-                        .map_or(true, |first| (first.class == Idempotence::Read) == read);
+                        .is_none_or(|first| (first.class == Idempotence::Read) == read);
                 if !fits {
                     break;
                 }

@@ -2481,7 +2481,7 @@ fn runs_of_stream_ranges_answer_as_redis_does() {
             &["101", "150"],
         ];
         let mut script = setup.clone();
-        while script.len() % 16 != 0 {
+        while !script.len().is_multiple_of(16) {
             script.push(cmd(&["SET", "pad", "v"]));
         }
         for name in ["XRANGE", "XREVRANGE"] {
@@ -2501,7 +2501,7 @@ fn runs_of_stream_ranges_answer_as_redis_does() {
                     run.push(c);
                 }
             }
-            while run.len() % 16 != 0 {
+            while !run.len().is_multiple_of(16) {
                 run.push(vec![
                     name.as_bytes().to_vec(),
                     b"s1".to_vec(),
@@ -2520,7 +2520,7 @@ fn runs_of_stream_ranges_answer_as_redis_does() {
             }
             let mut long = script.clone();
             long.truncate(setup.len());
-            while long.len() % 128 != 0 {
+            while !long.len().is_multiple_of(128) {
                 long.push(cmd(&["SET", "pad", "v"]));
             }
             let tail: Vec<Cmd> = script[script.len() - 96..].to_vec();

@@ -64,9 +64,10 @@ impl Live {
     pub(super) fn is_up(&self) -> bool {
         !*self.ended.borrow()
             && !self.retired.load(Ordering::Acquire)
-            && self.fence.as_ref().map_or(true, |(watch, generation)| {
-                watch.generation() == *generation
-            })
+            && self
+                .fence
+                .as_ref()
+                .is_none_or(|(watch, generation)| watch.generation() == *generation)
     }
 
     /// Takes the connection out of service and closes it: its links stop at once, and what

@@ -28,11 +28,22 @@ impl Inner {
             batch,
             write,
             token,
+            script,
         } = work;
+        let script = script.map(|gate| model::store::ScriptEnv {
+            runtime: &self.lua,
+            gate,
+        });
         let mut replies = Vec::with_capacity(commands.len());
         let now = now_ms();
         if let (Some(token), [args]) = (token, commands) {
-            return self.apply_exact(conn, args, proto, token, now, dirty).await;
+            let exact = Exact {
+                proto,
+                token,
+                now,
+                script,
+            };
+            return self.apply_exact(conn, args, exact, dirty).await;
         }
         if batch && write {
             // A MULTI locks every key it names first (PostgreSQL), in a fixed order, so its
@@ -52,6 +63,7 @@ impl Inner {
             }
             let mut ctx = Ctx::new(&mut *conn, now, proto, self.dialect, write);
             ctx.origin = self.broker.origin();
+            ctx.script = script;
             match model::run(&mut ctx, args, self.allow_flush).await {
                 Ok(frame) => {
                     if batch {
@@ -96,16 +108,21 @@ impl Inner {
         &self,
         conn: &mut PoolConnection<Any>,
         args: &[Bytes],
-        proto: Proto,
-        token: &[u8],
-        now: i64,
+        exact: Exact<'_>,
         dirty: &mut bool,
     ) -> Result<Vec<Frame>, BackendError> {
+        let Exact {
+            proto,
+            token,
+            now,
+            script,
+        } = exact;
         let mut ctx = Ctx::new(&mut *conn, now, proto, self.dialect, true);
         ctx.origin = self.broker.origin();
-        let key = args.get(1).map(|k| k.as_ref()).unwrap_or_default();
+        ctx.script = script;
+        let keys = lock_keys(args);
         let recorded = async {
-            ctx.lock(&[key]).await?;
+            ctx.lock(&keys).await?;
             let found: Option<Vec<u8>> = sqlx::query_scalar(
                 "SELECT reply FROM hf_tokens WHERE token = $1 AND expires_at > $2",
             )
@@ -155,6 +172,14 @@ impl Inner {
     }
 }
 
+/// What exact mode's one command runs with besides its arguments.
+struct Exact<'a> {
+    proto: Proto,
+    token: &'a [u8],
+    now: i64,
+    script: Option<model::store::ScriptEnv<'a>>,
+}
+
 /// The keys a request of a transaction locks (PostgreSQL): its first key, every key of a
 /// `DEL` or `UNLINK` (a run of them, `keys::del_run`, removes them all without locking each
 /// on the way, so a concurrent group's `SADD` cannot add to a set being deleted), every key of
@@ -177,6 +202,21 @@ pub(super) fn lock_keys(args: &[Bytes]) -> Vec<&[u8]> {
     }
     if name.eq_ignore_ascii_case(b"XGROUP") {
         return args.get(2).map(|k| k.as_ref()).into_iter().collect();
+    }
+    if model::is_script(name) {
+        // A script's declared keys, so two scripts on one key, from any holdfast, run one
+        // after the other.
+        let count = args
+            .get(2)
+            .and_then(|n| std::str::from_utf8(n).ok())
+            .and_then(|n| n.parse::<usize>().ok())
+            .unwrap_or(0);
+        return args
+            .iter()
+            .skip(3)
+            .take(count)
+            .map(|k| k.as_ref())
+            .collect();
     }
     if name.eq_ignore_ascii_case(b"XREADGROUP") {
         return blocking::stream_keys(args)
@@ -273,6 +313,8 @@ mod tests {
             (&["BITOP", "AND", "d", "s1", "s2"], &["d", "s1", "s2"]),
             (&["XGROUP", "CREATE", "s", "g", "$"], &["s"]),
             (&["PING"], &[]),
+            (&["EVAL", "return 1", "2", "a", "b", "arg"], &["a", "b"]),
+            (&["EVALSHA", "abc", "0", "arg"], &[]),
         ];
         for (args, want) in cases {
             let args: Vec<Bytes> = args.iter().map(|a| Bytes::from(a.to_string())).collect();

@@ -622,7 +622,7 @@ impl Ticket {
         if let Some(listen) = &self.broker.listen {
             listen.changed.notify_one();
             let mut synced = listen.synced.subscribe();
-            let released = synced.wait_for(|s| s.map_or(true, |n| n >= change));
+            let released = synced.wait_for(|s| s.is_none_or(|n| n >= change));
             let _ = tokio::time::timeout(LISTEN_PROBE, released).await;
         }
     }

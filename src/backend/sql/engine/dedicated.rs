@@ -104,7 +104,7 @@ impl SqlDedicated {
         let refs: Vec<&[Bytes]> = commands.iter().map(|c| c.as_slice()).collect();
         let mut replies = match self
             .inner
-            .run(&refs, self.proto, self.acquire_timeout, true, None)
+            .run(&refs, self.proto, self.acquire_timeout, true, None, None)
             .await
         {
             Err(BackendError::Watched) => return Ok(Frame::Null),
@@ -155,7 +155,7 @@ impl SqlDedicated {
         let rest = args.len() - streams - 1;
         if !is_xread
             || rest == 0
-            || rest % 2 != 0
+            || !rest.is_multiple_of(2)
             || !args[streams + 1..].iter().any(|x| x.as_ref() == b"$")
         {
             return Ok(None);
@@ -182,7 +182,7 @@ impl SqlDedicated {
     async fn once(&self, args: &[Bytes]) -> Result<Frame, BackendError> {
         let mut replies = self
             .inner
-            .run(&[args], self.proto, self.acquire_timeout, false, None)
+            .run(&[args], self.proto, self.acquire_timeout, false, None, None)
             .await?;
         BackendError::check_reply(replies.pop().unwrap_or(Frame::Null))
     }
@@ -233,6 +233,7 @@ impl SqlDedicated {
                         id,
                         again: owed.is_some(),
                     }),
+                    None,
                 )
                 .await
                 .and_then(|mut replies| {

@@ -333,6 +333,7 @@ impl Job {
             batch: self.batch,
             write: true,
             token,
+            script: None,
         };
         inner.apply(conn, work, dirty).await
     }

@@ -73,6 +73,8 @@ struct Work<'a> {
     write: bool,
     /// Exact mode's token.
     token: Option<&'a [u8]>,
+    /// What a script it runs may call.
+    script: Option<&'a dyn crate::backend::lua::Gate>,
 }
 
 /// Exact mode's token for a request, and whether an earlier dispatch of the request was
@@ -114,6 +116,8 @@ struct Inner {
     wakers: Arc<waiters::Wakers>,
     /// Pub/Sub subscribers of this process (`broker.rs`).
     broker: Arc<broker::Broker>,
+    /// The Lua interpreters scripts run on.
+    lua: crate::backend::lua::Runtime,
 }
 
 fn now_ms() -> i64 {
@@ -144,6 +148,18 @@ impl SqlBackend {
         request: &Request<'_>,
         acquire_timeout: Duration,
     ) -> Result<Frame, BackendError> {
+        // SCRIPT KILL is answered at once: the script it stops may hold the writer.
+        if let [name, sub] = request.args {
+            if name.eq_ignore_ascii_case(b"SCRIPT") && sub.eq_ignore_ascii_case(b"KILL") {
+                return if self.inner.lua.kill() {
+                    Ok(simple("OK"))
+                } else {
+                    Err(BackendError::reply(Bytes::from_static(
+                        b"NOTBUSY No scripts in execution right now.",
+                    )))
+                };
+            }
+        }
         let mut replies = self
             .inner
             .run(
@@ -155,6 +171,7 @@ impl SqlBackend {
                     id,
                     again: request.again,
                 }),
+                request.script,
             )
             .await?;
         let frame = replies.pop().unwrap_or(Frame::Null);

@@ -147,7 +147,7 @@ async fn statement(
             let stored: i64 = row.try_get(2).map_err(work_error)?;
             let expires: Option<i64> = row.try_get(3).map_err(work_error)?;
             // Expired keys and missing ones answer alike: empty.
-            if !expires.is_some_and(|at| at <= now_ms) {
+            if expires.is_none_or(|at| at > now_ms) {
                 kinds.insert(key, stored);
             }
             continue;

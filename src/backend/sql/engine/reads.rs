@@ -614,7 +614,7 @@ async fn row_per_key(keys: &[&[u8]], conn: &mut TxConn) -> Result<Vec<Value>, Ba
         let kind: i64 = row.try_get(1).map_err(work_error)?;
         let expires: Option<i64> = row.try_get(2).map_err(work_error)?;
         let value: Option<&[u8]> = row.try_get(3).map_err(work_error)?;
-        if !expires.is_some_and(|at| at <= now_ms) {
+        if expires.is_none_or(|at| at > now_ms) {
             found.insert(
                 key,
                 (kind == Kind::String as i64).then_some(value.unwrap_or_default()),

@@ -6,6 +6,7 @@
 use super::conn::{rollback, Held, TxConn};
 use super::{blocking, connect_error, deadline, model, reads};
 use super::{Dialect, Inner, SqlStage, Token, Work};
+use crate::backend::lua::Gate;
 use crate::backend::{BackendError, Proto};
 use bytes::Bytes;
 use redis_protocol::resp3::types::BytesFrame as Frame;
@@ -114,9 +115,10 @@ impl Inner {
         acquire_timeout: Duration,
         batch: bool,
         token: Option<Token<'_>>,
+        script: Option<&dyn Gate>,
     ) -> Result<Vec<Frame>, BackendError> {
         let mut result = self
-            .run_once(commands, proto, acquire_timeout, batch, token)
+            .run_once(commands, proto, acquire_timeout, batch, token, script)
             .await;
         self.after(commands, &mut result);
         result
@@ -182,8 +184,13 @@ impl Inner {
         acquire_timeout: Duration,
         batch: bool,
         token: Option<Token<'_>>,
+        script: Option<&dyn Gate>,
     ) -> Result<Vec<Frame>, BackendError> {
         let mut write = false;
+        // A script runs in a transaction of its own (`model::is_script`), under its limit.
+        let scripted = commands
+            .iter()
+            .any(|args| model::is_script(args.first().map(|n| n.as_ref()).unwrap_or_default()));
         for args in commands {
             let name = args.first().map(|n| n.as_ref()).unwrap_or_default();
             match model::writes(name) {
@@ -194,7 +201,7 @@ impl Inner {
                 None => {}
             }
         }
-        if write {
+        if write && !scripted {
             if let Some(writer) = &self.group {
                 return writer
                     .submit(commands, proto, batch, token, acquire_timeout)
@@ -235,6 +242,7 @@ impl Inner {
                     batch: false,
                     write: false,
                     token: None,
+                    script: None,
                 };
                 let answered = deadline::within(
                     until,
@@ -264,9 +272,13 @@ impl Inner {
             batch,
             write,
             token: token.map(|t| t.id),
+            script,
         };
         let progress = deadline::Progress::default();
-        let limit = self.response_timeout;
+        let limit = self.response_timeout
+            + script
+                .filter(|_| scripted)
+                .map_or(Duration::ZERO, |g| g.limit());
         let until = tokio::time::Instant::now() + limit;
         deadline::transaction(until, limit, &progress, async {
             match self.apply(&mut conn, work, &mut false).await {

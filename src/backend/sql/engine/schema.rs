@@ -10,7 +10,8 @@ use sqlx::{AnyConnection, Executor};
 /// Migration `n` is `SQLITE[n - 1]` / `POSTGRES[n - 1]`: 1 the data model, 2 exact mode's
 /// recorded replies, 3 the versions of watched keys (`WATCH`), 4 stream consumer groups;
 /// 5 the registry of Pub/Sub subscriptions (`broker.rs`), and on SQLite the heartbeats of
-/// the processes that hold them and the messages left for them (`inbox.rs`).
+/// the processes that hold them and the messages left for them (`inbox.rs`); 6 the scripts
+/// loaded by `SCRIPT LOAD` and `EVAL`, by digest (`model/scripting.rs`).
 const SQLITE: &[&str] = &[
     "
 CREATE TABLE hf_keys (
@@ -120,6 +121,12 @@ CREATE TABLE hf_messages (
 );
 CREATE INDEX hf_messages_by_time ON hf_messages (at);
 ",
+    "
+CREATE TABLE hf_scripts (
+    sha BLOB PRIMARY KEY,
+    body BLOB NOT NULL
+);
+",
 ];
 
 const POSTGRES: &[&str] = &[
@@ -217,6 +224,12 @@ CREATE TABLE hf_pubsub (
     PRIMARY KEY (listener, kind, name)
 );
 CREATE INDEX hf_pubsub_by_name ON hf_pubsub (kind, name);
+",
+    "
+CREATE TABLE hf_scripts (
+    sha BYTEA PRIMARY KEY,
+    body BYTEA NOT NULL
+);
 ",
 ];
 

@@ -46,7 +46,7 @@ async fn put(ctx: &mut Ctx<'_>, key: &[u8], field_name: &[u8], value: &[u8]) -> 
 
 /// HSET (number of new fields) and HMSET (`+OK`).
 pub async fn hset(ctx: &mut Ctx<'_>, a: &[Bytes], hmset: bool) -> Out {
-    if a.len() < 4 || a.len() % 2 != 0 {
+    if a.len() < 4 || !a.len().is_multiple_of(2) {
         let name = if hmset { "hmset" } else { "hset" };
         return fail(format!(
             "ERR wrong number of arguments for '{name}' command"
@@ -381,7 +381,7 @@ pub async fn hscan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     };
     let mut items = Vec::with_capacity(page.len() * 2);
     for (field, value) in page {
-        if pattern.map_or(true, |p| args::glob(p, &field)) {
+        if pattern.is_none_or(|p| args::glob(p, &field)) {
             items.push(bulk(field));
             items.push(bulk(value));
         }

@@ -10,6 +10,7 @@ pub mod hashes;
 pub mod keys;
 pub mod lists;
 pub mod pubsub;
+pub mod scripting;
 pub mod sets;
 pub mod sort;
 pub mod store;
@@ -24,6 +25,7 @@ pub use config::harmless_setting;
 
 use bytes::Bytes;
 use redis_protocol::resp3::types::BytesFrame as Frame;
+use scripting::Eval;
 use sets::Algebra;
 use store::{fail, Ctx, Out};
 use zsets::algebra::ZAlgebra;
@@ -286,6 +288,28 @@ commands! {
     b"XREVRANGE"             => Read,      Alone,              streams::read::xrange(ctx, a, true).await;
     b"HF.WATCH"              => Write,     Alone,              watch::watch(ctx, a).await;
     b"HF.WATCHED"            => Read,      Alone,              watch::check(ctx, a).await;
+    // A script's calls run in its transaction (`scripting`); one declared read-only runs
+    // in a read transaction.
+    b"EVAL"                  => Write,     Alone,              scripting::eval(ctx, a, Eval::Text, allow_flush).await;
+    b"EVALSHA"               => Write,     Alone,              scripting::eval(ctx, a, Eval::Sha, allow_flush).await;
+    b"EVAL_RO"               => Read,      Alone,              scripting::eval(ctx, a, Eval::TextRo, allow_flush).await;
+    b"EVALSHA_RO"            => Read,      Alone,              scripting::eval(ctx, a, Eval::ShaRo, allow_flush).await;
+    b"SCRIPT"                => Write,     Alone,              scripting::script(ctx, a).await;
+}
+
+/// Whether the command runs a script (it then runs in a transaction of its own, never in a
+/// group commit: a script may take up to its limit, and is rolled back alone when stopped).
+pub fn is_script(name: &[u8]) -> bool {
+    [
+        &b"EVAL"[..],
+        b"EVALSHA",
+        b"EVAL_RO",
+        b"EVALSHA_RO",
+        b"FCALL",
+        b"FCALL_RO",
+    ]
+    .iter()
+    .any(|n| n.eq_ignore_ascii_case(name))
 }
 
 /// Whether the command writes (it then runs in a write transaction); None when the SQL
@@ -359,7 +383,9 @@ mod tests {
             ("XREADGROUP", Some(true)),
             ("HF.WATCH", Some(true)),
             ("PUBSUB", Some(false)),
-            ("EVAL", None),
+            ("EVAL", Some(true)),
+            ("EVAL_RO", Some(false)),
+            ("FCALL", None),
             ("AVERYLONGNAMETHATNOCOMMANDHAS", None),
         ] {
             assert_eq!(writes(name.as_bytes()), writes_, "{name}");
@@ -373,12 +399,12 @@ mod tests {
         assert!(!point_read(&b(&["HGETALL", "k"])));
         assert!(!point_read(&b(&["LINDEX", "k", "0"])));
         let mut hmget = vec!["HMGET", "k"];
-        hmget.extend(std::iter::repeat("f").take(POINT_NAMES));
+        hmget.extend(std::iter::repeat_n("f", POINT_NAMES));
         assert!(point_read(&b(&hmget)));
         hmget.push("f");
         assert!(!point_read(&b(&hmget)));
         let mut mget = vec!["MGET"];
-        mget.extend(std::iter::repeat("k").take(POINT_NAMES));
+        mget.extend(std::iter::repeat_n("k", POINT_NAMES));
         assert!(point_read(&b(&mget)));
     }
 }

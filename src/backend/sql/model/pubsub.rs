@@ -257,7 +257,7 @@ pub fn answer(args: &[Bytes], totals: impl Iterator<Item = (SubKind, Bytes, i64)
             array(
                 of(kind)
                     .into_iter()
-                    .filter(|c| pattern.map_or(true, |p| glob(p, c)))
+                    .filter(|c| pattern.is_none_or(|p| glob(p, c)))
                     .map(bulk)
                     .collect(),
             )

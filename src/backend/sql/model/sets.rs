@@ -395,7 +395,7 @@ pub async fn sscan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     };
     let items = page
         .into_iter()
-        .filter(|m| pattern.map_or(true, |p| super::args::glob(p, m)))
+        .filter(|m| pattern.is_none_or(|p| super::args::glob(p, m)))
         .map(bulk)
         .collect();
     Ok(array(vec![

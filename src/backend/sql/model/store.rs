@@ -139,6 +139,16 @@ pub struct Meta {
     pub value: Option<Vec<u8>>,
 }
 
+/// What a script's commands need besides the transaction: the interpreters and the gate
+/// (`scripting`).
+#[derive(Clone, Copy)]
+pub struct ScriptEnv<'c> {
+    /// The backend's Lua interpreters.
+    pub runtime: &'c crate::backend::lua::Runtime,
+    /// What the script may call.
+    pub gate: &'c dyn crate::backend::lua::Gate,
+}
+
 /// One command's view of the database.
 pub struct Ctx<'c> {
     pub conn: &'c mut AnyConnection,
@@ -154,6 +164,9 @@ pub struct Ctx<'c> {
     /// The id this backend's Pub/Sub registers under (`Broker::origin`): a SQLite `PUBLISH`
     /// leaves messages under it for the other processes, and reads back none of its own.
     pub origin: i64,
+    /// A script's interpreters and gate: set for a request that may run one (none inside a
+    /// MULTI, nor inside a script).
+    pub script: Option<ScriptEnv<'c>>,
 }
 
 impl<'c> Ctx<'c> {
@@ -173,6 +186,7 @@ impl<'c> Ctx<'c> {
             write,
             wrote: false,
             origin: 0,
+            script: None,
         }
     }
 

@@ -89,7 +89,7 @@ fn set_options(a: &[Bytes], from: usize, getex: bool) -> Result<SetOptions, Fail
             match unit {
                 // The same unit twice is allowed (the last wins); two different ones are not.
                 Some((name, seconds, relative))
-                    if o.expire.map_or(true, |(at, _, _)| is(arg(a, at - 1), name)) =>
+                    if o.expire.is_none_or(|(at, _, _)| is(arg(a, at - 1), name)) =>
                 {
                     o.expire = Some((j + 1, seconds, relative));
                     j += 1;
@@ -215,7 +215,7 @@ pub async fn mget(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
 }
 
 pub async fn mset(ctx: &mut Ctx<'_>, a: &[Bytes], nx: bool) -> Out {
-    if a.len() < 3 || a.len() % 2 == 0 {
+    if a.len() < 3 || a.len().is_multiple_of(2) {
         let name = if nx { "msetnx" } else { "mset" };
         return fail(format!(
             "ERR wrong number of arguments for '{name}' command"

@@ -35,7 +35,7 @@ pub async fn xreadgroup(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
             count = args::int(arg(a, i + 1))?.max(0);
             i += 1;
         } else if is(opt, "STREAMS") && more > 0 {
-            if (a.len() - i - 1) % 2 != 0 {
+            if !(a.len() - i - 1).is_multiple_of(2) {
                 return fail(
                     "ERR Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified.",
                 );

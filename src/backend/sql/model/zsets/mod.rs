@@ -387,7 +387,7 @@ pub async fn zscan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     };
     let mut items = Vec::with_capacity(page.len() * 2);
     for (m, s) in page {
-        if pattern.map_or(true, |p| args::glob(p, &m)) {
+        if pattern.is_none_or(|p| args::glob(p, &m)) {
             items.push(bulk(m));
             items.push(bulk(Bytes::from(crate::resp::format_double(
                 s,

@@ -1,0 +1,211 @@
+-- The sandbox a script runs in, built once per interpreter: what Redis 7.0 gives a script
+-- and nothing else. `native` holds holdfast's functions; `G` is the table a script reads
+-- its globals from (filled by the caller); the table returned is the globals a script
+-- sees: it reads through to `G` and cannot be written, as Redis's read-only globals.
+local native, G = ...
+local error, type, tostring, tonumber, rawset, rawget = error, type, tostring, tonumber, rawset, rawget
+local setmetatable, getmetatable, getfenv, setfenv = setmetatable, getmetatable, getfenv, setfenv
+local pcall, xpcall, select, unpack = pcall, xpcall, select, unpack
+local loadstring, load = loadstring, load
+local find, sub, gsub, byte = string.find, string.sub, string.gsub, string.byte
+local resume = coroutine.resume
+local floor, ceil = math.floor, math.ceil
+local stopped, call, oldG = native.stopped, native.call, _G
+
+local READONLY = 'Attempt to modify a readonly table'
+-- Proxy -> the table it stands for.
+local readonly = setmetatable({}, { __mode = 'k' })
+
+local function protect(real)
+  local proxy = {}
+  readonly[proxy] = real
+  return setmetatable(proxy, {
+    __index = real,
+    __newindex = function() error(READONLY, 2) end,
+    __metatable = false,
+  })
+end
+
+local env = {}
+readonly[env] = G
+setmetatable(env, {
+  __index = function(_, k)
+    local v = rawget(G, k)
+    if v == nil then
+      error("Script attempted to access nonexistent global variable '" .. tostring(k) .. "'", 2)
+    end
+    return v
+  end,
+  __newindex = function() error(READONLY, 2) end,
+  __metatable = false,
+})
+
+local function pack(...) return { n = select('#', ...), ... } end
+
+-- An error table as Redis's luaPushErrorBuff makes it from "-CODE msg" or "msg".
+local function pushed(text)
+  if sub(text, 1, 1) ~= '-' then text = '-' .. text end
+  local space = find(text, ' ', 1, true)
+  local code, msg
+  if space then
+    code, msg = sub(text, 2, space - 1), sub(text, space + 1)
+  else
+    code, msg = 'ERR', sub(text, 2)
+  end
+  msg = gsub(gsub(msg, '^[\r\n]+', ''), '[\r\n]+$', '')
+  return { err = code .. ' ' .. msg }
+end
+
+local redis = {}
+-- redis.call is holdfast's own function (no Lua frame of its own between the script and
+-- the error it raises, even in `return redis.call(...)`); redis.pcall returns the error.
+redis.call = native.raise
+redis.pcall = function(...)
+  return (call(...))
+end
+redis.setresp = function(...)
+  if select('#', ...) ~= 1 then error(pushed('redis.setresp() requires one argument.')) end
+  local n = tonumber((...)) or 0
+  n = n >= 0 and floor(n) or ceil(n)
+  if n ~= 2 and n ~= 3 then error(pushed('RESP version must be 2 or 3.')) end
+  native.setresp(n)
+end
+redis.sha1hex = function(...)
+  if select('#', ...) ~= 1 then error(pushed('wrong number of arguments')) end
+  local s = ...
+  if type(s) ~= 'string' and type(s) ~= 'number' then s = '' end
+  return native.sha1hex(tostring(s))
+end
+redis.error_reply = function(...)
+  local e = ...
+  if select('#', ...) ~= 1 or type(e) ~= 'string' then
+    return pushed('wrong number or type of arguments')
+  end
+  return pushed(e)
+end
+redis.status_reply = function(...)
+  local s = ...
+  if select('#', ...) ~= 1 or type(s) ~= 'string' then
+    return pushed('wrong number or type of arguments')
+  end
+  return { ok = s }
+end
+redis.log = function(...)
+  local argc = select('#', ...)
+  if argc < 2 then error(pushed('redis.log() requires two arguments or more.')) end
+  local level = ...
+  if tonumber(level) == nil then error(pushed('First argument must be a number (log level).')) end
+  level = tonumber(level)
+  if level < 0 or level > 3 then error(pushed('Invalid debug level.')) end
+  local parts = pack(select(2, ...))
+  local text = ''
+  for i = 1, parts.n do
+    local p = parts[i]
+    if type(p) == 'string' or type(p) == 'number' then
+      if text ~= '' or i > 1 then text = text .. ' ' end
+      text = text .. tostring(p)
+    end
+  end
+  native.log(level, text)
+end
+redis.set_repl = function(...)
+  if select('#', ...) ~= 1 then error(pushed('redis.set_repl() requires two arguments.')) end
+  local flags = tonumber((...)) or 0
+  if flags ~= 0 and flags ~= 1 and flags ~= 2 and flags ~= 3 then
+    error(pushed('Invalid replication flags. Use REPL_AOF, REPL_REPLICA, REPL_ALL or REPL_NONE.'))
+  end
+end
+redis.replicate_commands = function() return true end
+redis.breakpoint = function() return false end
+redis.debug = function() end
+redis.acl_check_cmd = function(...)
+  if select('#', ...) == 0 then
+    error(pushed('Please specify at least one argument for this redis lib call'))
+  end
+  return native.allowed(...)
+end
+redis.REPL_NONE, redis.REPL_AOF, redis.REPL_SLAVE, redis.REPL_REPLICA, redis.REPL_ALL = 0, 1, 2, 2, 3
+redis.LOG_DEBUG, redis.LOG_VERBOSE, redis.LOG_NOTICE, redis.LOG_WARNING = 0, 1, 2, 3
+redis.REDIS_VERSION, redis.REDIS_VERSION_NUM = '7.0.15', 458767
+
+-- pcall as Redis has it: an error table is answered as its text. A stopped script's
+-- error is never caught: it goes on to the top.
+G.pcall = function(f, ...)
+  local result = pack(pcall(f, ...))
+  if result[1] then return unpack(result, 1, result.n) end
+  local e = native.unraised(result[2])
+  if stopped() then error(e, 0) end
+  if type(e) == 'table' and type(rawget(e, 'err')) == 'string' then e = rawget(e, 'err') end
+  return false, e
+end
+G.xpcall = function(f, handler)
+  local result = pack(xpcall(f, function(e) return handler(native.unraised(e)) end))
+  if not result[1] and stopped() then error(result[2], 0) end
+  return unpack(result, 1, result.n)
+end
+local co = {}
+for k, v in pairs(coroutine) do co[k] = v end
+co.resume = function(...)
+  local result = pack(resume(...))
+  if not result[1] and stopped() then error(result[2], 0) end
+  return unpack(result, 1, result.n)
+end
+
+-- What reaches a table behind a proxy is refused as Redis refuses writes to read-only tables
+-- (from a C function: no position in the message).
+G.rawset = function(t, k, v)
+  if readonly[t] then error(READONLY, 0) end
+  return rawset(t, k, v)
+end
+G.rawget = function(t, k)
+  local real = readonly[t]
+  if real then return rawget(real, k) end
+  return rawget(t, k)
+end
+G.setmetatable = function(t, mt)
+  if readonly[t] then error(READONLY, 0) end
+  return setmetatable(t, mt)
+end
+G.getfenv = function(f)
+  if f == nil then f = 1 end
+  if type(f) == 'number' and f > 0 then f = f + 1 end
+  local e = getfenv(f)
+  if e == oldG or e == G then return env end
+  return e
+end
+G.setfenv = function(f, t)
+  if type(f) == 'number' and f == 0 then error(READONLY, 0) end
+  if type(f) == 'number' and f > 0 then f = f + 1 end
+  return setfenv(f, t)
+end
+-- Source text only: a binary chunk can break out of any sandbox.
+local function text_only(s)
+  return type(s) ~= 'string' or byte(s, 1) ~= 27
+end
+G.loadstring = function(s, name)
+  if not text_only(s) then return nil, 'binary chunks are not allowed' end
+  local f, e = loadstring(s, name)
+  if f then setfenv(f, env) end
+  return f, e
+end
+G.load = function(fn, name)
+  local f, e = load(fn, name)
+  if f then setfenv(f, env) end
+  return f, e
+end
+
+for _, name in ipairs({ 'tostring', 'next', 'assert', 'tonumber', 'rawequal', 'collectgarbage',
+                        'getmetatable', 'type', 'select', 'unpack', 'gcinfo', 'pairs', 'ipairs',
+                        '_VERSION', 'error', 'newproxy' }) do
+  rawset(G, name, oldG[name])
+end
+G.coroutine = protect(co)
+G.string = protect(string)
+G.math = protect(math)
+G.table = protect(table)
+G.redis = protect(redis)
+G._G = env
+-- Strings' methods come from the same read-only table.
+getmetatable('').__index = G.string
+getmetatable('').__metatable = false
+return env

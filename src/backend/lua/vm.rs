@@ -1,0 +1,429 @@
+//! One interpreter on a thread of its own: the sandbox built once (`prelude.lua`), scripts
+//! compiled once per digest, and a job at a time run to its end. `redis.call` goes back to
+//! the task that owns the script's transaction and waits for its reply: the interpreter
+//! never touches a database, and the database is never touched off its task.
+
+use super::convert::{error_frame, error_table, from_lua, to_lua};
+use super::number::g17;
+use super::{Finish, Halt, Job, Up};
+use bytes::Bytes;
+use mlua::chunk::ChunkMode;
+use mlua::{
+    Function, HookTriggers, Lua, LuaOptions, LuaString, MultiValue, StdLib, Table, Value, VmState,
+};
+use redis_protocol::resp3::types::BytesFrame as Frame;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Most compiled scripts one interpreter keeps; past it, it forgets them all and compiles
+/// again as they come (Redis keeps every one; holdfast bounds what a client can make it hold).
+const COMPILED: usize = 1000;
+/// How often (in Lua instructions) a running script looks at its deadline and `SCRIPT KILL`.
+const CHECK_EVERY: u32 = 1000;
+
+/// What the running script's natives see: set for each job, cleared after.
+struct Current {
+    up: tokio::sync::mpsc::UnboundedSender<Up>,
+    down: std::sync::mpsc::Receiver<Frame>,
+    stop: Arc<Halt>,
+    deadline: Instant,
+    resp3: bool,
+}
+
+pub(super) struct Vm {
+    lua: Lua,
+    globals: Table,
+    run: Function,
+    compiled: HashMap<String, Function>,
+    generation: u64,
+}
+
+impl Vm {
+    pub(super) fn new(memory: usize) -> mlua::Result<Vm> {
+        let lua = Lua::new_with(
+            StdLib::TABLE | StdLib::STRING | StdLib::MATH,
+            LuaOptions::default(),
+        )?;
+        let native = natives(&lua)?;
+        let globals = lua.create_table()?;
+        // `run` calls a script under the real xpcall (the sandbox's passes a stopped
+        // script's error on), with the handler that says where in the script it raised.
+        let run: Function = lua
+            .load(
+                "local xpcall, handler, G = ...
+                 return function(f, keys, args)
+                   G.KEYS, G.ARGV = keys, args
+                   return xpcall(f, handler)
+                 end",
+            )
+            .set_name("=holdfast")
+            .call((
+                lua.globals().get::<Function>("xpcall")?,
+                lua.create_function(handler)?,
+                globals.clone(),
+            ))?;
+        let env: Table = lua
+            .load(include_str!("prelude.lua"))
+            .set_name("=holdfast")
+            .call((native, globals.clone()))?;
+        lua.set_globals(env)?;
+        lua.set_global_hook(
+            HookTriggers::new().every_nth_instruction(CHECK_EVERY),
+            |lua, _| match lua.app_data_ref::<Current>() {
+                Some(current) if current.stop.stopped() => {
+                    Err(mlua::Error::runtime("holdfast: script stopped"))
+                }
+                Some(current) if Instant::now() >= current.deadline => {
+                    current.stop.set(Finish::TimedOut);
+                    Err(mlua::Error::runtime("holdfast: script stopped"))
+                }
+                _ => Ok(VmState::Continue),
+            },
+        )?;
+        lua.set_memory_limit(memory)?;
+        Ok(Vm {
+            lua,
+            globals,
+            run,
+            compiled: HashMap::new(),
+            generation: 0,
+        })
+    }
+
+    /// Runs one job to its end and says how it ended.
+    pub(super) fn run(&mut self, job: Job) {
+        let Job {
+            invocation,
+            up,
+            down,
+            stop,
+            deadline,
+            generation,
+        } = job;
+        if generation != self.generation {
+            self.compiled.clear();
+            self.generation = generation;
+        }
+        let reply = up.clone();
+        self.lua.set_app_data(Current {
+            up,
+            down,
+            stop: stop.clone(),
+            deadline,
+            resp3: false,
+        });
+        let frame = self.call(&invocation);
+        self.lua.remove_app_data::<Current>();
+        // A collection now and then keeps a long-lived interpreter small (Redis does the same).
+        let _ = self.lua.gc_step();
+        let ended = match stop.ended() {
+            Some(why) => why,
+            None => Finish::Reply(frame),
+        };
+        let _ = reply.send(Up::Done(ended));
+    }
+
+    fn call(&mut self, invocation: &super::Invocation) -> Frame {
+        let function = match self.compile(&invocation.sha, &invocation.body) {
+            Ok(f) => f,
+            Err(text) => return error_frame(text.as_bytes()),
+        };
+        let array = |items: &[Bytes]| -> mlua::Result<Table> {
+            let t = self.lua.create_table_with_capacity(items.len(), 0)?;
+            for (i, item) in items.iter().enumerate() {
+                t.raw_set(i + 1, self.lua.create_string(item)?)?;
+            }
+            Ok(t)
+        };
+        let outcome = (|| -> mlua::Result<MultiValue> {
+            let keys = array(&invocation.keys)?;
+            let args = array(&invocation.argv)?;
+            self.run.call::<MultiValue>((function, keys, args))
+        })();
+        let _ = self.globals.raw_set("KEYS", Value::Nil);
+        let _ = self.globals.raw_set("ARGV", Value::Nil);
+        let resp3 = self.lua.app_data_ref::<Current>().is_some_and(|c| c.resp3);
+        // Redis 7.0 names an EVAL script by its digest in error replies.
+        let funcname = invocation.sha.clone();
+        let mut values = match outcome {
+            Ok(values) => values.into_iter(),
+            Err(e) => {
+                return error_frame(
+                    format!(
+                        "ERR Error running script {funcname}, {}",
+                        first_line(&e.to_string())
+                    )
+                    .as_bytes(),
+                )
+            }
+        };
+        let ok = matches!(values.next(), Some(Value::Boolean(true)));
+        let value = values.next().unwrap_or(Value::Nil);
+        if ok {
+            return from_lua(&value, resp3);
+        }
+        failure(&value, &funcname)
+    }
+
+    /// The script's function, compiled from `body` the first time its digest is seen.
+    fn compile(&mut self, sha: &str, body: &[u8]) -> Result<Function, String> {
+        if let Some(f) = self.compiled.get(sha) {
+            return Ok(f.clone());
+        }
+        let shebang = super::shebang_len(body);
+        // A shebang line is left out, but not its line feed, so line numbers stay the user's.
+        let f = self
+            .lua
+            .load(&body[shebang..])
+            .set_name("@user_script")
+            .set_mode(ChunkMode::Text)
+            .into_function()
+            .map_err(|e| {
+                let message = match &e {
+                    mlua::Error::SyntaxError { message, .. } => message.clone(),
+                    other => other.to_string(),
+                };
+                format!("ERR Error compiling script (new function): {message}")
+            })?;
+        if self.compiled.len() >= COMPILED {
+            self.compiled.clear();
+        }
+        self.compiled.insert(sha.to_string(), f.clone());
+        Ok(f)
+    }
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or_default()
+}
+
+/// The reply to a script that raised: its error table's text, and where in the script.
+fn failure(value: &Value, funcname: &str) -> Frame {
+    let Value::Table(table) = value else {
+        let msg = match value {
+            Value::String(s) => s.to_string_lossy(),
+            _ => "execution failure".to_string(),
+        };
+        return error_frame(format!("ERR Error running script {funcname}, {msg:.100}").as_bytes());
+    };
+    let field = |name: &str| -> Option<String> {
+        match table.get::<Value>(name).ok()? {
+            Value::String(s) => Some(s.to_string_lossy()),
+            Value::Number(n) => Some(g17(n)),
+            Value::Integer(n) => Some(n.to_string()),
+            _ => None,
+        }
+    };
+    let msg = field("err").unwrap_or_default();
+    let text = match (field("source"), field("line")) {
+        (Some(source), Some(line)) => format!("{msg} script: {funcname}, on {source}:{line}."),
+        _ => msg,
+    };
+    error_frame(text.as_bytes())
+}
+
+/// xpcall's message handler: the error as a table (`ERR` and the text, for a Lua error),
+/// with the script's source and line where it was raised — the first frame of the script's
+/// own code, past the C functions and holdfast's sandbox between.
+fn handler(lua: &Lua, err: Value) -> mlua::Result<Value> {
+    let table = match err {
+        Value::Table(t) => t,
+        Value::String(s) => {
+            let mut text = b"ERR ".to_vec();
+            text.extend_from_slice(&s.as_bytes());
+            error_table(lua, &text)?
+        }
+        Value::Number(n) => error_table(lua, format!("ERR {}", lua_number(n)).as_bytes())?,
+        Value::Error(e) => match raised(&e) {
+            Some(text) => error_table(lua, text)?,
+            None => error_table(
+                lua,
+                format!("ERR {}", first_line(&e.to_string())).as_bytes(),
+            )?,
+        },
+        other => error_table(lua, format!("ERR {}", other.type_name()).as_bytes())?,
+    };
+    for level in 1..64 {
+        let Some(found) = lua.inspect_stack(level, |debug| {
+            let source = debug.source().source.map(|s| s.into_owned());
+            (source, debug.current_line())
+        }) else {
+            break;
+        };
+        if let (Some(source), line) = found {
+            if source.starts_with("@user_") {
+                table.raw_set("source", source)?;
+                if let Some(line) = line {
+                    table.raw_set("line", line)?;
+                }
+                break;
+            }
+        }
+    }
+    Ok(Value::Table(table))
+}
+
+/// A Lua number as `tostring` prints it (`%.14g`).
+fn lua_number(n: f64) -> String {
+    if n.fract() == 0.0 && n.abs() < 1e15 {
+        format!("{}", n as i64)
+    } else {
+        format!("{n}")
+    }
+}
+
+/// The functions the prelude builds the `redis` table from. None of them raises: an error is
+/// returned as an error table, raised (or not, for `pcall`) by the prelude.
+fn natives(lua: &Lua) -> mlua::Result<Table> {
+    let native = lua.create_table()?;
+    native.raw_set(
+        "call",
+        lua.create_function(|lua, args: MultiValue| redis_call(lua, args))?,
+    )?;
+    native.raw_set(
+        "raise",
+        lua.create_function(|lua, args: MultiValue| {
+            let (reply, failed) = redis_call(lua, args)?;
+            match (failed, &reply) {
+                (true, Value::Table(t)) => {
+                    let text: LuaString = t.raw_get("err")?;
+                    Err(mlua::Error::external(Raised(text.as_bytes().to_vec())))
+                }
+                _ => Ok(reply),
+            }
+        })?,
+    )?;
+    native.raw_set(
+        "unraised",
+        lua.create_function(|lua, value: Value| match &value {
+            Value::Error(e) => match raised(e) {
+                Some(text) => Ok(Value::Table(error_table(lua, text)?)),
+                None => Ok(value),
+            },
+            _ => Ok(value),
+        })?,
+    )?;
+    native.raw_set(
+        "stopped",
+        lua.create_function(|lua, ()| {
+            Ok(lua
+                .app_data_ref::<Current>()
+                .is_some_and(|c| c.stop.stopped()))
+        })?,
+    )?;
+    native.raw_set(
+        "setresp",
+        lua.create_function(|lua, n: i64| {
+            if let Some(mut current) = lua.app_data_mut::<Current>() {
+                current.resp3 = n == 3;
+            }
+            Ok(())
+        })?,
+    )?;
+    native.raw_set(
+        "sha1hex",
+        lua.create_function(|_, s: LuaString| Ok(crate::backend::scripts::digest(&s.as_bytes())))?,
+    )?;
+    native.raw_set(
+        "log",
+        lua.create_function(|_, (level, text): (i64, LuaString)| {
+            let text = text.to_string_lossy();
+            match level {
+                3 => tracing::warn!(target: "holdfast::script", "{text}"),
+                2 => tracing::info!(target: "holdfast::script", "{text}"),
+                _ => tracing::debug!(target: "holdfast::script", "{text}"),
+            }
+            Ok(())
+        })?,
+    )?;
+    native.raw_set(
+        "allowed",
+        lua.create_function(|lua, args: MultiValue| {
+            let Ok(args) = arguments(&args) else {
+                return Ok(Value::Boolean(false));
+            };
+            let Some(answer) = ask(lua, Up::Allowed { args }) else {
+                return Ok(Value::Boolean(false));
+            };
+            Ok(match answer {
+                Frame::Boolean { data, .. } => Value::Boolean(data),
+                Frame::Number { data, .. } => Value::Boolean(data != 0),
+                _ => Value::Table(error_table(
+                    lua,
+                    b"ERR Invalid command passed to redis.acl_check_cmd()",
+                )?),
+            })
+        })?,
+    )?;
+    Ok(native)
+}
+
+/// The error `redis.call` raises: an error table's text, raised from holdfast's own function
+/// so the script's frame stays on the stack (the handler then says where it was raised).
+#[derive(Debug)]
+struct Raised(Vec<u8>);
+
+impl std::fmt::Display for Raised {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&String::from_utf8_lossy(&self.0))
+    }
+}
+
+impl std::error::Error for Raised {}
+
+/// The text `redis.call` raised, through the callback errors mlua wraps it in.
+fn raised(e: &mlua::Error) -> Option<&[u8]> {
+    match e {
+        mlua::Error::ExternalError(inner) => inner.downcast_ref::<Raised>().map(|r| r.0.as_slice()),
+        mlua::Error::CallbackError { cause, .. } => raised(cause),
+        mlua::Error::WithContext { cause, .. } => raised(cause),
+        _ => None,
+    }
+}
+
+/// A `redis.call` argument list as the command's arguments: strings as they are, numbers
+/// as `%.17g`; anything else refused as Redis refuses it.
+fn arguments(args: &MultiValue) -> Result<Vec<Bytes>, &'static [u8]> {
+    if args.is_empty() {
+        return Err(b"ERR Please specify at least one argument for this redis lib call");
+    }
+    args.iter()
+        .map(|arg| match arg {
+            Value::String(s) => Ok(Bytes::copy_from_slice(&s.as_bytes())),
+            Value::Number(n) => Ok(Bytes::from(g17(*n))),
+            Value::Integer(n) => Ok(Bytes::from(n.to_string())),
+            _ => Err(&b"ERR Lua redis lib command arguments must be strings or integers"[..]),
+        })
+        .collect()
+}
+
+/// Sends `up` to the script's task and waits for its answer; None when the task is gone.
+fn ask(lua: &Lua, up: Up) -> Option<Frame> {
+    let current = lua.app_data_ref::<Current>()?;
+    current.up.send(up).ok()?;
+    current.down.recv().ok()
+}
+
+fn redis_call(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, bool)> {
+    let args = match arguments(&args) {
+        Ok(args) => args,
+        Err(text) => return Ok((Value::Table(error_table(lua, text)?), true)),
+    };
+    let resp3 = lua.app_data_ref::<Current>().is_some_and(|c| c.resp3);
+    match ask(lua, Up::Call { args, resp3 }) {
+        Some(frame) => to_lua(lua, frame, resp3),
+        None => {
+            if let Some(current) = lua.app_data_ref::<Current>() {
+                current.stop.set(Finish::Abandoned);
+            }
+            Ok((
+                Value::Table(error_table(
+                    lua,
+                    b"ERR holdfast: the script's transaction ended",
+                )?),
+                true,
+            ))
+        }
+    }
+}
