@@ -18,15 +18,15 @@ use proptest::test_runner::{Config as PropConfig, TestCaseError, TestRunner};
 use std::fmt::Write as _;
 use tempfile::TempDir;
 
-type Cmd = Vec<Vec<u8>>;
+pub(crate) type Cmd = Vec<Vec<u8>>;
 
-fn cmd(args: &[&str]) -> Cmd {
+pub(crate) fn cmd(args: &[&str]) -> Cmd {
     args.iter().map(|a| a.as_bytes().to_vec()).collect()
 }
 
 /// How two replies to one command are compared.
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum Cmp {
+pub(crate) enum Cmp {
     Exact,
     /// Hash-table order in Redis: same elements, any order.
     Sorted,
@@ -42,7 +42,7 @@ enum Cmp {
     Timed,
 }
 
-fn cmp_for(c: &Cmd) -> Cmp {
+pub(crate) fn cmp_for(c: &Cmd) -> Cmp {
     let name = String::from_utf8_lossy(&c[0]).to_ascii_uppercase();
     match name.as_str() {
         "KEYS" | "SMEMBERS" | "SINTER" | "SUNION" | "SDIFF" | "SPOP" | "SRANDMEMBER" => Cmp::Sorted,
@@ -59,7 +59,7 @@ fn cmp_for(c: &Cmd) -> Cmp {
     }
 }
 
-fn show(raw: &[u8]) -> String {
+pub(crate) fn show(raw: &[u8]) -> String {
     let mut s = String::new();
     for &b in raw.iter().take(400) {
         match b {
@@ -146,7 +146,7 @@ fn agree_timed(a: &[u8], b: &[u8]) -> bool {
     })
 }
 
-fn agree(cmp: Cmp, a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn agree(cmp: Cmp, a: &[u8], b: &[u8]) -> bool {
     match cmp {
         Cmp::Exact => a == b,
         Cmp::Timed => agree_timed(a, b),
@@ -162,7 +162,7 @@ fn agree(cmp: Cmp, a: &[u8], b: &[u8]) -> bool {
 }
 
 /// A real Redis, holdfast on SQLite and holdfast on PostgreSQL, side by side.
-struct Targets {
+pub(crate) struct Targets {
     redis: RedisServer,
     _pg: PgServer,
     _dir: TempDir,
@@ -171,7 +171,7 @@ struct Targets {
 }
 
 impl Targets {
-    async fn start() -> Targets {
+    pub(crate) async fn start() -> Targets {
         let redis = RedisServer::start();
         let pg = PgServer::start();
         let dir = tempfile::tempdir().expect("temp dir");
@@ -195,7 +195,7 @@ impl Targets {
         }
     }
 
-    fn addrs(&self) -> [(&'static str, String); 3] {
+    pub(crate) fn addrs(&self) -> [(&'static str, String); 3] {
         [
             ("redis", self.redis.addr()),
             ("sqlite", self.sqlite.addr.clone()),
@@ -206,7 +206,7 @@ impl Targets {
 
 /// Sends each command on one connection (after `HELLO 3` when `resp3`), one reply each;
 /// `depth` at a time in one write (pipelined; 1: each waits for its reply).
-async fn run(addr: &str, resp3: bool, depth: usize, cmds: &[Cmd]) -> Vec<Vec<u8>> {
+pub(crate) async fn run(addr: &str, resp3: bool, depth: usize, cmds: &[Cmd]) -> Vec<Vec<u8>> {
     let mut c = RawConn::connect(addr).await;
     if resp3 {
         let hello = c.command(&["HELLO", "3"]).await;
@@ -230,7 +230,7 @@ async fn run(addr: &str, resp3: bool, depth: usize, cmds: &[Cmd]) -> Vec<Vec<u8>
 }
 
 /// Fails with every difference listed, if there is one.
-fn assert_none(differences: &[String]) {
+pub(crate) fn assert_none(differences: &[String]) {
     assert!(
         differences.is_empty(),
         "{} differences:\n{}",
@@ -240,13 +240,13 @@ fn assert_none(differences: &[String]) {
 }
 
 /// Runs `cmds` on every target and lists each command whose replies differ from Redis's.
-async fn differences(t: &Targets, resp3: bool, cmds: &[Cmd]) -> Vec<String> {
+pub(crate) async fn differences(t: &Targets, resp3: bool, cmds: &[Cmd]) -> Vec<String> {
     pipelined_differences(t, resp3, 1, cmds).await
 }
 
 /// [`differences`], the commands sent `depth` at a time in one write: what SQL backends
 /// commit together must answer as Redis answers them one by one.
-async fn pipelined_differences(
+pub(crate) async fn pipelined_differences(
     t: &Targets,
     resp3: bool,
     depth: usize,
@@ -1499,7 +1499,7 @@ fn fixed_script() -> Vec<Cmd> {
     script
 }
 
-fn runtime() -> tokio::runtime::Runtime {
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -2753,7 +2753,7 @@ fn family_command(
 }
 
 /// A sequence mixing two families (and, now and then, the key space).
-fn sequence() -> impl Strategy<Value = Vec<Cmd>> {
+pub(crate) fn sequence() -> impl Strategy<Value = Vec<Cmd>> {
     let key = prop::sample::select(vec!["k0", "k1"]);
     let member = prop::sample::select(vec!["a", "b", "c", "1", "2", "10"]);
     let num = prop::sample::select(vec![

@@ -8,3 +8,4 @@ mod support;
 mod differential;
 mod faults;
 mod queues;
+mod scripts;

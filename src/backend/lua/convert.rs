@@ -174,7 +174,7 @@ fn reply(value: &Value, resp3: bool, depth: usize) -> Frame {
             attributes: None,
         },
         Value::Number(n) => Frame::Number {
-            data: *n as i64,
+            data: truncated(*n),
             attributes: None,
         },
         Value::Integer(n) => Frame::Number {
@@ -183,6 +183,17 @@ fn reply(value: &Value, resp3: bool, depth: usize) -> Frame {
         },
         Value::Table(table) => table_reply(table, resp3, depth),
         _ => Frame::Null,
+    }
+}
+
+/// A Lua number as Redis's `(long long)` cast gives it on x86-64: truncated toward zero, and
+/// the one "indefinite" value for a NaN or anything out of range.
+fn truncated(n: f64) -> i64 {
+    const LIMIT: f64 = 9_223_372_036_854_775_808.0;
+    if !(-LIMIT..LIMIT).contains(&n) {
+        i64::MIN
+    } else {
+        n as i64
     }
 }
 
@@ -205,11 +216,21 @@ fn table_reply(table: &Table, resp3: bool, depth: usize) -> Frame {
             attributes: None,
         };
     }
-    if let Value::Number(d) = raw(table, "double") {
-        return Frame::Double {
-            data: d,
-            attributes: None,
-        };
+    // mlua gives an integral number as an integer.
+    match raw(table, "double") {
+        Value::Number(d) => {
+            return Frame::Double {
+                data: d,
+                attributes: None,
+            }
+        }
+        Value::Integer(d) => {
+            return Frame::Double {
+                data: d as f64,
+                attributes: None,
+            }
+        }
+        _ => {}
     }
     if let Value::String(n) = raw(table, "big_number") {
         let text: Vec<u8> = n
@@ -307,6 +328,8 @@ mod tests {
         };
         assert_eq!(eval("return 3.99", false), num(3));
         assert_eq!(eval("return -3.99", false), num(-3));
+        assert_eq!(eval("return 1e20", false), num(i64::MIN));
+        assert_eq!(eval("return 0/0", false), num(i64::MIN));
         assert_eq!(eval("return 'x'", false), bulk("x"));
         assert_eq!(eval("return true", false), num(1));
         assert_eq!(eval("return false", false), Frame::Null);

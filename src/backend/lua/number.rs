@@ -4,6 +4,16 @@
 
 /// `x` formatted as C's `printf("%.17g", x)`.
 pub fn g17(x: f64) -> String {
+    g(x, 17)
+}
+
+/// `x` as Lua 5.1's `tostring` prints it (`%.14g`).
+pub fn g14(x: f64) -> String {
+    g(x, 14)
+}
+
+/// `x` formatted as C's `printf("%.{precision}g", x)`.
+fn g(x: f64, precision: usize) -> String {
     if x.is_nan() {
         return if x.is_sign_negative() { "-nan" } else { "nan" }.to_string();
     }
@@ -14,13 +24,13 @@ pub fn g17(x: f64) -> String {
         return if x.is_sign_negative() { "-0" } else { "0" }.to_string();
     }
     // Seventeen significant digits, rounded as printf rounds them.
-    let scientific = format!("{:.16e}", x);
+    let scientific = format!("{:.*e}", precision - 1, x);
     let (mantissa, exponent) = scientific.split_once('e').unwrap_or((&scientific, "0"));
     let exponent: i32 = exponent.parse().unwrap_or(0);
     let negative = mantissa.starts_with('-');
     let digits: String = mantissa.chars().filter(|c| c.is_ascii_digit()).collect();
     let sign = if negative { "-" } else { "" };
-    if !(-4..17).contains(&exponent) {
+    if !(-4..precision as i32).contains(&exponent) {
         let mut rest = digits[1..].trim_end_matches('0').to_string();
         if !rest.is_empty() {
             rest.insert(0, '.');
@@ -45,7 +55,7 @@ pub fn g17(x: f64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::g17;
+    use super::{g14, g17};
 
     #[test]
     fn formats_as_printf_does() {
@@ -68,6 +78,13 @@ mod tests {
             (9007199254740993.0, "9007199254740992"),
         ] {
             assert_eq!(g17(x), want, "{x}");
+        }
+        for (x, want) in [
+            (1e14, "1e+14"),
+            (99999999999999.0, "99999999999999"),
+            (0.1, "0.1"),
+        ] {
+            assert_eq!(g14(x), want, "{x}");
         }
     }
 }

@@ -9,7 +9,6 @@ local pcall, xpcall, select, unpack = pcall, xpcall, select, unpack
 local loadstring, load = loadstring, load
 local find, sub, gsub, byte = string.find, string.sub, string.gsub, string.byte
 local resume = coroutine.resume
-local floor, ceil = math.floor, math.ceil
 local stopped, call, oldG = native.stopped, native.call, _G
 
 local READONLY = 'Attempt to modify a readonly table'
@@ -42,45 +41,42 @@ setmetatable(env, {
 
 local function pack(...) return { n = select('#', ...), ... } end
 
--- An error table as Redis's luaPushErrorBuff makes it from "-CODE msg" or "msg".
+-- An error table as Redis's luaPushErrorBuff makes it: "-CODE msg" keeps its code, any other
+-- text gets ERR.
 local function pushed(text)
-  if sub(text, 1, 1) ~= '-' then text = '-' .. text end
-  local space = find(text, ' ', 1, true)
   local code, msg
-  if space then
-    code, msg = sub(text, 2, space - 1), sub(text, space + 1)
+  if sub(text, 1, 1) == '-' then
+    local space = find(text, ' ', 1, true)
+    if space then
+      code, msg = sub(text, 2, space - 1), sub(text, space + 1)
+    else
+      code, msg = 'ERR', sub(text, 2)
+    end
   else
-    code, msg = 'ERR', sub(text, 2)
+    code, msg = 'ERR', text
   end
   msg = gsub(gsub(msg, '^[\r\n]+', ''), '[\r\n]+$', '')
   return { err = code .. ' ' .. msg }
 end
 
+-- The functions that raise are holdfast's own (no Lua frame between the script and the
+-- error, even in `return redis.sha1hex()`), so the error says the script's line.
 local redis = {}
--- redis.call is holdfast's own function (no Lua frame of its own between the script and
--- the error it raises, even in `return redis.call(...)`); redis.pcall returns the error.
 redis.call = native.raise
 redis.pcall = function(...)
   return (call(...))
 end
-redis.setresp = function(...)
-  if select('#', ...) ~= 1 then error(pushed('redis.setresp() requires one argument.')) end
-  local n = tonumber((...)) or 0
-  n = n >= 0 and floor(n) or ceil(n)
-  if n ~= 2 and n ~= 3 then error(pushed('RESP version must be 2 or 3.')) end
-  native.setresp(n)
-end
-redis.sha1hex = function(...)
-  if select('#', ...) ~= 1 then error(pushed('wrong number of arguments')) end
-  local s = ...
-  if type(s) ~= 'string' and type(s) ~= 'number' then s = '' end
-  return native.sha1hex(tostring(s))
-end
+redis.setresp = native.setresp
+redis.sha1hex = native.sha1hex
+redis.log = native.log
+redis.set_repl = native.set_repl
+redis.acl_check_cmd = native.acl_check_cmd
 redis.error_reply = function(...)
   local e = ...
   if select('#', ...) ~= 1 or type(e) ~= 'string' then
     return pushed('wrong number or type of arguments')
   end
+  if sub(e, 1, 1) ~= '-' then e = '-' .. e end
   return pushed(e)
 end
 redis.status_reply = function(...)
@@ -90,40 +86,9 @@ redis.status_reply = function(...)
   end
   return { ok = s }
 end
-redis.log = function(...)
-  local argc = select('#', ...)
-  if argc < 2 then error(pushed('redis.log() requires two arguments or more.')) end
-  local level = ...
-  if tonumber(level) == nil then error(pushed('First argument must be a number (log level).')) end
-  level = tonumber(level)
-  if level < 0 or level > 3 then error(pushed('Invalid debug level.')) end
-  local parts = pack(select(2, ...))
-  local text = ''
-  for i = 1, parts.n do
-    local p = parts[i]
-    if type(p) == 'string' or type(p) == 'number' then
-      if text ~= '' or i > 1 then text = text .. ' ' end
-      text = text .. tostring(p)
-    end
-  end
-  native.log(level, text)
-end
-redis.set_repl = function(...)
-  if select('#', ...) ~= 1 then error(pushed('redis.set_repl() requires two arguments.')) end
-  local flags = tonumber((...)) or 0
-  if flags ~= 0 and flags ~= 1 and flags ~= 2 and flags ~= 3 then
-    error(pushed('Invalid replication flags. Use REPL_AOF, REPL_REPLICA, REPL_ALL or REPL_NONE.'))
-  end
-end
 redis.replicate_commands = function() return true end
 redis.breakpoint = function() return false end
 redis.debug = function() end
-redis.acl_check_cmd = function(...)
-  if select('#', ...) == 0 then
-    error(pushed('Please specify at least one argument for this redis lib call'))
-  end
-  return native.allowed(...)
-end
 redis.REPL_NONE, redis.REPL_AOF, redis.REPL_SLAVE, redis.REPL_REPLICA, redis.REPL_ALL = 0, 1, 2, 2, 3
 redis.LOG_DEBUG, redis.LOG_VERBOSE, redis.LOG_NOTICE, redis.LOG_WARNING = 0, 1, 2, 3
 redis.REDIS_VERSION, redis.REDIS_VERSION_NUM = '7.0.15', 458767

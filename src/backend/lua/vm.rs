@@ -4,7 +4,7 @@
 //! never touches a database, and the database is never touched off its task.
 
 use super::convert::{error_frame, error_table, from_lua, to_lua};
-use super::number::g17;
+use super::number::{g14 as lua_number, g17};
 use super::{Finish, Halt, Job, Up};
 use bytes::Bytes;
 use mlua::chunk::ChunkMode;
@@ -211,7 +211,7 @@ fn failure(value: &Value, funcname: &str) -> Frame {
         match table.get::<Value>(name).ok()? {
             Value::String(s) => Some(s.to_string_lossy()),
             Value::Number(n) => Some(g17(n)),
-            Value::Integer(n) => Some(n.to_string()),
+            Value::Integer(n) => Some(g17(n as f64)),
             _ => None,
         }
     };
@@ -235,6 +235,7 @@ fn handler(lua: &Lua, err: Value) -> mlua::Result<Value> {
             error_table(lua, &text)?
         }
         Value::Number(n) => error_table(lua, format!("ERR {}", lua_number(n)).as_bytes())?,
+        Value::Integer(n) => error_table(lua, format!("ERR {}", lua_number(n as f64)).as_bytes())?,
         Value::Error(e) => match raised(&e) {
             Some(text) => error_table(lua, text)?,
             None => error_table(
@@ -262,15 +263,6 @@ fn handler(lua: &Lua, err: Value) -> mlua::Result<Value> {
         }
     }
     Ok(Value::Table(table))
-}
-
-/// A Lua number as `tostring` prints it (`%.14g`).
-fn lua_number(n: f64) -> String {
-    if n.fract() == 0.0 && n.abs() < 1e15 {
-        format!("{}", n as i64)
-    } else {
-        format!("{n}")
-    }
 }
 
 /// The functions the prelude builds the `redis` table from. None of them raises: an error is
@@ -312,24 +304,90 @@ fn natives(lua: &Lua) -> mlua::Result<Table> {
                 .is_some_and(|c| c.stop.stopped()))
         })?,
     )?;
+    api(lua, &native)?;
+    Ok(native)
+}
+
+/// Raises `text` as the script's error (an error table's text: `ERR ...`).
+fn raise<T>(text: impl Into<Vec<u8>>) -> mlua::Result<T> {
+    Err(mlua::Error::external(Raised(text.into())))
+}
+
+/// A value as `lua_tonumber` reads it: a number, or a string that reads as one; else None.
+fn number(value: Option<&Value>) -> Option<f64> {
+    match value? {
+        Value::Number(n) => Some(*n),
+        Value::Integer(n) => Some(*n as f64),
+        Value::String(s) => {
+            let text = s.to_string_lossy();
+            let text = text.trim();
+            match text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
+                Some(hex) => u64::from_str_radix(hex, 16).ok().map(|n| n as f64),
+                None => text.parse().ok(),
+            }
+        }
+        _ => None,
+    }
+}
+
+/// The `redis` functions that check their arguments and raise, as Redis's C ones do.
+fn api(lua: &Lua, native: &Table) -> mlua::Result<()> {
     native.raw_set(
         "setresp",
-        lua.create_function(|lua, n: i64| {
+        lua.create_function(|lua, args: MultiValue| {
+            if args.len() != 1 {
+                return raise("ERR redis.setresp() requires one argument.");
+            }
+            let n = number(args.front()).unwrap_or(0.0).trunc();
+            if n != 2.0 && n != 3.0 {
+                return raise("ERR RESP version must be 2 or 3.");
+            }
             if let Some(mut current) = lua.app_data_mut::<Current>() {
-                current.resp3 = n == 3;
+                current.resp3 = n == 3.0;
             }
             Ok(())
         })?,
     )?;
     native.raw_set(
         "sha1hex",
-        lua.create_function(|_, s: LuaString| Ok(crate::backend::scripts::digest(&s.as_bytes())))?,
+        lua.create_function(|_, args: MultiValue| {
+            if args.len() != 1 {
+                return raise("ERR wrong number of arguments");
+            }
+            let text = match args.front() {
+                Some(Value::String(s)) => s.as_bytes().to_vec(),
+                Some(Value::Number(n)) => lua_number(*n).into_bytes(),
+                Some(Value::Integer(n)) => lua_number(*n as f64).into_bytes(),
+                _ => Vec::new(),
+            };
+            Ok(crate::backend::scripts::digest(&text))
+        })?,
     )?;
     native.raw_set(
         "log",
-        lua.create_function(|_, (level, text): (i64, LuaString)| {
-            let text = text.to_string_lossy();
-            match level {
+        lua.create_function(|_, args: MultiValue| {
+            if args.len() < 2 {
+                return raise("ERR redis.log() requires two arguments or more.");
+            }
+            let Some(level) = number(args.front()) else {
+                return raise("ERR First argument must be a number (log level).");
+            };
+            let level = level.trunc();
+            if !(0.0..=3.0).contains(&level) {
+                return raise("ERR Invalid debug level.");
+            }
+            let parts: Vec<String> = args
+                .iter()
+                .skip(1)
+                .filter_map(|v| match v {
+                    Value::String(s) => Some(s.to_string_lossy()),
+                    Value::Number(n) => Some(lua_number(*n)),
+                    Value::Integer(n) => Some(lua_number(*n as f64)),
+                    _ => None,
+                })
+                .collect();
+            let text = parts.join(" ");
+            match level as i64 {
                 3 => tracing::warn!(target: "holdfast::script", "{text}"),
                 2 => tracing::info!(target: "holdfast::script", "{text}"),
                 _ => tracing::debug!(target: "holdfast::script", "{text}"),
@@ -338,25 +396,34 @@ fn natives(lua: &Lua) -> mlua::Result<Table> {
         })?,
     )?;
     native.raw_set(
-        "allowed",
-        lua.create_function(|lua, args: MultiValue| {
-            let Ok(args) = arguments(&args) else {
-                return Ok(Value::Boolean(false));
-            };
-            let Some(answer) = ask(lua, Up::Allowed { args }) else {
-                return Ok(Value::Boolean(false));
-            };
-            Ok(match answer {
-                Frame::Boolean { data, .. } => Value::Boolean(data),
-                Frame::Number { data, .. } => Value::Boolean(data != 0),
-                _ => Value::Table(error_table(
-                    lua,
-                    b"ERR Invalid command passed to redis.acl_check_cmd()",
-                )?),
-            })
+        "set_repl",
+        lua.create_function(|_, args: MultiValue| {
+            if args.len() != 1 {
+                return raise("ERR redis.set_repl() requires two arguments.");
+            }
+            let flags = number(args.front()).unwrap_or(0.0).trunc();
+            if !(0.0..=3.0).contains(&flags) {
+                return raise(
+                    "ERR Invalid replication flags. Use REPL_AOF, REPL_REPLICA, REPL_ALL or REPL_NONE.",
+                );
+            }
+            Ok(())
         })?,
     )?;
-    Ok(native)
+    native.raw_set(
+        "acl_check_cmd",
+        lua.create_function(|lua, args: MultiValue| {
+            let args = match arguments(&args) {
+                Ok(args) => args,
+                Err(text) => return raise(text),
+            };
+            match ask(lua, Up::Allowed { args }) {
+                Some(Frame::Boolean { data, .. }) => Ok(data),
+                _ => raise("ERR Invalid command passed to redis.acl_check_cmd()"),
+            }
+        })?,
+    )?;
+    Ok(())
 }
 
 /// The error `redis.call` raises: an error table's text, raised from holdfast's own function
@@ -392,7 +459,7 @@ fn arguments(args: &MultiValue) -> Result<Vec<Bytes>, &'static [u8]> {
         .map(|arg| match arg {
             Value::String(s) => Ok(Bytes::copy_from_slice(&s.as_bytes())),
             Value::Number(n) => Ok(Bytes::from(g17(*n))),
-            Value::Integer(n) => Ok(Bytes::from(n.to_string())),
+            Value::Integer(n) => Ok(Bytes::from(g17(*n as f64))),
             _ => Err(&b"ERR Lua redis lib command arguments must be strings or integers"[..]),
         })
         .collect()

@@ -190,7 +190,11 @@ impl SqlBackend {
         requests: &[Request<'_>],
         acquire_timeout: Duration,
     ) -> Option<Vec<Result<Frame, BackendError>>> {
-        if requests.iter().any(|r| r.token.is_some()) {
+        // A script runs on its own, in a transaction of its own (`run_once`).
+        let script = |r: &Request<'_>| {
+            model::is_script(r.args.first().map(|n| n.as_ref()).unwrap_or_default())
+        };
+        if requests.iter().any(|r| r.token.is_some() || script(r)) {
             return None;
         }
         let proto = requests.first()?.proto;

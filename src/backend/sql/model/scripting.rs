@@ -8,7 +8,7 @@
 //! script loaded by any holdfast on the same database, before or after a restart.
 
 use super::args;
-use super::store::{fail, Ctx, Fail, Out, ScriptEnv};
+use super::store::{fail, Ctx, Fail, Out};
 use crate::backend::lua::{self, convert::error_frame, Finish, Gate, Invocation, Up};
 use crate::backend::Proto;
 use bytes::Bytes;
@@ -62,6 +62,34 @@ fn refused_in_scripts(name: &[u8]) -> bool {
     REFUSED
         .iter()
         .any(|r| r.as_bytes().eq_ignore_ascii_case(name))
+}
+
+/// Whether `XREAD`/`XREADGROUP` asks to block, read as Redis's parser reads its options up to
+/// `STREAMS` (an option it refuses first is left to the command to answer).
+fn blocks(args: &[Bytes]) -> bool {
+    let name = args.first().map(|n| n.as_ref()).unwrap_or_default();
+    let group = name.eq_ignore_ascii_case(b"XREADGROUP");
+    if !group && !name.eq_ignore_ascii_case(b"XREAD") {
+        return false;
+    }
+    let mut i = 1;
+    while i < args.len() {
+        let more = args.len() - i - 1;
+        let option = args[i].to_ascii_uppercase();
+        match option.as_slice() {
+            b"BLOCK" if more > 0 => return true,
+            b"COUNT" if more > 0 => {
+                if args::int(&args[i + 1]).is_err() {
+                    return false;
+                }
+                i += 2;
+            }
+            b"GROUP" if group && more > 1 => i += 3,
+            b"NOACK" if group => i += 1,
+            _ => return false,
+        }
+    }
+    false
 }
 
 /// `EVAL script numkeys key... arg...` and its kin.
@@ -193,6 +221,11 @@ async fn drive(
                 let refusal = gate.check(&args).or_else(|| {
                     if refused_in_scripts(name) {
                         Some("ERR This Redis command is not allowed from script".to_string())
+                    } else if blocks(&args) {
+                        Some(format!(
+                            "ERR {} command is not allowed with BLOCK option from scripts",
+                            String::from_utf8_lossy(name)
+                        ))
                     } else if read_only && super::writes(name) == Some(true) {
                         Some(
                             "ERR Write commands are not allowed from read-only scripts."
