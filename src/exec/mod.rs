@@ -59,6 +59,13 @@ pub trait Dispatch: Send + Sync + 'static {
     /// settled instead.
     fn takes_token(&self, argc: usize) -> bool;
 
+    /// Whether the backend runs scripts itself and records a script's reply with its token
+    /// in the script's own transaction (SQL), so a script runs in exact mode whatever keys
+    /// it declares.
+    fn runs_scripts(&self) -> bool {
+        false
+    }
+
     /// Whether [`Dispatch::dispatch_batch`] sends requests together.
     fn pipelines(&self) -> bool;
 
@@ -85,6 +92,10 @@ impl Dispatch for Backend {
 
     fn takes_token(&self, argc: usize) -> bool {
         Backend::takes_token(self, argc)
+    }
+
+    fn runs_scripts(&self) -> bool {
+        matches!(self, Backend::Sql(_))
     }
 
     fn pipelines(&self) -> bool {
@@ -462,10 +473,13 @@ impl Session {
         // evicting Redis could lose it).
         // A publish is never recorded under a token: a message delivered is not state a
         // retry could find (SPUBLISH names its channel as a key, for a Cluster's slot).
+        let script_here =
+            command.spec.reach == table::Reach::Scripts && namespace.backend.runs_scripts();
         let single_key = namespace.reply_mode == ReplyMode::Exact
             && command.spec.reach != table::Reach::Channel
-            && matches!(command.spec.keys, table::Keys::Range { first: 1, .. })
-            && command.keys().all(|k| command.args.get(1) == Some(k))
+            && (script_here
+                || matches!(command.spec.keys, table::Keys::Range { first: 1, .. })
+                    && command.keys().all(|k| command.args.get(1) == Some(k)))
             && namespace.backend.takes_token(command.args.len());
         settle::plan(
             namespace.reply_mode,

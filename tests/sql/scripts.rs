@@ -10,6 +10,7 @@
 use super::differential::{
     assert_none, cmp_for, differences, pipelined_differences, runtime, sequence, show, Cmd, Targets,
 };
+use crate::support::*;
 use proptest::prelude::*;
 use proptest::test_runner::{Config as PropConfig, TestCaseError, TestRunner};
 
@@ -394,4 +395,217 @@ fn generated_return_values_answer_as_redis_does() {
     if let Err(e) = result {
         panic!("{e}");
     }
+}
+
+/// A SQL backend's namespace with `script_time_limit` and `reply_mode` set.
+fn scripted(backend: &str, limit: &str, mode: &str) -> String {
+    format!(
+        r#"
+[defaults]
+reply_mode = "{mode}"
+acquire_timeout = "2s"
+[defaults.retry]
+max_attempts = 20
+min_delay = "50ms"
+max_delay = "500ms"
+[backends.db]
+{backend}
+[[namespaces]]
+name = "all"
+backend = "db"
+script_time_limit = "{limit}"
+"#
+    )
+}
+
+fn sqlite_at(dir: &tempfile::TempDir) -> String {
+    format!(
+        "kind = \"sqlite\"\npath = \"{}\"\nsynchronous = \"normal\"",
+        dir.path().join("holdfast.db").display()
+    )
+}
+
+fn text(raw: &[u8]) -> String {
+    String::from_utf8_lossy(raw).into_owned()
+}
+
+/// The read-check-write every client runs: not atomic, it would lose increments.
+const READ_CHECK_WRITE: &str = "local v = tonumber(redis.call('get', KEYS[1]) or '0')\n\
+     redis.call('set', KEYS[1], v + 1)\n\
+     return v + 1";
+
+/// 20 clients run the script 1,000 times each on one key, spread over `addrs`; the count
+/// must come out exact.
+async fn twenty_clients_count_exactly(addrs: &[String]) {
+    const CLIENTS: usize = 20;
+    const EACH: usize = 1000;
+    let mut load = RawConn::connect(&addrs[0]).await;
+    let sha = text(&load.command(&["SCRIPT", "LOAD", READ_CHECK_WRITE]).await);
+    let sha = sha
+        .lines()
+        .nth(1)
+        .expect("SCRIPT LOAD answers the digest")
+        .to_string();
+    let started = std::time::Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..CLIENTS {
+        let addr = addrs[i % addrs.len()].clone();
+        let sha = sha.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut conn = RawConn::connect(&addr).await;
+            for _ in 0..EACH {
+                let reply = conn.command(&["EVALSHA", &sha, "1", "counter"]).await;
+                assert!(reply.starts_with(b":"), "{}", text(&reply));
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("a client");
+    }
+    let total = text(&load.command(&["GET", "counter"]).await);
+    eprintln!(
+        "{} script runs on {} holdfast(s) in {:?}",
+        CLIENTS * EACH,
+        addrs.len(),
+        started.elapsed()
+    );
+    assert_eq!(total, format!("$5\r\n{}\r\n", CLIENTS * EACH));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_read_check_write_script_is_atomic_on_sqlite() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let proxy = Proxy::start(&scripted(&sqlite_at(&dir), "5s", "fast")).await;
+    twenty_clients_count_exactly(std::slice::from_ref(&proxy.addr)).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_read_check_write_script_is_atomic_across_two_holdfasts_on_postgres() {
+    let pg = PgServer::start();
+    let backend = format!("kind = \"postgres\"\nurl = \"{}\"", pg.url());
+    let one = Proxy::start(&scripted(&backend, "5s", "fast")).await;
+    let two = Proxy::start(&scripted(&backend, "5s", "fast")).await;
+    twenty_clients_count_exactly(&[one.addr.clone(), two.addr.clone()]).await;
+}
+
+/// A script that never ends is stopped at its limit with nothing it wrote applied, however
+/// it hides (a `pcall` around the loop, a coroutine); meanwhile other clients are served.
+async fn endless_scripts_stop_at_their_limit(addr: &str) {
+    let mut other = RawConn::connect(addr).await;
+    assert_eq!(other.command(&["SET", "before", "1"]).await, b"+OK\r\n");
+    for endless in [
+        "redis.call('set', 'looped', '1')\nwhile true do end",
+        "redis.call('set', 'looped', '1')\nwhile true do pcall(function() while true do end end) end",
+        "redis.call('set', 'looped', '1')\nlocal co = coroutine.wrap(function() while true do end end)\nwhile true do pcall(co) end",
+    ] {
+        let addr = addr.to_string();
+        let endless = endless.to_string();
+        let started = std::time::Instant::now();
+        let looping = tokio::spawn(async move {
+            let mut conn = RawConn::connect(&addr).await;
+            let reply = conn.command(&["EVAL", &endless, "0"]).await;
+            (text(&reply), started.elapsed())
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        // A read is served while the script runs; a write waits for it, within its limit.
+        let read_at = std::time::Instant::now();
+        assert_eq!(other.command(&["GET", "before"]).await, b"$1\r\n1\r\n");
+        assert!(
+            read_at.elapsed() < std::time::Duration::from_millis(500),
+            "a read waited {:?} behind a running script",
+            read_at.elapsed()
+        );
+        assert_eq!(other.command(&["SET", "during", "1"]).await, b"+OK\r\n");
+        let (reply, took) = looping.await.expect("the script's client");
+        assert!(
+            reply.starts_with("-ERR holdfast: the script ran past its script_time_limit (1s)"),
+            "{reply}"
+        );
+        assert!(
+            took < std::time::Duration::from_secs(3),
+            "stopped after {took:?}"
+        );
+        assert_eq!(other.command(&["GET", "looped"]).await, b"$-1\r\n");
+        assert_eq!(other.command(&["GET", "during"]).await, b"$1\r\n1\r\n");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_endless_script_stops_at_its_limit_on_sqlite() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let proxy = Proxy::start(&scripted(&sqlite_at(&dir), "1s", "fast")).await;
+    endless_scripts_stop_at_their_limit(&proxy.addr).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_endless_script_stops_at_its_limit_on_postgres() {
+    let pg = PgServer::start();
+    let backend = format!("kind = \"postgres\"\nurl = \"{}\"", pg.url());
+    let proxy = Proxy::start(&scripted(&backend, "1s", "fast")).await;
+    endless_scripts_stop_at_their_limit(&proxy.addr).await;
+}
+
+/// `SCRIPT KILL` stops a running script at once, rolled back; with none running it answers
+/// `NOTBUSY`. A script that asks for more memory than an interpreter may hold is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn script_kill_stops_a_running_script_and_rolls_it_back() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let proxy = Proxy::start(&scripted(&sqlite_at(&dir), "30s", "fast")).await;
+    let mut admin = proxy.connect().await;
+    assert_eq!(
+        text(&admin.command(&["SCRIPT", "KILL"]).await),
+        "-NOTBUSY No scripts in execution right now.\r\n"
+    );
+    let addr = proxy.addr.clone();
+    let started = std::time::Instant::now();
+    let looping = tokio::spawn(async move {
+        let mut conn = RawConn::connect(&addr).await;
+        let reply = conn
+            .command(&[
+                "EVAL",
+                "redis.call('set', 'k', 'v')\nwhile true do end",
+                "0",
+            ])
+            .await;
+        (text(&reply), started.elapsed())
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(admin.command(&["SCRIPT", "KILL"]).await, b"+OK\r\n");
+    let (reply, took) = looping.await.expect("the script's client");
+    assert!(reply.contains("stopped by SCRIPT KILL"), "{reply}");
+    assert!(took < std::time::Duration::from_secs(3), "{took:?}");
+    assert_eq!(admin.command(&["GET", "k"]).await, b"$-1\r\n");
+    let big = text(
+        &admin
+            .command(&["EVAL", "return #string.rep('x', 2^30)", "0"])
+            .await,
+    );
+    assert!(big.contains("not enough memory"), "{big}");
+    assert_eq!(admin.command(&["EVAL", "return 1", "0"]).await, b":1\r\n");
+}
+
+/// Exact mode: a script's reply is recorded in its own transaction, so a retry after a
+/// lost `COMMIT` reply answers the first application and never runs it twice.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_exact_mode_script_whose_commit_reply_was_lost_ran_once() {
+    let pg = PgServer::start();
+    let relay = Relay::start(&pg.addr()).await;
+    let backend = format!(
+        "kind = \"postgres\"\nurl = \"postgres://holdfast@{}/holdfast\"\npool_size = 2",
+        relay.addr()
+    );
+    let proxy = Proxy::start(&scripted(&backend, "5s", "exact")).await;
+    let mut conn = proxy.connect().await;
+    assert_eq!(conn.command(&["PING"]).await, b"+PONG\r\n");
+    for i in 1..=10 {
+        relay.drop_after_request_with(b"COMMIT");
+        let reply = conn
+            .command(&["EVAL", "return redis.call('incr', KEYS[1])", "1", "counter"])
+            .await;
+        assert_eq!(text(&reply), format!(":{i}\r\n"), "run {i}");
+        relay.pass();
+        assert_eq!(conn.command(&["PING"]).await, b"+PONG\r\n");
+    }
+    assert!(relay.fired() >= 10, "{} replies lost", relay.fired());
+    assert_eq!(conn.command(&["GET", "counter"]).await, b"$2\r\n10\r\n");
 }

@@ -168,6 +168,7 @@ impl Runtime {
             limit,
             worker: Some(worker),
             done: false,
+            late: false,
         })
     }
 
@@ -220,6 +221,8 @@ pub struct Running<'r> {
     limit: Duration,
     worker: Option<Worker>,
     done: bool,
+    /// The script's end was not heard from its interpreter in time.
+    late: bool,
 }
 
 /// How long past its deadline the task still waits for a script's interpreter to notice.
@@ -244,9 +247,14 @@ impl Running<'_> {
             Err(_) => {
                 // The interpreter did not stop in time (busy inside one long library call):
                 // it is left to end on its own thread.
+                tracing::warn!(
+                    limit = ?self.limit,
+                    "a script's interpreter did not stop at its limit; it is left to end alone"
+                );
                 self.stop.set(Finish::TimedOut);
                 self.worker = None;
                 self.done = true;
+                self.late = true;
                 Up::Done(Finish::TimedOut)
             }
         }
@@ -273,6 +281,11 @@ impl Running<'_> {
     /// The limit it runs under.
     pub fn limit(&self) -> Duration {
         self.limit
+    }
+
+    /// Whether its interpreter said how it ended (false: it was given up on, still busy).
+    pub fn heard_the_end(&self) -> bool {
+        self.done && !self.late
     }
 }
 
@@ -396,6 +409,74 @@ pub fn flags(body: &[u8]) -> Result<Flags, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn invocation(body: &str) -> Invocation {
+        Invocation {
+            body: Bytes::copy_from_slice(body.as_bytes()),
+            sha: crate::backend::scripts::digest(body.as_bytes()),
+            keys: vec![],
+            argv: vec![],
+        }
+    }
+
+    /// Runs `body` to its end, answering every call with `+OK`.
+    async fn run(runtime: &Runtime, body: &str, limit: Duration) -> (Finish, bool) {
+        let mut running = runtime.start(invocation(body), limit).expect("starts");
+        loop {
+            match running.next().await {
+                Up::Done(finish) => return (finish, running.heard_the_end()),
+                Up::Call { .. } | Up::Allowed { .. } => running.answer(Frame::SimpleString {
+                    data: Bytes::from_static(b"OK"),
+                    attributes: None,
+                }),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn an_endless_script_stops_itself_however_it_hides() {
+        let runtime = Runtime::default();
+        for body in [
+            "while true do end",
+            "while true do pcall(function() while true do end end) end",
+            "while true do xpcall(function() while true do end end, function() end) end",
+            "local co = coroutine.wrap(function() while true do end end)\nwhile true do pcall(co) end",
+            "while true do coroutine.resume(coroutine.create(function() while true do end end)) end",
+            "while true do pcall(redis.call, 'ping') end",
+        ] {
+            let started = std::time::Instant::now();
+            let (finish, heard) = run(&runtime, body, Duration::from_millis(200)).await;
+            assert!(matches!(finish, Finish::TimedOut), "{body}: {finish:?}");
+            // Its interpreter ended the script itself, and is free for the next one.
+            assert!(heard, "{body}: the interpreter kept running");
+            assert!(started.elapsed() < Duration::from_secs(1), "{body}");
+        }
+        let (finish, _) = run(&runtime, "return 7", Duration::from_secs(1)).await;
+        assert!(
+            matches!(finish, Finish::Reply(Frame::Number { data: 7, .. })),
+            "{finish:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn script_kill_stops_what_runs_and_only_that() {
+        let runtime = std::sync::Arc::new(Runtime::default());
+        assert!(!runtime.kill(), "nothing runs yet");
+        let running = runtime.clone();
+        let task = tokio::spawn(async move {
+            run(
+                &running,
+                "while true do pcall(function() end) end",
+                Duration::from_secs(30),
+            )
+            .await
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(runtime.kill());
+        let (finish, heard) = task.await.expect("the script's task");
+        assert!(matches!(finish, Finish::Killed) && heard, "{finish:?}");
+        assert!(!runtime.kill(), "nothing runs any more");
+    }
 
     #[test]
     fn shebangs_read_as_redis_reads_them() {
