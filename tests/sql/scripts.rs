@@ -609,3 +609,89 @@ async fn an_exact_mode_script_whose_commit_reply_was_lost_ran_once() {
     assert!(relay.fired() >= 10, "{} replies lost", relay.fired());
     assert_eq!(conn.command(&["GET", "counter"]).await, b"$2\r\n10\r\n");
 }
+
+/// redis-py's own `Lock` (acquire, extend, release, a blocking acquire across two clients)
+/// on holdfast's SQL backends: first through one holdfast, then across two sharing the
+/// database, where the scripts the first one ran are already there (no `SCRIPT LOAD`).
+const LOCK_PY: &str = r#"
+import sys, threading, time
+import redis
+
+first, second = sys.argv[1], sys.argv[2]
+loads = []
+def client(addr):
+    c = redis.Redis.from_url("redis://" + addr)
+    original = c.script_load
+    def counted(script, original=original):
+        loads.append(script)
+        return original(script)
+    c.script_load = counted
+    return c
+
+def exercise(r, other):
+    lock = r.lock("resource", timeout=10, blocking_timeout=5, thread_local=False)
+    assert lock.acquire(), "acquire"
+    assert lock.extend(10), "extend"
+    assert r.pttl("resource") > 10000, "extended"
+    assert not other.lock("resource", timeout=10, blocking_timeout=0.2).acquire(), "held"
+    waiting = other.lock("resource", timeout=10, blocking_timeout=5)
+    threading.Timer(0.5, lock.release).start()
+    started = time.time()
+    assert waiting.acquire(), "blocking acquire"
+    assert time.time() - started >= 0.4, "it waited for the release"
+    assert waiting.locked()
+    waiting.release()
+    assert not waiting.locked()
+    stolen = r.lock("resource2", timeout=10)
+    assert stolen.acquire(), "acquire another"
+    other.set("resource2", "someone else")
+    try:
+        stolen.release()
+        raise AssertionError("released a lock someone else holds")
+    except redis.exceptions.LockNotOwnedError:
+        pass
+    assert other.get("resource2") == b"someone else"
+    other.delete("resource2")
+
+exercise(client(first), client(first))
+print("one holdfast ok", flush=True)
+before = len(loads)
+exercise(client(second), client(first))
+print("two holdfasts ok, script loads %d" % (len(loads) - before), flush=True)
+"#;
+
+async fn redis_py_lock(first: &str, second: &str) {
+    let py = redis_py("lock.py", LOCK_PY, &[first, second]);
+    let out = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        py.child.wait_with_output(),
+    )
+    .await
+    .expect("redis-py's Lock ends")
+    .expect("python3 ends");
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success()
+            && stdout.contains("one holdfast ok")
+            && stdout.contains("two holdfasts ok, script loads 0"),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn redis_py_lock_works_on_sqlite() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let one = Proxy::start(&scripted(&sqlite_at(&dir), "5s", "fast")).await;
+    let two = Proxy::start(&scripted(&sqlite_at(&dir), "5s", "fast")).await;
+    redis_py_lock(&one.addr, &two.addr).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn redis_py_lock_works_across_two_holdfasts_on_postgres() {
+    let pg = PgServer::start();
+    let backend = format!("kind = \"postgres\"\nurl = \"{}\"", pg.url());
+    let one = Proxy::start(&scripted(&backend, "5s", "fast")).await;
+    let two = Proxy::start(&scripted(&backend, "5s", "fast")).await;
+    redis_py_lock(&one.addr, &two.addr).await;
+}
