@@ -338,6 +338,17 @@ pub(super) static ROWS: &[Spec] = &[
     // SQL backends answer it at once; Redis backends as they do.
     Spec::new("SCRIPT|KILL", 2, NO_KEYS, Idempotent).every_backend(),
     Spec::new("SCRIPT|LOAD", 3, NO_KEYS, Idempotent).every_backend(),
+    // Function libraries, like scripts, on every backend the client reaches; FCALL is routed
+    // by its keys. A second LOAD or DELETE answers otherwise than the first: not retried.
+    Spec::container("FUNCTION"),
+    Spec::new("FUNCTION|DELETE", 3, NO_KEYS, NonIdempotent).every_backend(),
+    Spec::new("FUNCTION|DUMP", 2, NO_KEYS, Read).every_backend(),
+    Spec::new("FUNCTION|FLUSH", -2, NO_KEYS, Idempotent).every_backend(),
+    Spec::new("FUNCTION|KILL", 2, NO_KEYS, Idempotent).every_backend(),
+    Spec::new("FUNCTION|LIST", -2, NO_KEYS, Read).every_backend(),
+    Spec::new("FUNCTION|LOAD", -3, NO_KEYS, NonIdempotent).every_backend(),
+    Spec::new("FUNCTION|RESTORE", -3, NO_KEYS, NonIdempotent).every_backend(),
+    Spec::new("FUNCTION|STATS", 2, NO_KEYS, Read).every_backend(),
     // ---- server: forwarded to the catch-all backend ----
     Spec::container("CONFIG"),
     Spec::new("CONFIG|GET", -3, NO_KEYS, Read).reach(Reach::ServerConfig),

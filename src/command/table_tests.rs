@@ -572,7 +572,6 @@ fn left_out_commands_have_no_row() {
         "SLAVEOF",
         "SAVE",
         "BGSAVE",
-        "FUNCTION",
         "CLUSTER",
         "ACL",
         "PFDEBUG",

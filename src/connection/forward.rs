@@ -65,7 +65,10 @@ impl ClientConn {
     /// to empty: NOPERM, and nothing is sent anywhere. `SCRIPT LOAD` and `SCRIPT EXISTS` empty
     /// nothing. SQL backends keep their scripts in the database (`model/scripting.rs`).
     async fn every_backend(&mut self, command: &Command, started: Instant) -> (Reply, DoubleStyle) {
-        let harmless = matches!(command.spec.name, "SCRIPT|LOAD" | "SCRIPT|EXISTS");
+        let harmless = matches!(
+            command.spec.name,
+            "SCRIPT|LOAD" | "SCRIPT|EXISTS" | "FUNCTION|LIST" | "FUNCTION|STATS" | "FUNCTION|DUMP"
+        );
         let reachable = self.reachable();
         let reach = |ns: &Namespace| {
             reachable
@@ -152,9 +155,10 @@ impl ClientConn {
         }
         let sent = self.ahead.take().map(|(_, ahead)| ahead);
         // A SQL backend runs the script itself: what it may call is decided here.
-        self.exec.script = (command.spec.reach == Reach::Scripts
-            && matches!(*namespace.backend, Backend::Sql(_)))
-        .then(|| self.script_gate(&namespace) as Arc<dyn crate::backend::lua::Gate>);
+        let runs_lua = command.spec.reach == Reach::Scripts
+            || matches!(command.spec.name, "FUNCTION|LOAD" | "FUNCTION|RESTORE");
+        self.exec.script = (runs_lua && matches!(*namespace.backend, Backend::Sql(_)))
+            .then(|| self.script_gate(&namespace) as Arc<dyn crate::backend::lua::Gate>);
         self.routed = Some(namespace.series);
         let in_flight = namespace.series.in_flight();
         let (reply, outcome) = self

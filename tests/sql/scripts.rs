@@ -695,3 +695,97 @@ async fn redis_py_lock_works_across_two_holdfasts_on_postgres() {
     let two = Proxy::start(&scripted(&backend, "5s", "fast")).await;
     redis_py_lock(&one.addr, &two.addr).await;
 }
+
+/// `FUNCTION` and `FCALL`, each behaviour of Redis's pages a case. Libraries of one function
+/// where `FUNCTION LIST` shows them: Redis lists a library's functions in its hash table's
+/// order, seeded at random per process, holdfast by name.
+fn fixed_functions() -> Vec<Cmd> {
+    let lib = |name: &str, body: &str| format!("#!lua name={name}\n{body}");
+    let load = |code: &str| c(&["FUNCTION", "LOAD", code]);
+    vec![
+        c(&["FUNCTION", "FLUSH"]),
+        c(&["FUNCTION", "LIST"]),
+        load(&lib("pos", "redis.register_function('echo', function(keys, args) return {keys[1], args[1], #keys, #args} end)")),
+        c(&["FCALL", "echo", "1", "k", "a"]),
+        c(&["FCALL", "echo", "0"]),
+        c(&["FCALL", "echo", "0", "a", "b"]),
+        c(&["FCALL_RO", "echo", "0"]),
+        load(&lib("named", "redis.register_function{function_name='reader', callback=function(keys) return redis.call('get', keys[1]) end, flags={'no-writes'}, description='reads a key'}")),
+        c(&["SET", "k", "v"]),
+        c(&["FCALL", "reader", "1", "k"]),
+        c(&["FCALL_RO", "reader", "1", "k"]),
+        load(&lib("writer", "redis.register_function{function_name='writes', callback=function(keys) return redis.call('set', keys[1], 'w') end, flags={'no-writes'}}")),
+        c(&["FCALL", "writes", "1", "k"]),
+        load(&lib("flagged", "redis.register_function{function_name='allflags', callback=function() return 1 end, flags={'no-writes', 'allow-oom', 'allow-stale', 'no-cluster', 'allow-cross-slot-keys'}}")),
+        c(&["FCALL", "allflags", "0"]),
+        c(&["FUNCTION", "LIST", "LIBRARYNAME", "named"]),
+        c(&["FUNCTION", "LIST", "LIBRARYNAME", "flag*"]),
+        c(&["FUNCTION", "LIST", "WITHCODE", "LIBRARYNAME", "pos"]),
+        c(&["FUNCTION", "LIST", "LIBRARYNAME", "nomatch*"]),
+        c(&["FUNCTION", "LIST", "LIBRARYNAME"]),
+        c(&["FUNCTION", "LIST", "BOGUS"]),
+        c(&["FUNCTION", "STATS"]),
+        // Errors of calls.
+        c(&["FCALL", "nosuch", "0"]),
+        c(&["FCALL", "echo", "x"]),
+        c(&["FCALL", "echo", "3", "a"]),
+        c(&["FCALL", "echo", "-1"]),
+        load(&lib("raising", "redis.register_function('boom', function()\n  error('bad')\nend)\nredis.register_function('wrote', function(keys)\n  redis.call('set', keys[1], 'kept')\n  return redis.call('incr', keys[1])\nend)\nredis.register_function('globals', function() return KEYS end)")),
+        c(&["FCALL", "boom", "0"]),
+        c(&["FCALL", "wrote", "1", "kept"]),
+        c(&["GET", "kept"]),
+        c(&["FCALL", "globals", "0"]),
+        // Errors of loads.
+        load(&lib("pos", "redis.register_function('x', function() return 1 end)")),
+        load("return 1"),
+        load("#!lua name=nolf"),
+        load("#!lua\nreturn 1"),
+        load("#!lua name=a name=b\nreturn 1"),
+        load("#!lua foo=bar\nreturn 1"),
+        load("#!lua name=bad-name\nreturn 1"),
+        load("#!js name=x\nreturn 1"),
+        load(&lib("none", "return 1")),
+        load(&lib("dup", "redis.register_function('echo', function() return 1 end)")),
+        load(&lib("twice", "redis.register_function('f', function() end)\nredis.register_function('f', function() end)")),
+        load(&lib("badf", "redis.register_function('bad-name', function() return 1 end)")),
+        load(&lib("badflag", "redis.register_function{function_name='f', callback=function() end, flags={'bogus'}}")),
+        load(&lib("nocb", "redis.register_function{function_name='f'}")),
+        load(&lib("noname", "redis.register_function{callback=function() end}")),
+        load(&lib("unknownarg", "redis.register_function{function_name='f', callback=function() end, color='red'}")),
+        load(&lib("notfn", "redis.register_function('f', 'g')")),
+        load(&lib("notname", "redis.register_function({}, function() end)")),
+        load(&lib("three", "redis.register_function('f', function() end, 3)")),
+        load(&lib("notable", "redis.register_function(function() end)")),
+        load(&lib("calls", "redis.call('set', 'x', 'y')")),
+        load(&lib("raises", "error('at load')")),
+        load(&lib("strings", "local x = string.len('a')")),
+        load(&lib("syntax", "return (")),
+        load(&lib("logs", "redis.log(redis.LOG_NOTICE, 'loading'); redis.register_function('logged', function() return redis.REDIS_VERSION_NUM end)")),
+        c(&["FCALL", "logged", "0"]),
+        // Replace, delete, flush.
+        c(&["FUNCTION", "LOAD", "REPLACE", &lib("pos", "redis.register_function('echo', function() return 'replaced' end)")]),
+        c(&["FCALL", "echo", "0"]),
+        c(&["FUNCTION", "LOAD", "BOGUS", &lib("pos", "redis.register_function('echo', function() end)")]),
+        c(&["FUNCTION", "LOAD"]),
+        c(&["FUNCTION", "DELETE", "pos"]),
+        c(&["FUNCTION", "DELETE", "pos"]),
+        c(&["FCALL", "echo", "0"]),
+        c(&["FUNCTION", "FLUSH", "BOGUS"]),
+        c(&["FUNCTION", "FLUSH", "SYNC"]),
+        c(&["FUNCTION", "STATS"]),
+        c(&["FCALL", "reader", "1", "k"]),
+        c(&["FUNCTION", "KILL"]),
+    ]
+}
+
+#[test]
+fn fixed_functions_answer_as_redis_does_on_sqlite_and_postgres() {
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Targets::start().await;
+        let cases = fixed_functions();
+        let mut all = differences(&t, false, &cases).await;
+        all.extend(differences(&t, true, &cases).await);
+        assert_none(&all);
+    });
+}

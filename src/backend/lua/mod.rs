@@ -11,6 +11,7 @@
 //! own thread and never reused).
 
 pub mod convert;
+pub mod library;
 pub mod number;
 mod vm;
 
@@ -25,8 +26,22 @@ pub const MEMORY: usize = 256 << 20;
 /// Idle interpreters kept for the next scripts.
 const IDLE: usize = 8;
 
+/// What an invocation runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Entry {
+    /// `EVAL`: the body is the script.
+    Eval,
+    /// `FCALL`: the body is the library's code, and this its function to call.
+    Function(String),
+    /// `FUNCTION LOAD`: the body is a library's code, run to register its functions; the
+    /// reply lists them (`library::Library::listing`).
+    Load,
+}
+
 /// One script to run.
 pub struct Invocation {
+    /// What it runs.
+    pub entry: Entry,
     /// The script's text, shebang line included.
     pub body: Bytes,
     /// Its SHA1 digest, lowercase hex.
@@ -412,6 +427,7 @@ mod tests {
 
     fn invocation(body: &str) -> Invocation {
         Invocation {
+            entry: Entry::Eval,
             body: Bytes::copy_from_slice(body.as_bytes()),
             sha: crate::backend::scripts::digest(body.as_bytes()),
             keys: vec![],

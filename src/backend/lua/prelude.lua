@@ -25,11 +25,14 @@ local function protect(real)
   })
 end
 
+-- What globals read from: `G`, or while a function library loads only what Redis gives a
+-- library's top level (`redis.register_function`, `redis.log`, the version).
+local source = G
 local env = {}
 readonly[env] = G
 setmetatable(env, {
   __index = function(_, k)
-    local v = rawget(G, k)
+    local v = rawget(source, k)
     if v == nil then
       error("Script attempted to access nonexistent global variable '" .. tostring(k) .. "'", 2)
     end
@@ -173,4 +176,32 @@ G._G = env
 -- Strings' methods come from the same read-only table.
 getmetatable('').__index = G.string
 getmetatable('').__metatable = false
-return env
+
+-- A library's top-level `redis` refuses a missing field as a missing global is refused.
+local function strict(real)
+  local proxy = {}
+  readonly[proxy] = real
+  return setmetatable(proxy, {
+    __index = function(_, k)
+      local v = rawget(real, k)
+      if v == nil then
+        error("Script attempted to access nonexistent global variable '" .. tostring(k) .. "'", 2)
+      end
+      return v
+    end,
+    __newindex = function() error(READONLY, 2) end,
+    __metatable = false,
+  })
+end
+
+local LOAD = {
+  redis = strict({
+    register_function = native.register_function,
+    log = native.log,
+    LOG_DEBUG = 0, LOG_VERBOSE = 1, LOG_NOTICE = 2, LOG_WARNING = 3,
+    REDIS_VERSION = '7.0.15', REDIS_VERSION_NUM = 458767,
+  }),
+}
+return env, function(loading)
+  if loading then source = LOAD else source = G end
+end

@@ -5,7 +5,7 @@
 
 use super::convert::{error_frame, error_table, from_lua, to_lua};
 use super::number::{g14 as lua_number, g17};
-use super::{Finish, Halt, Job, Up};
+use super::{Entry, Finish, Halt, Job, Up};
 use bytes::Bytes;
 use mlua::chunk::ChunkMode;
 use mlua::{
@@ -32,10 +32,16 @@ struct Current {
 }
 
 pub(super) struct Vm {
-    lua: Lua,
+    pub(super) lua: Lua,
     globals: Table,
     run: Function,
+    /// Switches the globals to a function library's load-time ones and back.
+    pub(super) loading: Function,
+    /// Lua's own `pcall`, which a library's top level runs under.
+    pub(super) pcall: Function,
     compiled: HashMap<String, Function>,
+    /// Function libraries run, by their code's digest (`library.rs`).
+    pub(super) libraries: HashMap<String, super::library::Library>,
     generation: u64,
 }
 
@@ -52,9 +58,12 @@ impl Vm {
         let run: Function = lua
             .load(
                 "local xpcall, handler, G = ...
-                 return function(f, keys, args)
-                   G.KEYS, G.ARGV = keys, args
-                   return xpcall(f, handler)
+                 return function(f, keys, args, eval)
+                   if eval then
+                     G.KEYS, G.ARGV = keys, args
+                     return xpcall(f, handler)
+                   end
+                   return xpcall(function() return f(keys, args) end, handler)
                  end",
             )
             .set_name("=holdfast")
@@ -63,7 +72,8 @@ impl Vm {
                 lua.create_function(handler)?,
                 globals.clone(),
             ))?;
-        let env: Table = lua
+        let pcall: Function = lua.globals().get("pcall")?;
+        let (env, loading): (Table, Function) = lua
             .load(include_str!("prelude.lua"))
             .set_name("=holdfast")
             .call((native, globals.clone()))?;
@@ -86,7 +96,10 @@ impl Vm {
             lua,
             globals,
             run,
+            loading,
+            pcall,
             compiled: HashMap::new(),
+            libraries: HashMap::new(),
             generation: 0,
         })
     }
@@ -103,6 +116,7 @@ impl Vm {
         } = job;
         if generation != self.generation {
             self.compiled.clear();
+            self.libraries.clear();
             self.generation = generation;
         }
         let reply = up.clone();
@@ -125,10 +139,41 @@ impl Vm {
     }
 
     fn call(&mut self, invocation: &super::Invocation) -> Frame {
-        let function = match self.compile(&invocation.sha, &invocation.body) {
-            Ok(f) => f,
-            Err(text) => return error_frame(text.as_bytes()),
-        };
+        match &invocation.entry {
+            Entry::Eval => {
+                let function = match self.compile(&invocation.sha, &invocation.body) {
+                    Ok(f) => f,
+                    Err(text) => return error_frame(text.as_bytes()),
+                };
+                // Redis 7.0 names an EVAL script by its digest in error replies.
+                self.invoke(function, invocation, true, &invocation.sha)
+            }
+            Entry::Function(name) => {
+                let found = self
+                    .library(&invocation.sha, &invocation.body)
+                    .ok()
+                    .and_then(|lib| lib.callback(name));
+                match found {
+                    Some(function) => self.invoke(function, invocation, false, name),
+                    None => error_frame(b"ERR Function not found"),
+                }
+            }
+            Entry::Load => match self.library(&invocation.sha, &invocation.body) {
+                Ok(library) => library.listing(),
+                Err(text) => error_frame(text.as_bytes()),
+            },
+        }
+    }
+
+    /// Calls a script's `function` (with `KEYS` and `ARGV` as globals when `eval`, else as
+    /// its two arguments) and converts its end into a reply.
+    fn invoke(
+        &mut self,
+        function: Function,
+        invocation: &super::Invocation,
+        eval: bool,
+        funcname: &str,
+    ) -> Frame {
         let array = |items: &[Bytes]| -> mlua::Result<Table> {
             let t = self.lua.create_table_with_capacity(items.len(), 0)?;
             for (i, item) in items.iter().enumerate() {
@@ -139,13 +184,11 @@ impl Vm {
         let outcome = (|| -> mlua::Result<MultiValue> {
             let keys = array(&invocation.keys)?;
             let args = array(&invocation.argv)?;
-            self.run.call::<MultiValue>((function, keys, args))
+            self.run.call::<MultiValue>((function, keys, args, eval))
         })();
         let _ = self.globals.raw_set("KEYS", Value::Nil);
         let _ = self.globals.raw_set("ARGV", Value::Nil);
         let resp3 = self.lua.app_data_ref::<Current>().is_some_and(|c| c.resp3);
-        // Redis 7.0 names an EVAL script by its digest in error replies.
-        let funcname = invocation.sha.clone();
         let mut values = match outcome {
             Ok(values) => values.into_iter(),
             Err(e) => {
@@ -163,7 +206,7 @@ impl Vm {
         if ok {
             return from_lua(&value, resp3);
         }
-        failure(&value, &funcname)
+        failure(&value, funcname)
     }
 
     /// The script's function, compiled from `body` the first time its digest is seen.
@@ -194,7 +237,7 @@ impl Vm {
     }
 }
 
-fn first_line(text: &str) -> &str {
+pub(super) fn first_line(text: &str) -> &str {
     text.lines().next().unwrap_or_default()
 }
 
@@ -305,11 +348,15 @@ fn natives(lua: &Lua) -> mlua::Result<Table> {
         })?,
     )?;
     api(lua, &native)?;
+    native.raw_set(
+        "register_function",
+        lua.create_function(super::library::register_function)?,
+    )?;
     Ok(native)
 }
 
 /// Raises `text` as the script's error (an error table's text: `ERR ...`).
-fn raise<T>(text: impl Into<Vec<u8>>) -> mlua::Result<T> {
+pub(super) fn raise<T>(text: impl Into<Vec<u8>>) -> mlua::Result<T> {
     Err(mlua::Error::external(Raised(text.into())))
 }
 
@@ -429,7 +476,7 @@ fn api(lua: &Lua, native: &Table) -> mlua::Result<()> {
 /// The error `redis.call` raises: an error table's text, raised from holdfast's own function
 /// so the script's frame stays on the stack (the handler then says where it was raised).
 #[derive(Debug)]
-struct Raised(Vec<u8>);
+pub(super) struct Raised(pub(super) Vec<u8>);
 
 impl std::fmt::Display for Raised {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -440,7 +487,7 @@ impl std::fmt::Display for Raised {
 impl std::error::Error for Raised {}
 
 /// The text `redis.call` raised, through the callback errors mlua wraps it in.
-fn raised(e: &mlua::Error) -> Option<&[u8]> {
+pub(super) fn raised(e: &mlua::Error) -> Option<&[u8]> {
     match e {
         mlua::Error::ExternalError(inner) => inner.downcast_ref::<Raised>().map(|r| r.0.as_slice()),
         mlua::Error::CallbackError { cause, .. } => raised(cause),

@@ -150,7 +150,9 @@ impl SqlBackend {
     ) -> Result<Frame, BackendError> {
         // SCRIPT KILL is answered at once: the script it stops may hold the writer.
         if let [name, sub] = request.args {
-            if name.eq_ignore_ascii_case(b"SCRIPT") && sub.eq_ignore_ascii_case(b"KILL") {
+            let killer =
+                name.eq_ignore_ascii_case(b"SCRIPT") || name.eq_ignore_ascii_case(b"FUNCTION");
+            if killer && sub.eq_ignore_ascii_case(b"KILL") {
                 return if self.inner.lua.kill() {
                     Ok(simple("OK"))
                 } else {

@@ -11,7 +11,8 @@ use sqlx::{AnyConnection, Executor};
 /// recorded replies, 3 the versions of watched keys (`WATCH`), 4 stream consumer groups;
 /// 5 the registry of Pub/Sub subscriptions (`broker.rs`), and on SQLite the heartbeats of
 /// the processes that hold them and the messages left for them (`inbox.rs`); 6 the scripts
-/// loaded by `SCRIPT LOAD` and `EVAL`, by digest (`model/scripting.rs`).
+/// loaded by `SCRIPT LOAD` and `EVAL`, by digest (`model/scripting.rs`), and the function
+/// libraries and their functions (`model/functions.rs`).
 const SQLITE: &[&str] = &[
     "
 CREATE TABLE hf_keys (
@@ -126,6 +127,16 @@ CREATE TABLE hf_scripts (
     sha BLOB PRIMARY KEY,
     body BLOB NOT NULL
 );
+CREATE TABLE hf_libraries (
+    name BLOB PRIMARY KEY,
+    code BLOB NOT NULL
+);
+CREATE TABLE hf_functions (
+    name BLOB PRIMARY KEY,
+    library BLOB NOT NULL,
+    flags INTEGER NOT NULL,
+    description BLOB
+);
 ",
 ];
 
@@ -229,6 +240,16 @@ CREATE INDEX hf_pubsub_by_name ON hf_pubsub (kind, name);
 CREATE TABLE hf_scripts (
     sha BYTEA PRIMARY KEY,
     body BYTEA NOT NULL
+);
+CREATE TABLE hf_libraries (
+    name BYTEA PRIMARY KEY,
+    code BYTEA NOT NULL
+);
+CREATE TABLE hf_functions (
+    name BYTEA PRIMARY KEY,
+    library BYTEA NOT NULL,
+    flags BIGINT NOT NULL,
+    description BYTEA
 );
 ",
 ];

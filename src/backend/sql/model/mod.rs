@@ -6,6 +6,7 @@ pub mod args;
 pub mod bits;
 pub mod blocking;
 pub mod config;
+pub mod functions;
 pub mod hashes;
 pub mod keys;
 pub mod lists;
@@ -295,6 +296,9 @@ commands! {
     b"EVAL_RO"               => Read,      Alone,              scripting::eval(ctx, a, Eval::TextRo, allow_flush).await;
     b"EVALSHA_RO"            => Read,      Alone,              scripting::eval(ctx, a, Eval::ShaRo, allow_flush).await;
     b"SCRIPT"                => Write,     Alone,              scripting::script(ctx, a).await;
+    b"FCALL"                 => Write,     Alone,              functions::fcall(ctx, a, false, allow_flush).await;
+    b"FCALL_RO"              => Read,      Alone,              functions::fcall(ctx, a, true, allow_flush).await;
+    b"FUNCTION"              => Write,     Alone,              functions::function(ctx, a).await;
 }
 
 /// Whether the command runs a script (it then runs in a transaction of its own, never in a
@@ -306,6 +310,7 @@ pub fn is_script(name: &[u8]) -> bool {
         b"EVAL_RO",
         b"EVALSHA_RO",
         b"FCALL",
+        b"FUNCTION",
         b"FCALL_RO",
     ]
     .iter()
@@ -385,7 +390,8 @@ mod tests {
             ("PUBSUB", Some(false)),
             ("EVAL", Some(true)),
             ("EVAL_RO", Some(false)),
-            ("FCALL", None),
+            ("FCALL", Some(true)),
+            ("FCALL_RO", Some(false)),
             ("AVERYLONGNAMETHATNOCOMMANDHAS", None),
         ] {
             assert_eq!(writes(name.as_bytes()), writes_, "{name}");

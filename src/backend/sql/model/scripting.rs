@@ -8,7 +8,7 @@
 //! script loaded by any holdfast on the same database, before or after a restart.
 
 use super::args;
-use super::store::{fail, Ctx, Fail, Out};
+use super::store::{fail, Ctx, Fail, Out, ScriptEnv};
 use crate::backend::lua::{self, convert::error_frame, Finish, Gate, Invocation, Up};
 use crate::backend::Proto;
 use bytes::Bytes;
@@ -97,15 +97,7 @@ pub async fn eval(ctx: &mut Ctx<'_>, a: &[Bytes], how: Eval, allow_flush: bool) 
     let Some(env) = ctx.script else {
         return fail("ERR holdfast: scripts inside MULTI are not served by SQL backends");
     };
-    let numkeys = args::int(a.get(2).map(|n| n.as_ref()).unwrap_or_default())?;
-    let rest = a.len().saturating_sub(3);
-    if numkeys < 0 {
-        return fail("ERR Number of keys can't be negative");
-    }
-    let numkeys = usize::try_from(numkeys).unwrap_or(usize::MAX);
-    if numkeys > rest {
-        return fail("ERR Number of keys can't be greater than number of args");
-    }
+    let numkeys = numkeys(a)?;
     let by_sha = matches!(how, Eval::Sha | Eval::ShaRo);
     let named = a.get(1).cloned().unwrap_or_default();
     let (body, sha) = if by_sha {
@@ -134,46 +126,13 @@ pub async fn eval(ctx: &mut Ctx<'_>, a: &[Bytes], how: Eval, allow_flush: bool) 
     // holdfast, run one after the other (each call also locks the keys it names).
     ctx.lock(&keys).await?;
     let invocation = Invocation {
+        entry: lua::Entry::Eval,
         body: body.clone(),
         sha: sha.clone(),
         keys: a[3..3 + numkeys].to_vec(),
         argv: a[3 + numkeys..].to_vec(),
     };
-    let limit = env.gate.limit();
-    let mut running = match env.runtime.start(invocation, limit) {
-        Ok(running) => running,
-        Err(text) => return fail(text),
-    };
-    // Inside the script, no script: the gate refuses EVAL, and so does this.
-    ctx.script = None;
-    let proto = ctx.proto;
-    let outcome = drive(
-        ctx,
-        &mut running,
-        env.gate,
-        ro || flags.no_writes,
-        allow_flush,
-    )
-    .await;
-    ctx.script = Some(env);
-    ctx.proto = proto;
-    let frame = match outcome? {
-        Finish::Reply(frame) => frame,
-        Finish::TimedOut => {
-            return fail(format!(
-                "ERR holdfast: the script ran past its script_time_limit ({}) and was stopped; nothing it wrote was applied",
-                humantime_serde::re::humantime::format_duration(limit)
-            ))
-        }
-        Finish::Killed => {
-            return fail(
-                "ERR holdfast: the script was stopped by SCRIPT KILL; nothing it wrote was applied",
-            )
-        }
-        Finish::Abandoned => {
-            return fail("ERR holdfast: the script was abandoned; nothing it wrote was applied")
-        }
-    };
+    let frame = execute(ctx, env, invocation, ro || flags.no_writes, allow_flush).await?;
     let error = match &frame {
         Frame::SimpleError { data, .. } => Some(data.to_string()),
         _ => None,
@@ -185,11 +144,66 @@ pub async fn eval(ctx: &mut Ctx<'_>, a: &[Bytes], how: Eval, allow_flush: bool) 
     if !by_sha && ctx.write && compiled {
         keep(ctx, &sha, &body).await?;
     }
-    match error {
-        // Nothing written: the error rolls nothing back, and the request answers it.
-        Some(text) if !ctx.wrote => Err(Fail::Reply(text)),
-        _ => Ok(frame),
+    answered(ctx, frame)
+}
+
+/// A script's reply as the request's: an error reply after nothing was written rolls
+/// nothing back and is answered as any command's error; after a write, it commits with it.
+pub(super) fn answered(ctx: &Ctx<'_>, frame: Frame) -> Out {
+    match frame {
+        Frame::SimpleError { data, .. } if !ctx.wrote => Err(Fail::Reply(data.to_string())),
+        frame => Ok(frame),
     }
+}
+
+/// Runs `invocation` to its end on one of `env`'s interpreters, answering its calls in
+/// `ctx`'s transaction; its reply (an error reply when it raised). Stopped (its limit,
+/// `SCRIPT KILL`), it is an error the request answers, and its transaction rolls back.
+pub(super) async fn execute<'c>(
+    ctx: &mut Ctx<'c>,
+    env: ScriptEnv<'c>,
+    invocation: Invocation,
+    read_only: bool,
+    allow_flush: bool,
+) -> Result<Frame, Fail> {
+    let limit = env.gate.limit();
+    let mut running = match env.runtime.start(invocation, limit) {
+        Ok(running) => running,
+        Err(text) => return fail(text),
+    };
+    // Inside the script, no script: the gate refuses EVAL, and so does this.
+    ctx.script = None;
+    let proto = ctx.proto;
+    let outcome = drive(ctx, &mut running, env.gate, read_only, allow_flush).await;
+    ctx.script = Some(env);
+    ctx.proto = proto;
+    match outcome? {
+        Finish::Reply(frame) => Ok(frame),
+        Finish::TimedOut => fail(format!(
+            "ERR holdfast: the script ran past its script_time_limit ({}) and was stopped; nothing it wrote was applied",
+            humantime_serde::re::humantime::format_duration(limit)
+        )),
+        Finish::Killed => fail(
+            "ERR holdfast: the script was stopped by SCRIPT KILL; nothing it wrote was applied",
+        ),
+        Finish::Abandoned => {
+            fail("ERR holdfast: the script was abandoned; nothing it wrote was applied")
+        }
+    }
+}
+
+/// `numkeys` of `EVAL`/`FCALL name numkeys key... arg...`, checked against the arguments.
+pub(super) fn numkeys(a: &[Bytes]) -> Result<usize, Fail> {
+    let numkeys = args::int(a.get(2).map(|n| n.as_ref()).unwrap_or_default())?;
+    let rest = a.len().saturating_sub(3);
+    if numkeys < 0 {
+        return fail("ERR Number of keys can't be negative");
+    }
+    let numkeys = usize::try_from(numkeys).unwrap_or(usize::MAX);
+    if numkeys > rest {
+        return fail("ERR Number of keys can't be greater than number of args");
+    }
+    Ok(numkeys)
 }
 
 /// Answers the script's calls until it ends. A database failure under it ends the script
