@@ -20,12 +20,25 @@ struct Cache {
     by_sha: HashMap<String, Bytes>,
     order: VecDeque<String>,
     bytes: usize,
+    /// Function libraries loaded through holdfast, by library name: their code, loaded
+    /// again where an `FCALL` finds no function (a restarted or failed-over Redis).
+    libraries: HashMap<String, Bytes>,
 }
 
 /// One holdfast's scripts. Owned by its backends and handed on at every reload (not a
 /// process-wide static: two holdfasts in one process, as in the tests, keep apart).
 #[derive(Default)]
 pub struct Scripts(Mutex<Cache>);
+
+/// The library name of `#!lua name=mylib` (the first line's `name=`, any case).
+fn library_name(code: &[u8]) -> Option<String> {
+    let line = code.split(|b| *b == b'\n').next()?;
+    let line = std::str::from_utf8(line).ok()?;
+    line.split_ascii_whitespace().skip(1).find_map(|part| {
+        let (key, value) = part.split_once('=')?;
+        key.eq_ignore_ascii_case("name").then(|| value.to_string())
+    })
+}
 
 /// The SHA1 digest Redis names a script by, in lowercase hex.
 pub fn digest(script: &[u8]) -> String {
@@ -68,9 +81,64 @@ impl Scripts {
         self.with(|cache| cache.by_sha.get(&sha).cloned())
     }
 
-    /// `SCRIPT FLUSH`: every script forgotten.
+    /// `SCRIPT FLUSH`: every script forgotten (the function libraries stay).
     pub fn forget_all(&self) {
-        self.with(|cache| *cache = Cache::default());
+        self.with(|cache| {
+            let libraries = std::mem::take(&mut cache.libraries);
+            *cache = Cache {
+                libraries,
+                ..Cache::default()
+            };
+        });
+    }
+
+    /// Keeps a function library `FUNCTION LOAD` loaded, under its name (the metadata line's
+    /// `name=`); a library with no readable name is not kept. At most [`MAX_BYTES`] in all.
+    pub fn remember_library(&self, code: &Bytes) {
+        let Some(name) = library_name(code) else {
+            return;
+        };
+        self.with(|cache| {
+            let held: usize = cache.libraries.values().map(Bytes::len).sum();
+            if held + code.len() <= MAX_BYTES {
+                cache.libraries.insert(name, code.clone());
+            }
+        });
+    }
+
+    /// `FUNCTION DELETE name`, or `FUNCTION FLUSH` (None): those libraries forgotten.
+    pub fn forget_libraries(&self, name: Option<&[u8]>) {
+        self.with(|cache| match name {
+            Some(name) => {
+                cache
+                    .libraries
+                    .remove(String::from_utf8_lossy(name).as_ref());
+            }
+            None => cache.libraries.clear(),
+        });
+    }
+
+    /// Whether any library was loaded through holdfast.
+    pub fn has_libraries(&self) -> bool {
+        self.with(|cache| !cache.libraries.is_empty())
+    }
+
+    /// Every library loaded through holdfast: `FUNCTION LOAD REPLACE code` for each.
+    pub fn library_loads(&self) -> Vec<[Bytes; 4]> {
+        self.with(|cache| {
+            cache
+                .libraries
+                .values()
+                .map(|code| {
+                    [
+                        Bytes::from_static(b"FUNCTION"),
+                        Bytes::from_static(b"LOAD"),
+                        Bytes::from_static(b"REPLACE"),
+                        code.clone(),
+                    ]
+                })
+                .collect()
+        })
     }
 
     /// `EVALSHA sha ...` (or `EVALSHA_RO`) as `EVAL script ...` (`EVAL_RO`), when the script
@@ -120,6 +188,14 @@ mod tests {
         assert!(scripts
             .by_text(&[Bytes::from_static(b"GET"), Bytes::from(sha.clone())])
             .is_none());
+        // A library is kept by name, and stays through SCRIPT FLUSH.
+        scripts.remember_library(&Bytes::from_static(b"#!lua name=lib\nreturn 1"));
+        assert_eq!(scripts.library_loads().len(), 1);
+        scripts.forget_all();
+        assert_eq!(scripts.library_loads().len(), 1);
+        scripts.forget_libraries(Some(b"lib"));
+        assert!(scripts.library_loads().is_empty());
+        scripts.remember(&script);
         // Another holdfast's cache, and a flushed one, know nothing of it.
         assert!(Scripts::default().text(sha.as_bytes()).is_none());
         scripts.forget_all();

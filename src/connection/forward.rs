@@ -115,6 +115,17 @@ impl ClientConn {
                 }
             }
             "SCRIPT|FLUSH" => self.state.backends.scripts().forget_all(),
+            "FUNCTION|LOAD" => {
+                if let Some(code) = command.args.last() {
+                    self.state.backends.scripts().remember_library(code);
+                }
+            }
+            "FUNCTION|DELETE" => self
+                .state
+                .backends
+                .scripts()
+                .forget_libraries(command.args.get(2).map(|n| n.as_ref())),
+            "FUNCTION|FLUSH" => self.state.backends.scripts().forget_libraries(None),
             _ => {}
         }
         first.unwrap_or_else(|| (simple("OK").into(), DoubleStyle::default()))

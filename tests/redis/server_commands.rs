@@ -347,6 +347,59 @@ async fn scripts_load_on_every_redis_backend_and_evalsha_outlives_an_empty_cache
     proxy.stop().await;
 }
 
+/// `FUNCTION LOAD` through holdfast reaches every Redis backend the client may reach; `FCALL`
+/// is routed by its keys; a Redis restarted empty has the libraries loaded again at the next
+/// `FCALL` (which never sees the missing function); a deleted library stays deleted.
+#[tokio::test(flavor = "multi_thread")]
+async fn functions_load_on_every_redis_backend_and_outlive_a_restart() {
+    let mut one = RedisServer::start();
+    let two = RedisServer::start();
+    let proxy = Proxy::start(&format!(
+        "[backends.one]\nkind = \"redis\"\nurl = \"{}\"\n\
+         [backends.two]\nkind = \"redis\"\nurl = \"{}\"\n\
+         [[namespaces]]\nname = \"b\"\nbackend = \"two\"\nprefixes = [\"b:\"]\n\
+         [[namespaces]]\nname = \"main\"\nbackend = \"one\"\n",
+        one.url(),
+        two.url()
+    ))
+    .await;
+    let mut c = proxy.connect().await;
+    let code = "#!lua name=counter\nredis.register_function('bump', function(keys) return redis.call('INCR', keys[1]) end)";
+    assert_eq!(
+        text(&c.command(&["FUNCTION", "LOAD", code]).await),
+        "$7\r\ncounter\r\n"
+    );
+    for server in [&one, &two] {
+        assert!(server.cmd(&["FUNCTION", "LIST"]).contains("bump"));
+    }
+    assert_eq!(
+        text(&c.command(&["FCALL", "bump", "1", "b:n"]).await),
+        ":1\r\n"
+    );
+    assert_eq!(
+        text(&c.command(&["FCALL", "bump", "1", "n"]).await),
+        ":1\r\n"
+    );
+    assert_eq!(two.cmd(&["GET", "b:n"]), "$1\r\n1\r\n");
+    one.restart();
+    assert_eq!(one.cmd(&["FUNCTION", "LIST"]), "*0\r\n");
+    assert_eq!(
+        text(&c.command(&["FCALL", "bump", "1", "n"]).await),
+        ":1\r\n"
+    );
+    assert!(one.cmd(&["FUNCTION", "LIST"]).contains("bump"));
+    assert_eq!(
+        text(&c.command(&["FUNCTION", "DELETE", "counter"]).await),
+        "+OK\r\n"
+    );
+    assert_eq!(
+        text(&c.command(&["FCALL", "bump", "1", "n"]).await),
+        "-ERR Function not found\r\n"
+    );
+    assert_eq!(two.cmd(&["FUNCTION", "LIST"]), "*0\r\n");
+    proxy.stop().await;
+}
+
 /// redis-py's own `Lock` (acquire, extend, release, a blocking acquire), through holdfast on
 /// Redis, before and after the backend restarts empty; after the restart its scripts run
 /// without redis-py loading them again (holdfast answered the NOSCRIPT itself).

@@ -4,9 +4,8 @@
 //! the flags are read here too, so the backends that store libraries read them alike.
 
 use super::convert::error_frame;
-use super::vm::{first_line, raise, raised, Vm};
+use super::raise::raise;
 use bytes::Bytes;
-use mlua::chunk::ChunkMode;
 use mlua::{Function, Lua, MultiValue, Table, Value};
 use redis_protocol::resp3::types::BytesFrame as Frame;
 
@@ -35,7 +34,7 @@ pub struct Registered {
 
 /// A library's functions, in the order they were registered.
 #[derive(Default)]
-pub struct Library(Vec<Registered>);
+pub struct Library(pub(super) Vec<Registered>);
 
 impl Library {
     pub(super) fn callback(&self, name: &str) -> Option<Function> {
@@ -131,73 +130,7 @@ pub fn flag_names(bits: i64) -> Vec<&'static str> {
 
 /// The registrations of the library loading now.
 #[derive(Default)]
-struct Loading(Vec<Registered>);
-
-impl Vm {
-    /// The library of `code` (digest `sha`), run the first time this interpreter meets it.
-    pub(super) fn library(&mut self, sha: &str, code: &[u8]) -> Result<&Library, String> {
-        if !self.libraries.contains_key(sha) {
-            let library = self.load(code)?;
-            self.libraries.insert(sha.to_string(), library);
-        }
-        self.libraries
-            .get(sha)
-            .ok_or_else(|| "ERR Function not found".to_string())
-    }
-
-    fn load(&mut self, code: &[u8]) -> Result<Library, String> {
-        // The metadata line is left out, but not its line feed, so line numbers stay.
-        let at = code.iter().position(|b| *b == b'\n').unwrap_or(code.len());
-        let chunk = self
-            .lua
-            .load(&code[at..])
-            .set_name("@user_function")
-            .set_mode(ChunkMode::Text)
-            .into_function()
-            .map_err(|e| {
-                let message = match &e {
-                    mlua::Error::SyntaxError { message, .. } => message.clone(),
-                    other => other.to_string(),
-                };
-                format!("ERR Error compiling function: {message}")
-            })?;
-        self.lua.set_app_data(Loading::default());
-        let ran = (|| -> mlua::Result<MultiValue> {
-            self.loading.call::<()>(true)?;
-            let ran = self.pcall.call::<MultiValue>(chunk);
-            self.loading.call::<()>(false)?;
-            ran
-        })();
-        let registered = self.lua.remove_app_data::<Loading>().unwrap_or_default();
-        let mut values = ran
-            .map_err(|e| {
-                format!(
-                    "ERR Error registering functions: {}",
-                    first_line(&e.to_string())
-                )
-            })?
-            .into_iter();
-        if !matches!(values.next(), Some(Value::Boolean(true))) {
-            let msg = match values.next().unwrap_or(Value::Nil) {
-                Value::String(s) => format!("ERR {}", s.to_string_lossy()),
-                Value::Table(t) => t
-                    .raw_get::<mlua::LuaString>("err")
-                    .map(|s| s.to_string_lossy())
-                    .unwrap_or_default(),
-                Value::Error(e) => match raised(&e) {
-                    Some(text) => String::from_utf8_lossy(text).into_owned(),
-                    None => format!("ERR {}", first_line(&e.to_string())),
-                },
-                other => format!("ERR {}", other.type_name()),
-            };
-            return Err(format!("ERR Error registering functions: {msg}"));
-        }
-        if registered.0.is_empty() {
-            return Err("ERR No functions registered".into());
-        }
-        Ok(Library(registered.0))
-    }
-}
+pub(super) struct Loading(pub(super) Vec<Registered>);
 
 /// `redis.register_function(name, callback)` or `redis.register_function{function_name=…,
 /// callback=…, flags={…}, description=…}`, with Redis's checks and words.

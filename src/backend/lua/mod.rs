@@ -13,6 +13,7 @@
 pub mod convert;
 pub mod library;
 pub mod number;
+mod raise;
 mod vm;
 
 use bytes::Bytes;

@@ -4,7 +4,9 @@
 //! never touches a database, and the database is never touched off its task.
 
 use super::convert::{error_frame, error_table, from_lua, to_lua};
+use super::library::{Library, Loading};
 use super::number::{g14 as lua_number, g17};
+use super::raise::{first_line, raise, raised, Raised};
 use super::{Entry, Finish, Halt, Job, Up};
 use bytes::Bytes;
 use mlua::chunk::ChunkMode;
@@ -237,10 +239,6 @@ impl Vm {
     }
 }
 
-pub(super) fn first_line(text: &str) -> &str {
-    text.lines().next().unwrap_or_default()
-}
-
 /// The reply to a script that raised: its error table's text, and where in the script.
 fn failure(value: &Value, funcname: &str) -> Frame {
     let Value::Table(table) = value else {
@@ -308,6 +306,72 @@ fn handler(lua: &Lua, err: Value) -> mlua::Result<Value> {
     Ok(Value::Table(table))
 }
 
+impl Vm {
+    /// The library of `code` (digest `sha`), run the first time this interpreter meets it.
+    pub(super) fn library(&mut self, sha: &str, code: &[u8]) -> Result<&Library, String> {
+        if !self.libraries.contains_key(sha) {
+            let library = self.load(code)?;
+            self.libraries.insert(sha.to_string(), library);
+        }
+        self.libraries
+            .get(sha)
+            .ok_or_else(|| "ERR Function not found".to_string())
+    }
+
+    fn load(&mut self, code: &[u8]) -> Result<Library, String> {
+        // The metadata line is left out, but not its line feed, so line numbers stay.
+        let at = code.iter().position(|b| *b == b'\n').unwrap_or(code.len());
+        let chunk = self
+            .lua
+            .load(&code[at..])
+            .set_name("@user_function")
+            .set_mode(ChunkMode::Text)
+            .into_function()
+            .map_err(|e| {
+                let message = match &e {
+                    mlua::Error::SyntaxError { message, .. } => message.clone(),
+                    other => other.to_string(),
+                };
+                format!("ERR Error compiling function: {message}")
+            })?;
+        self.lua.set_app_data(Loading::default());
+        let ran = (|| -> mlua::Result<MultiValue> {
+            self.loading.call::<()>(true)?;
+            let ran = self.pcall.call::<MultiValue>(chunk);
+            self.loading.call::<()>(false)?;
+            ran
+        })();
+        let registered = self.lua.remove_app_data::<Loading>().unwrap_or_default();
+        let mut values = ran
+            .map_err(|e| {
+                format!(
+                    "ERR Error registering functions: {}",
+                    first_line(&e.to_string())
+                )
+            })?
+            .into_iter();
+        if !matches!(values.next(), Some(Value::Boolean(true))) {
+            let msg = match values.next().unwrap_or(Value::Nil) {
+                Value::String(s) => format!("ERR {}", s.to_string_lossy()),
+                Value::Table(t) => t
+                    .raw_get::<mlua::LuaString>("err")
+                    .map(|s| s.to_string_lossy())
+                    .unwrap_or_default(),
+                Value::Error(e) => match raised(&e) {
+                    Some(text) => String::from_utf8_lossy(text).into_owned(),
+                    None => format!("ERR {}", first_line(&e.to_string())),
+                },
+                other => format!("ERR {}", other.type_name()),
+            };
+            return Err(format!("ERR Error registering functions: {msg}"));
+        }
+        if registered.0.is_empty() {
+            return Err("ERR No functions registered".into());
+        }
+        Ok(Library(registered.0))
+    }
+}
+
 /// The functions the prelude builds the `redis` table from. None of them raises: an error is
 /// returned as an error table, raised (or not, for `pcall`) by the prelude.
 fn natives(lua: &Lua) -> mlua::Result<Table> {
@@ -353,11 +417,6 @@ fn natives(lua: &Lua) -> mlua::Result<Table> {
         lua.create_function(super::library::register_function)?,
     )?;
     Ok(native)
-}
-
-/// Raises `text` as the script's error (an error table's text: `ERR ...`).
-pub(super) fn raise<T>(text: impl Into<Vec<u8>>) -> mlua::Result<T> {
-    Err(mlua::Error::external(Raised(text.into())))
 }
 
 /// A value as `lua_tonumber` reads it: a number, or a string that reads as one; else None.
@@ -471,29 +530,6 @@ fn api(lua: &Lua, native: &Table) -> mlua::Result<()> {
         })?,
     )?;
     Ok(())
-}
-
-/// The error `redis.call` raises: an error table's text, raised from holdfast's own function
-/// so the script's frame stays on the stack (the handler then says where it was raised).
-#[derive(Debug)]
-pub(super) struct Raised(pub(super) Vec<u8>);
-
-impl std::fmt::Display for Raised {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&String::from_utf8_lossy(&self.0))
-    }
-}
-
-impl std::error::Error for Raised {}
-
-/// The text `redis.call` raised, through the callback errors mlua wraps it in.
-pub(super) fn raised(e: &mlua::Error) -> Option<&[u8]> {
-    match e {
-        mlua::Error::ExternalError(inner) => inner.downcast_ref::<Raised>().map(|r| r.0.as_slice()),
-        mlua::Error::CallbackError { cause, .. } => raised(cause),
-        mlua::Error::WithContext { cause, .. } => raised(cause),
-        _ => None,
-    }
 }
 
 /// A `redis.call` argument list as the command's arguments: strings as they are, numbers

@@ -384,6 +384,17 @@ impl RedisBackend {
                         .await;
                 }
             }
+            // A function missing from this server (a restart, a failover) ran nothing: the
+            // libraries loaded through holdfast are loaded again, and the call sent once more.
+            let loads = self.scripts.library_loads();
+            if is_fcall(request.args) && !loads.is_empty() && function_missing(&result) {
+                for load in &loads {
+                    let _ = live
+                        .send(&request.with_args(load), self.response_timeout)
+                        .await;
+                }
+                result = live.send(request, self.response_timeout).await;
+            }
         }
         self.after(&live, &result);
         result
@@ -431,12 +442,14 @@ impl RedisBackend {
         if matches!(self.flavor, Flavor::Cluster(_)) && requests.iter().any(whole_keyspace) {
             return None;
         }
-        // An EVALSHA may need its NOSCRIPT answered with the script's text (`dispatch`); a
+        // An EVALSHA may need its NOSCRIPT answered with the script's text, an FCALL its
+        // libraries loaded again (`dispatch`); a
         // client's WAIT waits as long as it asked (`reply_deadline`), longer than the run's.
-        if requests
-            .iter()
-            .any(|r| self.scripts.by_text(r.args).is_some() || client_wait(r.args).is_some())
-        {
+        if requests.iter().any(|r| {
+            self.scripts.by_text(r.args).is_some()
+                || client_wait(r.args).is_some()
+                || (is_fcall(r.args) && self.scripts.has_libraries())
+        }) {
             return None;
         }
         let lead = Request {
@@ -512,5 +525,24 @@ impl RedisBackend {
             return false;
         };
         live.send(&request, timeout).await.is_ok()
+    }
+}
+
+/// Whether `args` is an `FCALL` or `FCALL_RO`.
+fn is_fcall(args: &[bytes::Bytes]) -> bool {
+    args.first()
+        .is_some_and(|n| n.eq_ignore_ascii_case(b"FCALL") || n.eq_ignore_ascii_case(b"FCALL_RO"))
+}
+
+/// Whether an `FCALL` was answered that its function does not exist. Redis says so only in
+/// words (an `ERR` reply), so this reads them; it decides a reload, never a failure class.
+fn function_missing(result: &Result<Reply, BackendError>) -> bool {
+    match result {
+        Err(BackendError::Reply { frame, .. }) => matches!(
+            &**frame,
+            redis_protocol::resp3::types::BytesFrame::SimpleError { data, .. }
+                if &**data == "ERR Function not found"
+        ),
+        _ => false,
     }
 }
