@@ -8,6 +8,7 @@ pub mod fake;
 pub mod feed;
 pub mod lua;
 pub mod pubsub;
+pub mod rdb;
 pub mod redis;
 pub mod scripts;
 pub mod sql;

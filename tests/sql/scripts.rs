@@ -775,7 +775,38 @@ fn fixed_functions() -> Vec<Cmd> {
         c(&["FUNCTION", "STATS"]),
         c(&["FCALL", "reader", "1", "k"]),
         c(&["FUNCTION", "KILL"]),
+        // RESTORE, with payloads as holdfast writes them (plain strings; Redis reads them).
+        c(&["FUNCTION", "FLUSH"]),
+        restore(&[&lib("restored", "redis.register_function('r1', function() return 'r1' end)")], &[]),
+        c(&["FCALL", "r1", "0"]),
+        restore(&[&lib("restored", "redis.register_function('r1', function() return 'r1' end)")], &[]),
+        restore(&[&lib("restored", "redis.register_function('r1', function() return 'again' end)")], &["APPEND"]),
+        restore(&[&lib("restored", "redis.register_function('r1', function() return 'again' end)")], &["REPLACE"]),
+        c(&["FCALL", "r1", "0"]),
+        restore(&[&lib("clash", "redis.register_function('r1', function() end)")], &[]),
+        restore(&[&lib("one", "redis.register_function('o1', function() return 1 end)"), &lib("two", "redis.register_function('t2', function() return 2 end)")], &["FLUSH"]),
+        c(&["FCALL", "r1", "0"]),
+        c(&["FCALL", "t2", "0"]),
+        c(&["FUNCTION", "STATS"]),
+        restore(&[&lib("x", "return 1")], &["BOGUS"]),
+        c(&["FUNCTION", "RESTORE", "garbage"]),
+        restore(&[&lib("broken", "return (")], &[]),
+        restore(&[&lib("x", "redis.register_function('x', function() end)")], &["FLUSH", "extra"]),
+        c(&["FCALL", "o1", "0"]),
     ]
+}
+
+/// `FUNCTION RESTORE` of a payload of `libraries` as holdfast writes one, and `more`.
+fn restore(libraries: &[&str], more: &[&str]) -> Cmd {
+    let mut payload = Vec::new();
+    for code in libraries {
+        payload.push(245);
+        holdfast::backend::rdb::put_string(&mut payload, code.as_bytes());
+    }
+    holdfast::backend::rdb::seal(&mut payload);
+    let mut cmd = vec![b"FUNCTION".to_vec(), b"RESTORE".to_vec(), payload];
+    cmd.extend(more.iter().map(|m| m.as_bytes().to_vec()));
+    cmd
 }
 
 #[test]
@@ -788,4 +819,55 @@ fn fixed_functions_answer_as_redis_does_on_sqlite_and_postgres() {
         all.extend(differences(&t, true, &cases).await);
         assert_none(&all);
     });
+}
+
+/// A library dumped by Redis (its strings LZF-compressed) restores on holdfast's SQL
+/// backends, and one dumped by holdfast restores on Redis: `FUNCTION DUMP` carries libraries
+/// between any two backends.
+#[test]
+fn function_dumps_carry_libraries_between_redis_and_sql() {
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Targets::start().await;
+        let code = "#!lua name=carried\n\
+                    redis.register_function('carry', function(keys, args) return 'carried ' .. args[1] end)\n\
+                    redis.register_function{function_name='carry_ro', callback=function() return 1 end, flags={'no-writes'}}";
+        let [(_, redis_addr), (_, sqlite), (_, postgres)] = t.addrs();
+        let mut redis = RawConn::connect(&redis_addr).await;
+        assert_eq!(redis.command(&["FUNCTION", "FLUSH"]).await, b"+OK\r\n");
+        assert!(redis.command(&["FUNCTION", "LOAD", code]).await.starts_with(b"$7"));
+        let dumped = redis.command(&["FUNCTION", "DUMP"]).await;
+        let from_redis = bulk_body(&dumped);
+        // Redis compressed the library's code (LZF: the string's first byte is 0xc3).
+        assert_eq!(from_redis.get(..2), Some(&[245u8, 0xc3][..]), "{}", show(&dumped));
+        for addr in [&sqlite, &postgres] {
+            let mut sql = RawConn::connect(addr).await;
+            assert_eq!(sql.command(&["FUNCTION", "FLUSH"]).await, b"+OK\r\n");
+            let restored = sql
+                .command_bytes(&[b"FUNCTION", b"RESTORE", &from_redis])
+                .await;
+            assert_eq!(text(&restored), "+OK\r\n", "{addr}");
+            assert_eq!(
+                text(&sql.command(&["FCALL", "carry", "0", "x"]).await),
+                "$9\r\ncarried x\r\n"
+            );
+            assert_eq!(text(&sql.command(&["FCALL_RO", "carry_ro", "0"]).await), ":1\r\n");
+            let from_sql = bulk_body(&sql.command(&["FUNCTION", "DUMP"]).await);
+            assert_eq!(redis.command(&["FUNCTION", "FLUSH"]).await, b"+OK\r\n");
+            let back = redis
+                .command_bytes(&[b"FUNCTION", b"RESTORE", &from_sql])
+                .await;
+            assert_eq!(text(&back), "+OK\r\n", "{addr}");
+            assert_eq!(
+                text(&redis.command(&["FCALL", "carry", "0", "y"]).await),
+                "$9\r\ncarried y\r\n"
+            );
+        }
+    });
+}
+
+/// The body of a bulk string reply.
+fn bulk_body(raw: &[u8]) -> Vec<u8> {
+    let header = raw.iter().position(|b| *b == b'\n').expect("a bulk reply") + 1;
+    raw[header..raw.len() - 2].to_vec()
 }

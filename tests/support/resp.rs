@@ -309,6 +309,12 @@ impl RawConn {
         out
     }
 
+    /// Sends one command of binary arguments and reads its reply.
+    pub async fn command_bytes(&mut self, args: &[&[u8]]) -> Vec<u8> {
+        self.send(&encode(args)).await;
+        self.read_reply().await
+    }
+
     /// Sends one command (as a RESP array of bulk strings) and reads its reply.
     pub async fn command(&mut self, args: &[&str]) -> Vec<u8> {
         self.send(&encode_str(args)).await;

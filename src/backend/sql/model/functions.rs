@@ -9,6 +9,7 @@ use super::scripting::{answered, execute};
 use super::store::{fail, Ctx, Fail, Out};
 use crate::backend::lua::library::{self, flag_names, NO_WRITES};
 use crate::backend::lua::{Entry, Invocation};
+use crate::backend::rdb;
 use bytes::Bytes;
 use redis_protocol::resp3::types::{BytesFrame as Frame, FrameMap, FrameSet};
 use sqlx::Row;
@@ -88,6 +89,8 @@ pub async fn function(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     match sub.as_slice() {
         b"LOAD" => load(ctx, a).await,
         b"LIST" => list(ctx, a).await,
+        b"DUMP" if a.len() == 2 => dump(ctx).await,
+        b"RESTORE" if a.len() >= 3 => restore(ctx, a).await,
         b"DELETE" if a.len() == 3 => {
             let name = &a[2];
             let gone = ctx
@@ -163,13 +166,86 @@ async fn load(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
         Ok((_, name)) => name,
         Err(text) => return fail(text),
     };
-    install(ctx, &name, code, replace).await?;
+    let exists = format!("ERR Library '{name}' already exists");
+    install(ctx, &name, code, replace, &exists).await?;
     Ok(bulk(name.as_bytes()))
+}
+
+/// `FUNCTION DUMP`: every library, in Redis's payload format (strings written plain).
+async fn dump(ctx: &mut Ctx<'_>) -> Out {
+    let codes: Vec<Vec<u8>> = sqlx::query_scalar("SELECT code FROM hf_libraries ORDER BY name")
+        .fetch_all(&mut *ctx.conn)
+        .await?;
+    let mut out = Vec::new();
+    for code in codes {
+        out.push(FUNCTION2);
+        rdb::put_string(&mut out, &code);
+    }
+    rdb::seal(&mut out);
+    Ok(bulk(&out))
+}
+
+/// RDB's type byte of a function library.
+const FUNCTION2: u8 = 245;
+
+/// `FUNCTION RESTORE payload [FLUSH|APPEND|REPLACE]`: all of the payload's libraries, or
+/// none (an error rolls the request's transaction back).
+async fn restore(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
+    if a.len() > 4 {
+        return fail(
+            "ERR unknown subcommand or wrong number of arguments for 'RESTORE'. Try FUNCTION HELP.",
+        );
+    }
+    let policy = a.get(3).map(|p| p.to_ascii_uppercase());
+    let (flush, replace) =
+        match policy.as_deref() {
+            None | Some(b"APPEND") => (false, false),
+            Some(b"REPLACE") => (false, true),
+            Some(b"FLUSH") => (true, false),
+            Some(_) => return fail(
+                "ERR Wrong restore policy given, value should be either FLUSH, APPEND or REPLACE.",
+            ),
+        };
+    let Some(body) = rdb::unseal(&a[2]) else {
+        return fail("ERR DUMP payload version or checksum are wrong");
+    };
+    let mut reader = rdb::Reader::new(body);
+    let mut codes = Vec::new();
+    while !reader.done() {
+        match reader.byte() {
+            Some(FUNCTION2) => {}
+            Some(_) => return fail("ERR given type is not a function"),
+            None => return fail("ERR can not read data type"),
+        }
+        let Some(code) = reader.string() else {
+            return fail("ERR Failed loading library payload");
+        };
+        codes.push(Bytes::from(code));
+    }
+    if flush {
+        ctx.exec(sqlx::query("DELETE FROM hf_libraries")).await?;
+        ctx.exec(sqlx::query("DELETE FROM hf_functions")).await?;
+    }
+    for code in &codes {
+        let name = match library::metadata(code) {
+            Ok((_, name)) => name,
+            Err(text) => return fail(text),
+        };
+        let exists = format!("ERR Library {name} already exists");
+        install(ctx, &name, code, replace, &exists).await?;
+    }
+    Ok(super::store::ok())
 }
 
 /// Runs `code` to learn its functions, and stores the library (replacing one of its name
 /// when `replace`). Errors as Redis words them.
-async fn install(ctx: &mut Ctx<'_>, name: &str, code: &Bytes, replace: bool) -> Result<(), Fail> {
+async fn install(
+    ctx: &mut Ctx<'_>,
+    name: &str,
+    code: &Bytes,
+    replace: bool,
+    exists_text: &str,
+) -> Result<(), Fail> {
     let Some(env) = ctx.script else {
         return fail("ERR holdfast: FUNCTION LOAD inside MULTI is not served by SQL backends");
     };
@@ -178,7 +254,7 @@ async fn install(ctx: &mut Ctx<'_>, name: &str, code: &Bytes, replace: bool) -> 
         .fetch_optional(&mut *ctx.conn)
         .await?;
     if exists.is_some() && !replace {
-        return fail(format!("ERR Library '{name}' already exists"));
+        return fail(exists_text);
     }
     let invocation = Invocation {
         entry: Entry::Load,
