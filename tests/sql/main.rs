@@ -6,6 +6,7 @@
 mod support;
 
 mod differential;
+mod encodings;
 mod faults;
 mod queues;
 mod scripts;

@@ -3,6 +3,7 @@
 //! A command not listed here is answered with an error naming it, never forwarded anywhere.
 
 pub mod args;
+pub mod bitfield;
 pub mod bits;
 pub mod blocking;
 pub mod config;
@@ -273,6 +274,8 @@ commands! {
     b"BITCOUNT"              => Read,      Alone,              bits::bitcount(ctx, a).await;
     b"BITPOS"                => Read,      Alone,              bits::bitpos(ctx, a).await;
     b"BITOP"                 => Write,     Alone,              bits::bitop(ctx, a).await;
+    b"BITFIELD"              => Write,     Alone,              bitfield::bitfield(ctx, a, false).await;
+    b"BITFIELD_RO"           => Read,      Alone,              bitfield::bitfield(ctx, a, true).await;
     b"SORT"                  => Write,     Alone,              sort::sort(ctx, a, false).await;
     b"SORT_RO"               => Read,      Alone,              sort::sort(ctx, a, true).await;
     b"ZRANGESTORE"           => Write,     Alone,              zsets::ranges::zrangestore(ctx, a).await;
