@@ -871,3 +871,106 @@ fn bulk_body(raw: &[u8]) -> Vec<u8> {
     let header = raw.iter().position(|b| *b == b'\n').expect("a bulk reply") + 1;
     raw[header..raw.len() - 2].to_vec()
 }
+
+/// Every key a script's `redis.call` names is checked against the client's namespaces and
+/// must route to the script's backend: a user limited to one namespace (with
+/// `allow_scripts`) cannot reach another's keys from a script, and no script reaches a key
+/// of another backend; both answer the error Redis's ACL gives inside a script.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_script_reaches_only_the_clients_namespaces_on_its_own_backend() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let other = tempfile::tempdir().expect("temp dir");
+    let proxy = Proxy::start(&format!(
+        r#"
+[backends.db]
+{}
+[backends.elsewhere]
+{}
+[[namespaces]]
+name = "app"
+backend = "db"
+prefixes = ["app:"]
+allow_scripts = true
+[[namespaces]]
+name = "shared"
+backend = "db"
+prefixes = ["shared:"]
+[[namespaces]]
+name = "far"
+backend = "elsewhere"
+prefixes = ["far:"]
+[[namespaces]]
+name = "main"
+backend = "db"
+[[users]]
+name = "limited"
+password = "pw"
+namespaces = ["app"]
+[[users]]
+name = "all"
+password = "pw"
+"#,
+        sqlite_at(&dir),
+        sqlite_at(&other)
+    ))
+    .await;
+    let denied = "-ERR The user executing the script can't access at least one of the keys mentioned in the command script: ";
+    let mut all = proxy.connect().await;
+    assert_eq!(all.command(&["AUTH", "all", "pw"]).await, b"+OK\r\n");
+    assert_eq!(all.command(&["SET", "shared:x", "1"]).await, b"+OK\r\n");
+    let reply = text(
+        &all.command(&["EVAL", "return redis.call('get', 'shared:x')", "1", "app:k"])
+            .await,
+    );
+    assert_eq!(reply, "$1\r\n1\r\n");
+    // Another backend's key, even for a user who may reach it.
+    let reply = text(
+        &all.command(&["EVAL", "return redis.call('get', 'far:x')", "1", "app:k"])
+            .await,
+    );
+    assert!(reply.starts_with(denied), "{reply}");
+    let mut limited = proxy.connect().await;
+    assert_eq!(
+        limited.command(&["AUTH", "limited", "pw"]).await,
+        b"+OK\r\n"
+    );
+    let reply = text(
+        &limited
+            .command(&[
+                "EVAL",
+                "redis.call('set', KEYS[1], 'v'); return redis.call('get', KEYS[1])",
+                "1",
+                "app:k",
+            ])
+            .await,
+    );
+    assert_eq!(reply, "$1\r\nv\r\n");
+    let reply = text(
+        &limited
+            .command(&["EVAL", "return redis.call('get', 'shared:x')", "1", "app:k"])
+            .await,
+    );
+    assert!(reply.starts_with(denied), "{reply}");
+    let reply = text(
+        &limited
+            .command(&[
+                "EVAL",
+                "return redis.pcall('set', 'shared:x', 'stolen')",
+                "1",
+                "app:k",
+            ])
+            .await,
+    );
+    assert!(
+        reply.starts_with("-ERR The user executing the script"),
+        "{reply}"
+    );
+    assert_eq!(all.command(&["GET", "shared:x"]).await, b"$1\r\n1\r\n");
+    // A script declaring a key outside its namespaces is refused before it runs.
+    let reply = text(
+        &limited
+            .command(&["EVAL", "return 1", "1", "shared:x"])
+            .await,
+    );
+    assert!(reply.starts_with("-NOPERM"), "{reply}");
+}
