@@ -36,6 +36,7 @@ ratios, not the absolute figures.
 """
 
 import argparse
+import hashlib
 import contextlib
 import csv
 import glob
@@ -224,6 +225,9 @@ def main():
                         help="a Sentinel backend and min_replicas_ack against a plain Redis backend")
     parser.add_argument("--against", metavar="BINARY",
                         help="another holdfast build (a baseline) measured in the same rounds")
+    parser.add_argument("--scripts", action="store_true",
+                        help="EVALSHA of a three-call script against the same calls sent plain, "
+                        "on Redis directly and through holdfast on Redis, SQLite and PostgreSQL")
     parser.add_argument("--binary", metavar="BINARY",
                         help="measure this holdfast build instead of building the tree's")
     args = parser.parse_args()
@@ -234,6 +238,8 @@ def main():
         args.rounds, args.requests = 1, 50_000
     if args.sql:
         return sql_main(args)
+    if args.scripts:
+        return scripts_main(args)
     if args.modes:
         return modes_main(args)
     if args.instructions:
@@ -729,6 +735,68 @@ def bench_command(port, clients, requests, command):
            "-n", str(requests), "-r", "10000", "--csv"] + command
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     return list(csv.DictReader(io.StringIO(out)))[0]
+
+
+THREE_CALLS = ("redis.call('incr', KEYS[1]); redis.call('get', KEYS[1]); "
+               "return redis.call('expire', KEYS[1], 100)")
+
+
+def scripts_main(args):
+    """EVALSHA of a script of three calls (INCR, GET, EXPIRE of one key) against the same
+    three calls sent plain, each target in the same interleaved rounds: Redis directly, and
+    holdfast on Redis, SQLite (synchronous = normal) and PostgreSQL. The plain figure is
+    triples per second, 1 / (1/INCR + 1/GET + 1/EXPIRE) of the three commands' rates."""
+    with servers() as (binary, tmp, log, procs, redis_port):
+        pg, pg_port, pgdir = start_postgres(log)
+        procs.append(pg)
+        try:
+            targets = [("direct", redis_port)]
+            for name, backend in [
+                ("hf-redis", redis_backend(redis_port)),
+                ("sqlite", f'kind = "sqlite"\npath = "{tmp}/scripts.db"\nsynchronous = "normal"'),
+                ("postgres", f'kind = "postgres"\nurl = "postgres://holdfast@127.0.0.1:{pg_port}/holdfast"\npool_size = 2'),
+            ]:
+                proc, port = holdfast_on(binary, tmp, name, backend, log)
+                procs.append(proc)
+                wait_port(port)
+                targets.append((name, port))
+            sha = hashlib.sha1(THREE_CALLS.encode()).hexdigest()
+            for _, port in targets:
+                send_raw(port, ["SCRIPT", "LOAD", THREE_CALLS])
+            workloads = {
+                "EVALSHA": ["EVALSHA", sha, "1", "k:__rand_int__"],
+                "INCR": ["INCR", "k:__rand_int__"],
+                "GET": ["GET", "k:__rand_int__"],
+                "EXPIRE": ["EXPIRE", "k:__rand_int__", "100"],
+            }
+            results = {}
+            for rnd in range(args.rounds):
+                for name, command in workloads.items():
+                    for target, port in targets:
+                        row = bench_command(port, 50, args.sql_requests, command)
+                        results.setdefault((name, target), []).append(float(row["rps"]))
+                        print(f"round {rnd + 1} {name:8} {target:9} {float(row['rps']):>10.0f} req/s",
+                              flush=True)
+        finally:
+            try:
+                with open(os.path.join(pgdir, "data", "postmaster.pid")) as f:
+                    os.kill(int(f.readline()), 3)
+                time.sleep(0.5)
+            except (OSError, ValueError):
+                pass
+    def triples(target, i):
+        return 1 / sum(1 / results[(n, target)][i] for n in ("INCR", "GET", "EXPIRE"))
+    print()
+    print(f"{'target':10}{'EVALSHA/s':>12}{'3 plain/s':>12}   script/plain (spread)   "
+          "EVALSHA to direct Redis's")
+    for target, _ in targets:
+        script = results[("EVALSHA", target)]
+        plain = [triples(target, i) for i in range(args.rounds)]
+        ratio = [a / b for a, b in zip(script, plain)]
+        to_direct = [a / b for a, b in zip(script, results[("EVALSHA", "direct")])]
+        print(f"{target:10}{statistics.median(script):>12.0f}{statistics.median(plain):>12.0f}   "
+              f"{statistics.median(ratio):.2f} ({min(ratio):.2f}-{max(ratio):.2f})"
+              f"          {statistics.median(to_direct):.2f} ({min(to_direct):.2f}-{max(to_direct):.2f})")
 
 
 def modes_main(args):
