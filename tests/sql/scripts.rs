@@ -974,3 +974,25 @@ password = "pw"
     );
     assert!(reply.starts_with("-NOPERM"), "{reply}");
 }
+
+/// A script inside `MULTI` on a SQL backend is refused, as the README says: `EXEC` answers
+/// the refusal in the script's place and applies the rest.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_script_inside_multi_is_refused_and_the_rest_applies() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let proxy = Proxy::start(&scripted(&sqlite_at(&dir), "5s", "fast")).await;
+    let mut conn = proxy.connect().await;
+    assert_eq!(conn.command(&["MULTI"]).await, b"+OK\r\n");
+    assert_eq!(conn.command(&["SET", "a", "1"]).await, b"+QUEUED\r\n");
+    assert_eq!(
+        conn.command(&["EVAL", "return redis.call('set', 'b', '1')", "0"]).await,
+        b"+QUEUED\r\n"
+    );
+    let exec = text(&conn.command(&["EXEC"]).await);
+    assert_eq!(
+        exec,
+        "*2\r\n+OK\r\n-ERR holdfast: scripts inside MULTI are not served by SQL backends\r\n"
+    );
+    assert_eq!(conn.command(&["GET", "a"]).await, b"$1\r\n1\r\n");
+    assert_eq!(conn.command(&["GET", "b"]).await, b"$-1\r\n");
+}
