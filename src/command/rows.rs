@@ -324,7 +324,9 @@ pub(super) static ROWS: &[Spec] = &[
     Spec::new("GEOSEARCH", -7, KEY1, Read).human_doubles(),
     Spec::new("GEOSEARCHSTORE", -8, KEYS_1_2, NonIdempotent).refine(refine_store_1_2),
     // ---- scripting ----
-    Spec::new("EVAL", -3, NUMKEYS_AT_2, NonIdempotent).reach(Reach::Scripts),
+    Spec::new("EVAL", -3, NUMKEYS_AT_2, NonIdempotent)
+        .reach(Reach::Scripts)
+        .refine(refine_eval),
     Spec::new("EVAL_RO", -3, NUMKEYS_AT_2, Read).reach(Reach::Scripts),
     Spec::new("EVALSHA", -3, NUMKEYS_AT_2, NonIdempotent).reach(Reach::Scripts),
     Spec::new("EVALSHA_RO", -3, NUMKEYS_AT_2, Read).reach(Reach::Scripts),
@@ -493,6 +495,15 @@ fn refine_bitfield(args: &[Bytes]) -> Idempotence {
         }
     }
     Read
+}
+
+/// `EVAL script ...`: a script whose shebang declares `no-writes` only reads (its backend
+/// refuses a write from it), so it is retried as any read is.
+fn refine_eval(args: &[Bytes]) -> Idempotence {
+    match args.get(1).map(|body| crate::backend::lua::flags(body)) {
+        Some(Ok(flags)) if flags.no_writes => Read,
+        _ => NonIdempotent,
+    }
 }
 
 /// `BITOP op dest key ...`

@@ -309,6 +309,12 @@ fn refine_reads_the_right_positions() {
         (&["RENAME", "a", "b"], NonIdempotent),
         (&["EVAL", "return 1", "0"], NonIdempotent),
         (&["EVAL_RO", "return 1", "0"], Read),
+        (&["EVAL", "#!lua flags=no-writes\nreturn 1", "0"], Read),
+        (&["EVAL", "#!lua\nreturn 1", "0"], NonIdempotent),
+        (
+            &["EVAL", "#!lua flags=allow-oom\nreturn 1", "0"],
+            NonIdempotent,
+        ),
         (&["BLPOP", "a", "0"], ConnectionBound),
         (&["GET", "k"], Read),
         (&["XGROUP", "CREATE", "s", "g", "$"], IdempotentEffect),

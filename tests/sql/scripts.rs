@@ -985,7 +985,8 @@ async fn a_script_inside_multi_is_refused_and_the_rest_applies() {
     assert_eq!(conn.command(&["MULTI"]).await, b"+OK\r\n");
     assert_eq!(conn.command(&["SET", "a", "1"]).await, b"+QUEUED\r\n");
     assert_eq!(
-        conn.command(&["EVAL", "return redis.call('set', 'b', '1')", "0"]).await,
+        conn.command(&["EVAL", "return redis.call('set', 'b', '1')", "0"])
+            .await,
         b"+QUEUED\r\n"
     );
     let exec = text(&conn.command(&["EXEC"]).await);
