@@ -3,6 +3,7 @@
 //! words them, so a client cannot tell holdfast's refusal from the server's.
 
 pub mod rows;
+pub mod shebang;
 pub mod table;
 pub mod wait;
 

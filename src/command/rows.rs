@@ -500,7 +500,7 @@ fn refine_bitfield(args: &[Bytes]) -> Idempotence {
 /// `EVAL script ...`: a script whose shebang declares `no-writes` only reads (its backend
 /// refuses a write from it), so it is retried as any read is.
 fn refine_eval(args: &[Bytes]) -> Idempotence {
-    match args.get(1).map(|body| crate::backend::lua::flags(body)) {
+    match args.get(1).map(|body| super::shebang::flags(body)) {
         Some(Ok(flags)) if flags.no_writes => Read,
         _ => NonIdempotent,
     }

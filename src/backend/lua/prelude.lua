@@ -167,6 +167,10 @@ for _, name in ipairs({ 'tostring', 'next', 'assert', 'tonumber', 'rawequal', 'c
                         '_VERSION', 'error', 'newproxy' }) do
   rawset(G, name, oldG[name])
 end
+for _, name in ipairs({ 'cjson', 'cmsgpack', 'bit', 'struct' }) do
+  local lib = rawget(G, name)
+  if lib then rawset(G, name, protect(lib)) end
+end
 G.coroutine = protect(co)
 G.string = protect(string)
 G.math = protect(math)

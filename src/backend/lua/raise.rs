@@ -25,6 +25,18 @@ pub(super) fn raised(e: &mlua::Error) -> Option<&[u8]> {
     }
 }
 
+/// The plain string a library function raised (`libs::Thrown`), through the same wrappers.
+pub(super) fn thrown(e: &mlua::Error) -> Option<&str> {
+    match e {
+        mlua::Error::ExternalError(inner) => inner
+            .downcast_ref::<super::libs::Thrown>()
+            .map(|t| t.0.as_str()),
+        mlua::Error::CallbackError { cause, .. } => thrown(cause),
+        mlua::Error::WithContext { cause, .. } => thrown(cause),
+        _ => None,
+    }
+}
+
 /// Raises `text` as the script's error (an error table's text: `ERR ...`).
 pub(super) fn raise<T>(text: impl Into<Vec<u8>>) -> mlua::Result<T> {
     Err(mlua::Error::external(Raised(text.into())))

@@ -6,7 +6,7 @@
 use super::convert::{error_frame, error_table, from_lua, to_lua};
 use super::library::{Library, Loading};
 use super::number::{g14 as lua_number, g17};
-use super::raise::{first_line, raise, raised, Raised};
+use super::raise::{first_line, raise, raised, thrown, Raised};
 use super::{Entry, Finish, Halt, Job, Up};
 use bytes::Bytes;
 use mlua::chunk::ChunkMode;
@@ -74,6 +74,9 @@ impl Vm {
                 lua.create_function(handler)?,
                 globals.clone(),
             ))?;
+        // The libraries Redis gives scripts, in the table scripts read their globals from (the
+        // prelude makes them read-only).
+        super::libs::install(&lua, &globals)?;
         let pcall: Function = lua.globals().get("pcall")?;
         let (env, loading): (Table, Function) = lua
             .load(include_str!("prelude.lua"))
@@ -277,9 +280,11 @@ fn handler(lua: &Lua, err: Value) -> mlua::Result<Value> {
         }
         Value::Number(n) => error_table(lua, format!("ERR {}", lua_number(n)).as_bytes())?,
         Value::Integer(n) => error_table(lua, format!("ERR {}", lua_number(n as f64)).as_bytes())?,
-        Value::Error(e) => match raised(&e) {
-            Some(text) => error_table(lua, text)?,
-            None => error_table(
+        Value::Error(e) => match (raised(&e), thrown(&e)) {
+            (Some(text), _) => error_table(lua, text)?,
+            // A library's error is a Lua string error, as its C function's would be.
+            (None, Some(text)) => error_table(lua, format!("ERR {text}").as_bytes())?,
+            (None, None) => error_table(
                 lua,
                 format!("ERR {}", first_line(&e.to_string())).as_bytes(),
             )?,
@@ -357,9 +362,10 @@ impl Vm {
                     .raw_get::<mlua::LuaString>("err")
                     .map(|s| s.to_string_lossy())
                     .unwrap_or_default(),
-                Value::Error(e) => match raised(&e) {
-                    Some(text) => String::from_utf8_lossy(text).into_owned(),
-                    None => format!("ERR {}", first_line(&e.to_string())),
+                Value::Error(e) => match (raised(&e), thrown(&e)) {
+                    (Some(text), _) => String::from_utf8_lossy(text).into_owned(),
+                    (None, Some(text)) => format!("ERR {text}"),
+                    (None, None) => format!("ERR {}", first_line(&e.to_string())),
                 },
                 other => format!("ERR {}", other.type_name()),
             };
@@ -396,9 +402,10 @@ fn natives(lua: &Lua) -> mlua::Result<Table> {
     native.raw_set(
         "unraised",
         lua.create_function(|lua, value: Value| match &value {
-            Value::Error(e) => match raised(e) {
-                Some(text) => Ok(Value::Table(error_table(lua, text)?)),
-                None => Ok(value),
+            Value::Error(e) => match (raised(e), thrown(e)) {
+                (Some(text), _) => Ok(Value::Table(error_table(lua, text)?)),
+                (None, Some(text)) => Ok(Value::String(lua.create_string(text)?)),
+                (None, None) => Ok(value),
             },
             _ => Ok(value),
         })?,
