@@ -1023,3 +1023,89 @@ async fn a_script_inside_multi_is_refused_and_the_rest_applies() {
     assert_eq!(conn.command(&["GET", "a"]).await, b"$1\r\n1\r\n");
     assert_eq!(conn.command(&["GET", "b"]).await, b"$-1\r\n");
 }
+
+/// BullMQ for Python, whose every queue operation is a Lua script (cjson and cmsgpack among
+/// them): a producer adds 1,000 jobs, one in ten delayed, one in seven failing its first
+/// attempt and retried; two workers take them. Every job completes exactly once, nothing is
+/// left failed, waiting or delayed.
+const BULLMQ_PY: &str = r#"
+import asyncio, json, sys, time
+from bullmq import Queue, Worker
+
+producer, workers_at = sys.argv[1], sys.argv[2:]
+N = 1000
+
+async def main():
+    queue = Queue("jobs", {"connection": "redis://" + producer})
+    for i in range(N):
+        opts = {"attempts": 3, "backoff": {"type": "fixed", "delay": 50}}
+        if i % 10 == 0:
+            opts["delay"] = 300
+        await queue.add("job", {"i": i, "fail": i % 7 == 0}, opts)
+    completed, failed_once = {}, set()
+
+    async def process(job, token):
+        i = job.data["i"]
+        if job.data["fail"] and i not in failed_once:
+            failed_once.add(i)
+            raise Exception("planned failure")
+        completed[i] = completed.get(i, 0) + 1
+        return i
+
+    workers = [Worker("jobs", process, {"connection": "redis://" + at, "concurrency": 4})
+               for at in workers_at]
+    deadline = time.time() + 150
+    while len(completed) < N and time.time() < deadline:
+        await asyncio.sleep(0.2)
+    await asyncio.sleep(1)
+    for w in workers:
+        await w.close()
+    counts = await queue.getJobCounts("completed", "failed", "delayed", "wait", "active")
+    await queue.close()
+    print(json.dumps({
+        "completed": len(completed),
+        "twice": sorted(i for i, n in completed.items() if n > 1),
+        "retried": len(failed_once),
+        "counts": counts,
+    }, sort_keys=True), flush=True)
+
+asyncio.run(main())
+"#;
+
+async fn bullmq(producer: &str, workers: &[&str]) {
+    let mut args = vec![producer];
+    args.extend_from_slice(workers);
+    let py = redis_py("bullmq_jobs.py", BULLMQ_PY, &args);
+    let out = tokio::time::timeout(
+        std::time::Duration::from_secs(200),
+        py.child.wait_with_output(),
+    )
+    .await
+    .expect("the BullMQ run ends")
+    .expect("python3 ends");
+    let stdout = text(&out.stdout);
+    let line = stdout.lines().last().unwrap_or_default();
+    eprintln!("bullmq: {line}");
+    let want = r#"{"completed": 1000, "counts": {"active": 0, "completed": 1000, "delayed": 0, "failed": 0, "wait": 0}, "retried": 143, "twice": []}"#;
+    assert!(
+        out.status.success() && line.contains(want),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bullmq_completes_every_job_once_on_sqlite() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let proxy = Proxy::start(&scripted(&sqlite_at(&dir), "5s", "fast")).await;
+    bullmq(&proxy.addr, &[&proxy.addr, &proxy.addr]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bullmq_completes_every_job_once_across_two_holdfasts_on_postgres() {
+    let pg = PgServer::start();
+    let backend = format!("kind = \"postgres\"\nurl = \"{}\"", pg.url());
+    let one = Proxy::start(&scripted(&backend, "5s", "fast")).await;
+    let two = Proxy::start(&scripted(&backend, "5s", "fast")).await;
+    bullmq(&one.addr, &[&one.addr, &two.addr]).await;
+}
