@@ -1,5 +1,6 @@
 //! Commands Redis builds on its string and sorted-set encodings, on SQL backends against a
-//! real `redis-server`: `BITFIELD` (integers at any bit offset of a string), in fixed cases
+//! real `redis-server`: `BITFIELD` (integers at any bit offset of a string) and HyperLogLog
+//! (`PFADD`, `PFCOUNT`, `PFMERGE`: the bytes `GET` shows after every step), in fixed cases
 //! (every subcommand, overflow rule and error) and generated ones.
 
 use super::differential::{assert_none, differences, runtime, Cmd, Targets};
@@ -168,6 +169,108 @@ fn generated_bitfields_answer_as_redis_does() {
             })
             .collect();
         cmds.push(c(&["GET", "f"]));
+        let diffs = rt.block_on(differences(&targets, false, &cmds));
+        if diffs.is_empty() {
+            Ok(())
+        } else {
+            Err(TestCaseError::fail(diffs.join("\n")))
+        }
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+/// `PFADD key` with `n` elements named `prefix0..`.
+fn pfadd(key: &str, prefix: &str, from: usize, n: usize) -> Cmd {
+    let mut cmd = c(&["PFADD", key]);
+    cmd.extend((from..from + n).map(|i| format!("{prefix}{i}").into_bytes()));
+    cmd
+}
+
+/// HyperLogLog: the bytes `GET` shows after each step (sparse, promoted to dense past
+/// 3,000 bytes, merged), the counts and their cache, and the refusals.
+fn fixed_hyperloglogs() -> Vec<Cmd> {
+    let mut v = vec![
+        c(&["PFADD", "h"]),
+        c(&["GET", "h"]),
+        c(&["PFADD", "h", "a", "b", "c"]),
+        c(&["PFADD", "h", "a"]),
+        c(&["GET", "h"]),
+        c(&["PFCOUNT", "h"]),
+        c(&["GET", "h"]),
+        c(&["PFCOUNT", "missing"]),
+        c(&["PFCOUNT", "h", "missing"]),
+        pfadd("h2", "x", 0, 100),
+        c(&["PFCOUNT", "h", "h2"]),
+        c(&["PFMERGE", "m", "h", "h2"]),
+        c(&["GET", "m"]),
+        c(&["PFCOUNT", "m"]),
+        c(&["PFMERGE", "empty"]),
+        c(&["GET", "empty"]),
+    ];
+    // Past the sparse limit: promoted to dense.
+    for step in 0..20 {
+        v.push(pfadd("big", "e", step * 250, 250));
+        v.push(c(&["STRLEN", "big"]));
+    }
+    v.extend([
+        c(&["PFCOUNT", "big"]),
+        c(&["GET", "big"]),
+        c(&["PFMERGE", "m", "big"]),
+        c(&["GET", "m"]),
+        c(&["PFCOUNT", "m", "h2", "big"]),
+        // Refusals.
+        c(&["SET", "s", "not an hll"]),
+        c(&["PFADD", "s", "a"]),
+        c(&["PFCOUNT", "s"]),
+        c(&["PFMERGE", "s", "h"]),
+        c(&["PFMERGE", "h", "s"]),
+        c(&["LPUSH", "l", "x"]),
+        c(&["PFADD", "l", "a"]),
+        c(&["PFCOUNT", "l"]),
+        c(&["PFCOUNT", "h", "l"]),
+        c(&["SET", "corrupt", "HYLL\u{1}\0\0\0\0\0\0\0\0\0\0\0"]),
+        c(&["PFCOUNT", "corrupt"]),
+        c(&["PFADD", "corrupt", "a"]),
+        // A copy of an HLL set back as a string is an HLL.
+        c(&["SET", "t", "x", "EX", "100"]),
+        c(&["PFMERGE", "t"]),
+        c(&["TTL", "t"]),
+    ]);
+    v
+}
+
+#[test]
+fn hyperloglogs_answer_as_redis_does_on_sqlite_and_postgres() {
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Targets::start().await;
+        let cases = fixed_hyperloglogs();
+        let mut all = differences(&t, false, &cases).await;
+        all.extend(differences(&t, true, &cases).await);
+        assert_none(&all);
+    });
+}
+
+#[test]
+fn generated_hyperloglogs_answer_as_redis_does() {
+    let rt = runtime();
+    let targets = rt.block_on(Targets::start());
+    let mut runner = TestRunner::new(PropConfig {
+        cases: 24,
+        failure_persistence: None,
+        ..PropConfig::default()
+    });
+    let step = prop_oneof![
+        4 => (0usize..3, 0usize..5000, 1usize..400).prop_map(|(k, from, n)| pfadd(&format!("p{k}"), "m", from, n)),
+        1 => (0usize..3).prop_map(|k| c(&["PFCOUNT", &format!("p{k}")])),
+        1 => Just(c(&["PFCOUNT", "p0", "p1", "p2"])),
+        1 => (0usize..3).prop_map(|k| c(&["PFMERGE", &format!("p{k}"), "p0", "p1", "p2"])),
+        1 => (0usize..3).prop_map(|k| c(&["GET", &format!("p{k}")])),
+    ];
+    let result = runner.run(&prop::collection::vec(step, 1..30), |mut cmds| {
+        cmds.extend((0..3).map(|k| c(&["GET", &format!("p{k}")])));
         let diffs = rt.block_on(differences(&targets, false, &cmds));
         if diffs.is_empty() {
             Ok(())

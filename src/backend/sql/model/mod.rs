@@ -9,6 +9,8 @@ pub mod blocking;
 pub mod config;
 pub mod functions;
 pub mod hashes;
+pub mod hll;
+pub mod hyperloglog;
 pub mod keys;
 pub mod lists;
 pub mod pubsub;
@@ -274,6 +276,10 @@ commands! {
     b"BITCOUNT"              => Read,      Alone,              bits::bitcount(ctx, a).await;
     b"BITPOS"                => Read,      Alone,              bits::bitpos(ctx, a).await;
     b"BITOP"                 => Write,     Alone,              bits::bitop(ctx, a).await;
+    // PFCOUNT of one key writes its cached estimate back, as Redis does.
+    b"PFADD"                 => Write,     Alone,              hyperloglog::pfadd(ctx, a).await;
+    b"PFCOUNT"               => Write,     Alone,              hyperloglog::pfcount(ctx, a).await;
+    b"PFMERGE"               => Write,     Alone,              hyperloglog::pfmerge(ctx, a).await;
     b"BITFIELD"              => Write,     Alone,              bitfield::bitfield(ctx, a, false).await;
     b"BITFIELD_RO"           => Read,      Alone,              bitfield::bitfield(ctx, a, true).await;
     b"SORT"                  => Write,     Alone,              sort::sort(ctx, a, false).await;
