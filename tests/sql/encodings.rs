@@ -282,3 +282,492 @@ fn generated_hyperloglogs_answer_as_redis_does() {
         panic!("{e}");
     }
 }
+
+/// GEO: Redis's own examples (Palermo, Catania), every option of every command, and the
+/// refusals, answered as Redis answers them (coordinates as its human long doubles,
+/// distances to four decimals).
+fn fixed_geo() -> Vec<Cmd> {
+    vec![
+        c(&[
+            "GEOADD",
+            "Sicily",
+            "13.361389",
+            "38.115556",
+            "Palermo",
+            "15.087269",
+            "37.502669",
+            "Catania",
+        ]),
+        c(&["GEODIST", "Sicily", "Palermo", "Catania"]),
+        c(&["GEODIST", "Sicily", "Palermo", "Catania", "km"]),
+        c(&["GEODIST", "Sicily", "Palermo", "Catania", "MI"]),
+        c(&["GEODIST", "Sicily", "Palermo", "Catania", "ft"]),
+        c(&["GEODIST", "Sicily", "Palermo", "Nowhere"]),
+        c(&["GEODIST", "missing", "a", "b"]),
+        c(&["GEODIST", "Sicily", "Palermo", "Catania", "parsecs"]),
+        c(&["GEODIST", "Sicily", "Palermo", "Catania", "km", "extra"]),
+        c(&["GEOPOS", "Sicily", "Palermo", "Catania", "NonExisting"]),
+        c(&["GEOPOS", "missing", "a"]),
+        c(&["GEOHASH", "Sicily", "Palermo", "Catania", "NonExisting"]),
+        c(&["GEOHASH", "missing", "a"]),
+        c(&["ZSCORE", "Sicily", "Palermo"]),
+        c(&["GEOADD", "Sicily", "13.583333", "37.316667", "Agrigento"]),
+        c(&[
+            "GEOADD",
+            "Sicily",
+            "NX",
+            "13.5",
+            "37.3",
+            "Agrigento",
+            "12.758489",
+            "38.788135",
+            "edge1",
+        ]),
+        c(&[
+            "GEOADD",
+            "Sicily",
+            "XX",
+            "CH",
+            "13.5",
+            "37.3",
+            "Agrigento",
+            "1",
+            "1",
+            "new",
+        ]),
+        c(&["GEOADD", "Sicily", "NX", "XX", "1", "1", "x"]),
+        c(&["GEOADD", "Sicily", "1", "1"]),
+        c(&["GEOADD", "Sicily", "200", "100", "bad"]),
+        c(&["GEOADD", "Sicily", "x", "1", "bad"]),
+        c(&["GEOADD", "Sicily", "1", "86", "bad"]),
+        c(&["GEORADIUS", "Sicily", "15", "37", "200", "km", "WITHDIST"]),
+        c(&["GEORADIUS", "Sicily", "15", "37", "200", "km", "WITHCOORD"]),
+        c(&[
+            "GEORADIUS",
+            "Sicily",
+            "15",
+            "37",
+            "200",
+            "km",
+            "WITHDIST",
+            "WITHCOORD",
+            "WITHHASH",
+        ]),
+        c(&["GEORADIUS", "Sicily", "15", "37", "200", "km", "ASC"]),
+        c(&[
+            "GEORADIUS",
+            "Sicily",
+            "15",
+            "37",
+            "200",
+            "km",
+            "DESC",
+            "COUNT",
+            "2",
+        ]),
+        c(&["GEORADIUS", "Sicily", "15", "37", "200", "km", "COUNT", "1"]),
+        c(&[
+            "GEORADIUS",
+            "Sicily",
+            "15",
+            "37",
+            "200",
+            "km",
+            "COUNT",
+            "1",
+            "ANY",
+        ]),
+        c(&["GEORADIUS", "Sicily", "15", "37", "200", "km", "ANY"]),
+        c(&["GEORADIUS", "Sicily", "15", "37", "200", "km", "COUNT", "0"]),
+        c(&["GEORADIUS", "Sicily", "15", "37", "-1", "km"]),
+        c(&["GEORADIUS", "Sicily", "15", "37", "x", "km"]),
+        c(&["GEORADIUS", "Sicily", "15", "37", "200", "lightyears"]),
+        c(&["GEORADIUS", "Sicily", "15", "37", "200", "km", "BOGUS"]),
+        c(&[
+            "GEORADIUS",
+            "Sicily",
+            "15",
+            "37",
+            "200",
+            "km",
+            "STORE",
+            "near",
+        ]),
+        c(&["ZRANGE", "near", "0", "-1", "WITHSCORES"]),
+        c(&[
+            "GEORADIUS",
+            "Sicily",
+            "15",
+            "37",
+            "200",
+            "km",
+            "STOREDIST",
+            "neardist",
+        ]),
+        c(&["ZRANGE", "neardist", "0", "-1", "WITHSCORES"]),
+        c(&[
+            "GEORADIUS",
+            "Sicily",
+            "15",
+            "37",
+            "200",
+            "km",
+            "STORE",
+            "near",
+            "WITHDIST",
+        ]),
+        c(&["GEORADIUS", "Sicily", "15", "37", "1", "m", "STORE", "near"]),
+        c(&["EXISTS", "near"]),
+        c(&["GEORADIUS", "missing", "15", "37", "200", "km"]),
+        c(&[
+            "GEORADIUS",
+            "missing",
+            "15",
+            "37",
+            "200",
+            "km",
+            "STORE",
+            "neardist",
+        ]),
+        c(&["EXISTS", "neardist"]),
+        c(&[
+            "GEORADIUS_RO",
+            "Sicily",
+            "15",
+            "37",
+            "200",
+            "km",
+            "WITHDIST",
+            "ASC",
+        ]),
+        c(&[
+            "GEORADIUS_RO",
+            "Sicily",
+            "15",
+            "37",
+            "200",
+            "km",
+            "STORE",
+            "x",
+        ]),
+        c(&["GEORADIUSBYMEMBER", "Sicily", "Agrigento", "100", "km"]),
+        c(&[
+            "GEORADIUSBYMEMBER",
+            "Sicily",
+            "Agrigento",
+            "100",
+            "km",
+            "WITHDIST",
+            "ASC",
+        ]),
+        c(&["GEORADIUSBYMEMBER", "Sicily", "Nowhere", "100", "km"]),
+        c(&["GEORADIUSBYMEMBER", "missing", "Nowhere", "100", "km"]),
+        c(&[
+            "GEORADIUSBYMEMBER_RO",
+            "Sicily",
+            "Palermo",
+            "300",
+            "km",
+            "COUNT",
+            "2",
+            "DESC",
+        ]),
+        c(&[
+            "GEOSEARCH",
+            "Sicily",
+            "FROMLONLAT",
+            "15",
+            "37",
+            "BYRADIUS",
+            "200",
+            "km",
+            "ASC",
+        ]),
+        c(&[
+            "GEOSEARCH",
+            "Sicily",
+            "FROMLONLAT",
+            "15",
+            "37",
+            "BYBOX",
+            "400",
+            "400",
+            "km",
+            "ASC",
+            "WITHCOORD",
+            "WITHDIST",
+        ]),
+        c(&[
+            "GEOSEARCH",
+            "Sicily",
+            "FROMMEMBER",
+            "Palermo",
+            "BYBOX",
+            "400",
+            "400",
+            "km",
+            "DESC",
+            "WITHHASH",
+        ]),
+        c(&[
+            "GEOSEARCH",
+            "Sicily",
+            "FROMMEMBER",
+            "Nowhere",
+            "BYRADIUS",
+            "4",
+            "km",
+        ]),
+        c(&[
+            "GEOSEARCH",
+            "missing",
+            "FROMMEMBER",
+            "Nowhere",
+            "BYRADIUS",
+            "4",
+            "km",
+        ]),
+        c(&["GEOSEARCH", "Sicily", "BYRADIUS", "4", "km"]),
+        c(&["GEOSEARCH", "Sicily", "FROMLONLAT", "15", "37"]),
+        c(&[
+            "GEOSEARCH",
+            "Sicily",
+            "FROMLONLAT",
+            "15",
+            "37",
+            "FROMMEMBER",
+            "Palermo",
+            "BYRADIUS",
+            "4",
+            "km",
+        ]),
+        c(&[
+            "GEOSEARCH",
+            "Sicily",
+            "FROMLONLAT",
+            "15",
+            "37",
+            "BYRADIUS",
+            "4",
+            "km",
+            "BYBOX",
+            "1",
+            "1",
+            "km",
+        ]),
+        c(&[
+            "GEOSEARCH",
+            "Sicily",
+            "FROMLONLAT",
+            "15",
+            "37",
+            "BYBOX",
+            "-1",
+            "1",
+            "km",
+        ]),
+        c(&[
+            "GEOSEARCH",
+            "Sicily",
+            "FROMLONLAT",
+            "15",
+            "37",
+            "BYBOX",
+            "x",
+            "1",
+            "km",
+        ]),
+        c(&[
+            "GEOSEARCH",
+            "Sicily",
+            "FROMLONLAT",
+            "15",
+            "37",
+            "BYBOX",
+            "1",
+            "y",
+            "km",
+        ]),
+        c(&[
+            "GEOSEARCH",
+            "Sicily",
+            "FROMLONLAT",
+            "15",
+            "37",
+            "BYRADIUS",
+            "200",
+            "km",
+            "STORE",
+            "x",
+        ]),
+        c(&[
+            "GEOSEARCHSTORE",
+            "dest",
+            "Sicily",
+            "FROMLONLAT",
+            "15",
+            "37",
+            "BYBOX",
+            "400",
+            "400",
+            "km",
+            "ASC",
+            "COUNT",
+            "3",
+        ]),
+        c(&["ZRANGE", "dest", "0", "-1", "WITHSCORES"]),
+        c(&[
+            "GEOSEARCHSTORE",
+            "dest",
+            "Sicily",
+            "FROMLONLAT",
+            "15",
+            "37",
+            "BYBOX",
+            "400",
+            "400",
+            "km",
+            "ASC",
+            "COUNT",
+            "3",
+            "STOREDIST",
+        ]),
+        c(&["ZRANGE", "dest", "0", "-1", "WITHSCORES"]),
+        c(&[
+            "GEOSEARCHSTORE",
+            "dest",
+            "Sicily",
+            "FROMLONLAT",
+            "15",
+            "37",
+            "BYRADIUS",
+            "1",
+            "km",
+            "WITHDIST",
+        ]),
+        c(&[
+            "GEOSEARCHSTORE",
+            "dest",
+            "missing",
+            "FROMLONLAT",
+            "15",
+            "37",
+            "BYRADIUS",
+            "1",
+            "km",
+        ]),
+        c(&["EXISTS", "dest"]),
+        c(&["SET", "str", "x"]),
+        c(&["GEOADD", "str", "1", "1", "a"]),
+        c(&["GEOPOS", "str", "a"]),
+        c(&[
+            "GEOSEARCH",
+            "str",
+            "FROMLONLAT",
+            "1",
+            "1",
+            "BYRADIUS",
+            "1",
+            "km",
+        ]),
+        c(&["ZADD", "odd", "-1", "neg", "inf", "infinite", "3.7", "frac"]),
+        c(&["GEOPOS", "odd", "neg", "infinite", "frac"]),
+        c(&["GEOHASH", "odd", "neg", "infinite", "frac"]),
+        c(&["GEODIST", "odd", "neg", "frac"]),
+    ]
+}
+
+#[test]
+fn geo_answers_as_redis_does_on_sqlite_and_postgres() {
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Targets::start().await;
+        let cases = fixed_geo();
+        let mut all = differences(&t, false, &cases).await;
+        all.extend(differences(&t, true, &cases).await);
+        assert_none(&all);
+    });
+}
+
+/// Random points (spread, and clustered around a few centres) and random searches of every
+/// shape, unit, order and option.
+#[test]
+fn generated_geo_answers_as_redis_does() {
+    let rt = runtime();
+    let targets = rt.block_on(Targets::start());
+    let mut runner = TestRunner::new(PropConfig {
+        cases: 16,
+        failure_persistence: None,
+        ..PropConfig::default()
+    });
+    let point = (-179.9f64..179.9, -85.0f64..85.0);
+    let near = (0usize..3, -0.5f64..0.5, -0.5f64..0.5);
+    let unit = prop::sample::select(vec!["m", "km", "ft", "mi"]);
+    let search = (
+        0usize..3,
+        prop_oneof![
+            (1.0f64..500_000.0).prop_map(|r| vec![format!("BYRADIUS"), format!("{r}")]),
+            (1.0f64..500_000.0, 1.0f64..500_000.0).prop_map(|(w, h)| vec![
+                "BYBOX".to_string(),
+                format!("{w}"),
+                format!("{h}")
+            ])
+        ],
+        unit,
+        prop::sample::select(vec!["", "ASC", "DESC"]),
+        prop::sample::select(vec!["", "COUNT 3", "COUNT 5 ANY", "COUNT 1"]),
+        any::<bool>(),
+    );
+    let strategy = (
+        prop::collection::vec(point, 0..60),
+        prop::collection::vec(near, 0..60),
+        prop::collection::vec(search, 1..12),
+        any::<bool>(),
+    );
+    let centres = [(13.36, 38.11), (-73.98, 40.75), (179.5, -20.0)];
+    let result = runner.run(&strategy, |(spread, clustered, searches, resp3)| {
+        let mut cmds = Vec::new();
+        let mut add = vec!["GEOADD".to_string(), "g".to_string()];
+        for (i, (lon, lat)) in spread.iter().enumerate() {
+            add.extend([format!("{lon}"), format!("{lat}"), format!("s{i}")]);
+        }
+        for (i, (c, dx, dy)) in clustered.iter().enumerate() {
+            let (lon, lat) = centres[*c];
+            add.extend([
+                format!("{}", lon + dx),
+                format!("{}", lat + dy),
+                format!("c{i}"),
+            ]);
+        }
+        if add.len() > 2 {
+            cmds.push(add.iter().map(|a| a.as_bytes().to_vec()).collect());
+        }
+        for (c, shape, unit, order, count, with) in searches {
+            let (lon, lat) = centres[c];
+            let mut s = vec![
+                "GEOSEARCH".to_string(),
+                "g".to_string(),
+                "FROMLONLAT".to_string(),
+                format!("{lon}"),
+                format!("{lat}"),
+            ];
+            s.extend(shape);
+            s.push(unit.to_string());
+            s.extend(order.split_whitespace().map(str::to_string));
+            s.extend(count.split_whitespace().map(str::to_string));
+            if with {
+                s.extend(["WITHDIST", "WITHCOORD", "WITHHASH"].map(str::to_string));
+            }
+            cmds.push(s.iter().map(|a| a.as_bytes().to_vec()).collect());
+        }
+        let diffs = rt.block_on(differences(&targets, resp3, &cmds));
+        if diffs.is_empty() {
+            Ok(())
+        } else {
+            Err(TestCaseError::fail(diffs.join("\n")))
+        }
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}

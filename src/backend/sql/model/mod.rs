@@ -8,6 +8,8 @@ pub mod bits;
 pub mod blocking;
 pub mod config;
 pub mod functions;
+pub mod geo;
+pub mod geohash;
 pub mod hashes;
 pub mod hll;
 pub mod hyperloglog;
@@ -28,6 +30,7 @@ pub mod zsets;
 pub use config::harmless_setting;
 
 use bytes::Bytes;
+use geo::Search;
 use redis_protocol::resp3::types::BytesFrame as Frame;
 use scripting::Eval;
 use sets::Algebra;
@@ -276,6 +279,16 @@ commands! {
     b"BITCOUNT"              => Read,      Alone,              bits::bitcount(ctx, a).await;
     b"BITPOS"                => Read,      Alone,              bits::bitpos(ctx, a).await;
     b"BITOP"                 => Write,     Alone,              bits::bitop(ctx, a).await;
+    b"GEOADD"                => Write,     Alone,              geo::geoadd(ctx, a).await;
+    b"GEOPOS"                => Read,      Alone,              geo::geopos(ctx, a).await;
+    b"GEOHASH"               => Read,      Alone,              geo::geohash_cmd(ctx, a).await;
+    b"GEODIST"               => Read,      Alone,              geo::geodist(ctx, a).await;
+    b"GEORADIUS"             => Write,     Alone,              geo::search(ctx, a, Search::Radius).await;
+    b"GEORADIUS_RO"          => Read,      Alone,              geo::search(ctx, a, Search::RadiusRo).await;
+    b"GEORADIUSBYMEMBER"     => Write,     Alone,              geo::search(ctx, a, Search::ByMember).await;
+    b"GEORADIUSBYMEMBER_RO"  => Read,      Alone,              geo::search(ctx, a, Search::ByMemberRo).await;
+    b"GEOSEARCH"             => Read,      Alone,              geo::search(ctx, a, Search::Plain).await;
+    b"GEOSEARCHSTORE"        => Write,     Alone,              geo::search(ctx, a, Search::Store).await;
     // PFCOUNT of one key writes its cached estimate back, as Redis does.
     b"PFADD"                 => Write,     Alone,              hyperloglog::pfadd(ctx, a).await;
     b"PFCOUNT"               => Write,     Alone,              hyperloglog::pfcount(ctx, a).await;

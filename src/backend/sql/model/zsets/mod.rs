@@ -17,11 +17,15 @@ use bytes::Bytes;
 use redis_protocol::resp3::types::BytesFrame as Frame;
 use sqlx::Row;
 
-async fn zset(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<bool, Fail> {
+pub(crate) async fn zset(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<bool, Fail> {
     Ok(ctx.typed(key, Kind::ZSet).await?.is_some())
 }
 
-async fn score(ctx: &mut Ctx<'_>, key: &[u8], member: &[u8]) -> Result<Option<f64>, Fail> {
+pub(crate) async fn score(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    member: &[u8],
+) -> Result<Option<f64>, Fail> {
     let s: Option<f64> =
         sqlx::query_scalar("SELECT score FROM hf_zset WHERE key = $1 AND member = $2")
             .bind(key)
@@ -43,7 +47,11 @@ async fn put(ctx: &mut Ctx<'_>, key: &[u8], member: &[u8], s: f64, new: bool) ->
 }
 
 /// Replaces whatever `dest` held with a sorted set of `pairs`; none deletes `dest`.
-async fn replace_with(ctx: &mut Ctx<'_>, dest: &[u8], pairs: &[(Bytes, f64)]) -> Result<(), Fail> {
+pub(crate) async fn replace_with(
+    ctx: &mut Ctx<'_>,
+    dest: &[u8],
+    pairs: &[(Bytes, f64)],
+) -> Result<(), Fail> {
     ctx.delete(dest).await?;
     if !pairs.is_empty() {
         ctx.create(dest, Kind::ZSet, None).await?;
