@@ -1499,6 +1499,45 @@ fn fixed_script() -> Vec<Cmd> {
     script
 }
 
+/// `cases` against Redis on every target, in RESP2 and RESP3: fails with every difference.
+pub(crate) fn same_as_redis(cases: &[Cmd]) {
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Targets::start().await;
+        let mut all = differences(&t, false, cases).await;
+        all.extend(differences(&t, true, cases).await);
+        assert_none(&all);
+    });
+}
+
+/// `cases` values of `strategy`, each made into commands and a protocol (RESP3 when true)
+/// by `commands`, against Redis on every target: fails with the first that differs.
+pub(crate) fn generated_same_as_redis<S: Strategy>(
+    cases: u32,
+    strategy: S,
+    commands: impl Fn(S::Value) -> (Vec<Cmd>, bool),
+) {
+    let rt = runtime();
+    let targets = rt.block_on(Targets::start());
+    let mut runner = TestRunner::new(PropConfig {
+        cases,
+        failure_persistence: None,
+        ..PropConfig::default()
+    });
+    let result = runner.run(&strategy, |value| {
+        let (cmds, resp3) = commands(value);
+        let diffs = rt.block_on(differences(&targets, resp3, &cmds));
+        if diffs.is_empty() {
+            Ok(())
+        } else {
+            Err(TestCaseError::fail(diffs.join("\n")))
+        }
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
 pub(crate) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

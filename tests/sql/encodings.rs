@@ -3,9 +3,8 @@
 //! (`PFADD`, `PFCOUNT`, `PFMERGE`: the bytes `GET` shows after every step), in fixed cases
 //! (every subcommand, overflow rule and error) and generated ones.
 
-use super::differential::{assert_none, differences, runtime, Cmd, Targets};
+use super::differential::{generated_same_as_redis, same_as_redis, Cmd};
 use proptest::prelude::*;
-use proptest::test_runner::{Config as PropConfig, TestCaseError, TestRunner};
 
 fn c(args: &[&str]) -> Cmd {
     args.iter().map(|a| a.as_bytes().to_vec()).collect()
@@ -114,14 +113,7 @@ fn fixed_bitfields() -> Vec<Cmd> {
 
 #[test]
 fn bitfields_answer_as_redis_does_on_sqlite_and_postgres() {
-    let rt = runtime();
-    rt.block_on(async {
-        let t = Targets::start().await;
-        let cases = fixed_bitfields();
-        let mut all = differences(&t, false, &cases).await;
-        all.extend(differences(&t, true, &cases).await);
-        assert_none(&all);
-    });
+    same_as_redis(&fixed_bitfields());
 }
 
 /// One random `BITFIELD` subcommand (or an `OVERFLOW`).
@@ -151,15 +143,8 @@ fn op() -> impl Strategy<Value = Vec<String>> {
 
 #[test]
 fn generated_bitfields_answer_as_redis_does() {
-    let rt = runtime();
-    let targets = rt.block_on(Targets::start());
-    let mut runner = TestRunner::new(PropConfig {
-        cases: 48,
-        failure_persistence: None,
-        ..PropConfig::default()
-    });
     let strategy = prop::collection::vec(prop::collection::vec(op(), 1..6), 1..12);
-    let result = runner.run(&strategy, |commands| {
+    generated_same_as_redis(48, strategy, |commands| {
         let mut cmds: Vec<Cmd> = commands
             .into_iter()
             .map(|ops| {
@@ -169,16 +154,8 @@ fn generated_bitfields_answer_as_redis_does() {
             })
             .collect();
         cmds.push(c(&["GET", "f"]));
-        let diffs = rt.block_on(differences(&targets, false, &cmds));
-        if diffs.is_empty() {
-            Ok(())
-        } else {
-            Err(TestCaseError::fail(diffs.join("\n")))
-        }
+        (cmds, false)
     });
-    if let Err(e) = result {
-        panic!("{e}");
-    }
 }
 
 /// `PFADD key` with `n` elements named `prefix0..`.
@@ -243,25 +220,11 @@ fn fixed_hyperloglogs() -> Vec<Cmd> {
 
 #[test]
 fn hyperloglogs_answer_as_redis_does_on_sqlite_and_postgres() {
-    let rt = runtime();
-    rt.block_on(async {
-        let t = Targets::start().await;
-        let cases = fixed_hyperloglogs();
-        let mut all = differences(&t, false, &cases).await;
-        all.extend(differences(&t, true, &cases).await);
-        assert_none(&all);
-    });
+    same_as_redis(&fixed_hyperloglogs());
 }
 
 #[test]
 fn generated_hyperloglogs_answer_as_redis_does() {
-    let rt = runtime();
-    let targets = rt.block_on(Targets::start());
-    let mut runner = TestRunner::new(PropConfig {
-        cases: 24,
-        failure_persistence: None,
-        ..PropConfig::default()
-    });
     let step = prop_oneof![
         4 => (0usize..3, 0usize..5000, 1usize..400).prop_map(|(k, from, n)| pfadd(&format!("p{k}"), "m", from, n)),
         1 => (0usize..3).prop_map(|k| c(&["PFCOUNT", &format!("p{k}")])),
@@ -269,18 +232,10 @@ fn generated_hyperloglogs_answer_as_redis_does() {
         1 => (0usize..3).prop_map(|k| c(&["PFMERGE", &format!("p{k}"), "p0", "p1", "p2"])),
         1 => (0usize..3).prop_map(|k| c(&["GET", &format!("p{k}")])),
     ];
-    let result = runner.run(&prop::collection::vec(step, 1..30), |mut cmds| {
+    generated_same_as_redis(24, prop::collection::vec(step, 1..30), |mut cmds| {
         cmds.extend((0..3).map(|k| c(&["GET", &format!("p{k}")])));
-        let diffs = rt.block_on(differences(&targets, false, &cmds));
-        if diffs.is_empty() {
-            Ok(())
-        } else {
-            Err(TestCaseError::fail(diffs.join("\n")))
-        }
+        (cmds, false)
     });
-    if let Err(e) = result {
-        panic!("{e}");
-    }
 }
 
 /// GEO: Redis's own examples (Palermo, Catania), every option of every command, and the
@@ -679,27 +634,13 @@ fn fixed_geo() -> Vec<Cmd> {
 
 #[test]
 fn geo_answers_as_redis_does_on_sqlite_and_postgres() {
-    let rt = runtime();
-    rt.block_on(async {
-        let t = Targets::start().await;
-        let cases = fixed_geo();
-        let mut all = differences(&t, false, &cases).await;
-        all.extend(differences(&t, true, &cases).await);
-        assert_none(&all);
-    });
+    same_as_redis(&fixed_geo());
 }
 
 /// Random points (spread, and clustered around a few centres) and random searches of every
 /// shape, unit, order and option.
 #[test]
 fn generated_geo_answers_as_redis_does() {
-    let rt = runtime();
-    let targets = rt.block_on(Targets::start());
-    let mut runner = TestRunner::new(PropConfig {
-        cases: 16,
-        failure_persistence: None,
-        ..PropConfig::default()
-    });
     let point = (-179.9f64..179.9, -85.0f64..85.0);
     let near = (0usize..3, -0.5f64..0.5, -0.5f64..0.5);
     let unit = prop::sample::select(vec!["m", "km", "ft", "mi"]);
@@ -725,7 +666,7 @@ fn generated_geo_answers_as_redis_does() {
         any::<bool>(),
     );
     let centres = [(13.36, 38.11), (-73.98, 40.75), (179.5, -20.0)];
-    let result = runner.run(&strategy, |(spread, clustered, searches, resp3)| {
+    generated_same_as_redis(16, strategy, |(spread, clustered, searches, resp3)| {
         let mut cmds = Vec::new();
         let mut add = vec!["GEOADD".to_string(), "g".to_string()];
         for (i, (lon, lat)) in spread.iter().enumerate() {
@@ -760,14 +701,6 @@ fn generated_geo_answers_as_redis_does() {
             }
             cmds.push(s.iter().map(|a| a.as_bytes().to_vec()).collect());
         }
-        let diffs = rt.block_on(differences(&targets, resp3, &cmds));
-        if diffs.is_empty() {
-            Ok(())
-        } else {
-            Err(TestCaseError::fail(diffs.join("\n")))
-        }
+        (cmds, resp3)
     });
-    if let Err(e) = result {
-        panic!("{e}");
-    }
 }

@@ -8,7 +8,8 @@
 //! scripts work unchanged.
 
 use super::differential::{
-    assert_none, cmp_for, differences, pipelined_differences, runtime, sequence, show, Cmd, Targets,
+    assert_none, cmp_for, differences, pipelined_differences, runtime, same_as_redis, sequence,
+    show, Cmd, Targets,
 };
 use crate::support::*;
 use proptest::prelude::*;
@@ -837,14 +838,7 @@ fn restore(libraries: &[&str], more: &[&str]) -> Cmd {
 
 #[test]
 fn fixed_functions_answer_as_redis_does_on_sqlite_and_postgres() {
-    let rt = runtime();
-    rt.block_on(async {
-        let t = Targets::start().await;
-        let cases = fixed_functions();
-        let mut all = differences(&t, false, &cases).await;
-        all.extend(differences(&t, true, &cases).await);
-        assert_none(&all);
-    });
+    same_as_redis(&fixed_functions());
 }
 
 /// A library dumped by Redis (its strings LZF-compressed) restores on holdfast's SQL

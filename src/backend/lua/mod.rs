@@ -348,18 +348,9 @@ pub fn compiles(body: &[u8]) -> Result<(), String> {
     flags(body)?;
     let lua = mlua::Lua::new_with(mlua::StdLib::NONE, mlua::LuaOptions::default())
         .map_err(|e| format!("ERR holdfast: {e}"))?;
-    lua.load(&body[shebang_len(body)..])
-        .set_name("@user_script")
-        .set_mode(mlua::chunk::ChunkMode::Text)
-        .into_function()
+    vm::compile(&lua, &body[shebang_len(body)..], "@user_script")
         .map(|_| ())
-        .map_err(|e| {
-            let message = match &e {
-                mlua::Error::SyntaxError { message, .. } => message.clone(),
-                other => other.to_string(),
-            };
-            format!("ERR Error compiling script (new function): {message}")
-        })
+        .map_err(|message| format!("ERR Error compiling script (new function): {message}"))
 }
 
 #[cfg(test)]

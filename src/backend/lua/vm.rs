@@ -221,25 +221,27 @@ impl Vm {
         }
         let shebang = super::shebang_len(body);
         // A shebang line is left out, but not its line feed, so line numbers stay the user's.
-        let f = self
-            .lua
-            .load(&body[shebang..])
-            .set_name("@user_script")
-            .set_mode(ChunkMode::Text)
-            .into_function()
-            .map_err(|e| {
-                let message = match &e {
-                    mlua::Error::SyntaxError { message, .. } => message.clone(),
-                    other => other.to_string(),
-                };
-                format!("ERR Error compiling script (new function): {message}")
-            })?;
+        let f = compile(&self.lua, &body[shebang..], "@user_script")
+            .map_err(|message| format!("ERR Error compiling script (new function): {message}"))?;
         if self.compiled.len() >= COMPILED {
             self.compiled.clear();
         }
         self.compiled.insert(sha.to_string(), f.clone());
         Ok(f)
     }
+}
+
+/// Lua source (never a binary chunk) compiled as chunk `name`; Lua's own message when it
+/// does not compile.
+pub(super) fn compile(lua: &Lua, code: &[u8], name: &str) -> Result<Function, String> {
+    lua.load(code)
+        .set_name(name)
+        .set_mode(ChunkMode::Text)
+        .into_function()
+        .map_err(|e| match e {
+            mlua::Error::SyntaxError { message, .. } => message,
+            other => other.to_string(),
+        })
 }
 
 /// The reply to a script that raised: its error table's text, and where in the script.
@@ -326,19 +328,8 @@ impl Vm {
     fn load(&mut self, code: &[u8]) -> Result<Library, String> {
         // The metadata line is left out, but not its line feed, so line numbers stay.
         let at = code.iter().position(|b| *b == b'\n').unwrap_or(code.len());
-        let chunk = self
-            .lua
-            .load(&code[at..])
-            .set_name("@user_function")
-            .set_mode(ChunkMode::Text)
-            .into_function()
-            .map_err(|e| {
-                let message = match &e {
-                    mlua::Error::SyntaxError { message, .. } => message.clone(),
-                    other => other.to_string(),
-                };
-                format!("ERR Error compiling function: {message}")
-            })?;
+        let chunk = compile(&self.lua, &code[at..], "@user_function")
+            .map_err(|message| format!("ERR Error compiling function: {message}"))?;
         self.lua.set_app_data(Loading::default());
         let ran = (|| -> mlua::Result<MultiValue> {
             self.loading.call::<()>(true)?;
