@@ -308,6 +308,12 @@ const KEYLESS_ALLOWED: &[(&str, &str)] = &[
         "caches a script, which runs only through EVALSHA, itself checked",
     ),
     ("SCRIPT|EXISTS", "whether scripts are cached: no data"),
+    (
+        "FUNCTION|LIST",
+        "the libraries loaded: code, no data (as SCRIPT EXISTS, for functions)",
+    ),
+    ("FUNCTION|STATS", "how many libraries and functions: no data"),
+    ("FUNCTION|DUMP", "the libraries' code, as FUNCTION LIST WITHCODE shows it: no data"),
 ];
 
 /// Keyless commands refused to a user limited to some namespaces whose catch-all shares its
@@ -321,6 +327,12 @@ const KEYLESS_REFUSED: &[&str] = &[
     "FLUSHALL",
     "FLUSHDB",
     "SCRIPT|FLUSH",
+    "SCRIPT|KILL",
+    "FUNCTION|LOAD",
+    "FUNCTION|DELETE",
+    "FUNCTION|FLUSH",
+    "FUNCTION|RESTORE",
+    "FUNCTION|KILL",
     "CONFIG|SET",
 ];
 
