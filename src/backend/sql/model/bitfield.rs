@@ -255,7 +255,6 @@ pub async fn bitfield(ctx: &mut Ctx<'_>, a: &[Bytes], read_only: bool) -> Out {
         ctx.lock(&[key]).await?;
     }
     let m = string(ctx, key).await?;
-    let existed = m.is_some();
     let expires = m.as_ref().and_then(|m| m.expires);
     let mut value = m.and_then(|m| m.value).unwrap_or_default();
     let mut grown = false;
@@ -266,7 +265,8 @@ pub async fn bitfield(ctx: &mut Ctx<'_>, a: &[Bytes], read_only: bool) -> Out {
         .max()
     {
         let need = (highest >> 3) as usize + 1;
-        if value.len() < need || !existed {
+        // A missing key's value is empty: it grows too, and is made.
+        if value.len() < need {
             grown = true;
             value.resize(need.max(value.len()), 0);
         }
