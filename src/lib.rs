@@ -37,7 +37,10 @@
 //!   commands, group commit, batched reads, deadlines, failover, schema and expiry, waiters,
 //!   Pub/Sub's broker); the model never uses the engine, and the Redis and SQL rooms
 //!   never use each other. `backend::pubsub`: what a subscriber is sent; `backend::feed`: its
-//!   subscriptions on one backend. A scripted fake for unit tests.
+//!   subscriptions on one backend. `backend::lua`: Lua 5.1 for scripts and functions on SQL
+//!   (interpreters on threads of their own, the sandbox, conversions, the libraries Redis
+//!   ships); `backend::rdb`: the RDB pieces of a `DUMP` payload. A scripted fake for unit
+//!   tests.
 //! - [`resp`]: request decoding with limits, reply encoding in RESP2 or RESP3, the client's
 //!   protocol version and a backend's spelling of doubles; a reply found in a buffer without
 //!   decoding it (`resp::scan`); the replies holdfast builds itself (`resp::frame`).
