@@ -312,8 +312,14 @@ const KEYLESS_ALLOWED: &[(&str, &str)] = &[
         "FUNCTION|LIST",
         "the libraries loaded: code, no data (as SCRIPT EXISTS, for functions)",
     ),
-    ("FUNCTION|STATS", "how many libraries and functions: no data"),
-    ("FUNCTION|DUMP", "the libraries' code, as FUNCTION LIST WITHCODE shows it: no data"),
+    (
+        "FUNCTION|STATS",
+        "how many libraries and functions: no data",
+    ),
+    (
+        "FUNCTION|DUMP",
+        "the libraries' code, as FUNCTION LIST WITHCODE shows it: no data",
+    ),
 ];
 
 /// Keyless commands refused to a user limited to some namespaces whose catch-all shares its

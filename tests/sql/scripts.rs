@@ -8,8 +8,8 @@
 //! scripts work unchanged.
 
 use super::differential::{
-    assert_none, cmp_for, differences, pipelined_differences, runtime, same_as_redis, sequence,
-    show, Cmd, Targets,
+    assert_none, cmp_for, differences, generated_same_as_redis, pipelined_differences, runtime,
+    same_as_redis, sequence, show, Cmd, Targets,
 };
 use crate::support::*;
 use proptest::prelude::*;
@@ -389,19 +389,12 @@ fn lua_value(depth: u32) -> BoxedStrategy<String> {
 
 #[test]
 fn generated_return_values_answer_as_redis_does() {
-    let rt = runtime();
-    let targets = rt.block_on(Targets::start());
-    let mut runner = TestRunner::new(PropConfig {
-        cases: 32,
-        failure_persistence: None,
-        ..PropConfig::default()
-    });
     let strategy = (
         prop::collection::vec((lua_value(3), any::<bool>()), 1..20),
         any::<bool>(),
     );
-    let result = runner.run(&strategy, |(values, resp3)| {
-        let cmds: Vec<Cmd> = values
+    generated_same_as_redis(32, strategy, |(values, resp3)| {
+        let cmds = values
             .iter()
             .map(|(v, setresp)| {
                 let body = if *setresp {
@@ -412,16 +405,38 @@ fn generated_return_values_answer_as_redis_does() {
                 ev(&body, &[], &[])
             })
             .collect();
-        let diffs = rt.block_on(differences(&targets, resp3, &cmds));
-        if diffs.is_empty() {
-            Ok(())
-        } else {
-            Err(TestCaseError::fail(diffs.join("\n")))
-        }
+        (cmds, resp3)
     });
-    if let Err(e) = result {
-        panic!("{e}");
-    }
+}
+
+/// The same values through the libraries (`cjson.encode` and a round trip through it,
+/// `cmsgpack.pack` and back), and returned by a function a library registered.
+#[test]
+fn generated_values_through_the_libraries_and_functions_answer_as_redis_does() {
+    let strategy = (prop::collection::vec(lua_value(3), 1..12), any::<bool>());
+    generated_same_as_redis(32, strategy, |(values, resp3)| {
+        let mut cmds = vec![c(&["FUNCTION", "FLUSH"])];
+        for v in &values {
+            cmds.push(ev(&format!("return cjson.encode({v})"), &[], &[]));
+            cmds.push(ev(
+                &format!("return cjson.decode(cjson.encode({v}))"),
+                &[],
+                &[],
+            ));
+            cmds.push(ev(&format!("return cmsgpack.pack({v})"), &[], &[]));
+            cmds.push(ev(
+                &format!("return cmsgpack.unpack(cmsgpack.pack({v}))"),
+                &[],
+                &[],
+            ));
+            let code = format!(
+                "#!lua name=gen\nredis.register_function('gen', function(keys, args) return {v} end)"
+            );
+            cmds.push(c(&["FUNCTION", "LOAD", "REPLACE", &code]));
+            cmds.push(c(&["FCALL", "gen", "0"]));
+        }
+        (cmds, resp3)
+    });
 }
 
 /// A SQL backend's namespace with `script_time_limit` and `reply_mode` set.
