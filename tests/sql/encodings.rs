@@ -704,3 +704,69 @@ fn generated_geo_answers_as_redis_does() {
         (cmds, resp3)
     });
 }
+
+/// redis-py's own helpers for these commands on holdfast's SQL backends: `geoadd`,
+/// `geosearch` (with distances and coordinates, parsed by redis-py), `geodist`, `geohash`,
+/// `pfadd`/`pfcount`/`pfmerge` over 5,000 elements, and `bitfield` through its builder.
+const CLIENT_PY: &str = r##"
+import sys
+import redis
+
+r = redis.Redis.from_url("redis://" + sys.argv[1])
+r.flushall()
+r.geoadd("Sicily", [13.361389, 38.115556, "Palermo", 15.087269, 37.502669, "Catania"])
+assert round(r.geodist("Sicily", "Palermo", "Catania", unit="km"), 1) == 166.3
+assert r.geohash("Sicily", "Palermo") == ["sqc8b49rny0"]
+near = r.geosearch("Sicily", longitude=15, latitude=37, radius=200, unit="km",
+                   withdist=True, withcoord=True, sort="ASC")
+assert [m[0] for m in near] == [b"Catania", b"Palermo"], near
+assert abs(near[0][2][0] - 15.087269) < 1e-5
+assert r.geosearchstore("near", "Sicily", longitude=15, latitude=37, radius=100, unit="km") == 1
+assert r.pfadd("visits", *[f"user{i}" for i in range(5000)]) == 1
+assert r.pfadd("visits", "user1") == 0
+assert abs(r.pfcount("visits") - 5000) < 100
+r.pfadd("other", *[f"user{i}" for i in range(4000, 6000)])
+r.pfmerge("all", "visits", "other")
+assert abs(r.pfcount("all") - 6000) < 120
+bf = r.bitfield("counters")
+assert bf.incrby("u8", "#0", 250).incrby("u8", "#0", 10).execute() == [250, 4]
+bf = r.bitfield("counters", default_overflow="SAT")
+assert bf.incrby("u8", "#1", 300).get("u8", "#1").execute() == [255, 255]
+assert r.bitfield_ro("counters", "u8", 0, items=[("u8", 8)]) == [4, 255]
+print("ok", flush=True)
+"##;
+
+async fn redis_py_exercises(addr: &str) {
+    let py = crate::support::redis_py("encodings.py", CLIENT_PY, &[addr]);
+    let out = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        py.child.wait_with_output(),
+    )
+    .await
+    .expect("redis-py ends")
+    .expect("python3 ends");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("ok"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn redis_py_uses_geo_hyperloglog_and_bitfield_on_sqlite_and_postgres() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let sqlite = crate::support::Proxy::start(&crate::support::sql_namespace(&format!(
+        "kind = \"sqlite\"\npath = \"{}\"",
+        dir.path().join("holdfast.db").display()
+    )))
+    .await;
+    redis_py_exercises(&sqlite.addr).await;
+    let pg = crate::support::PgServer::start();
+    let postgres = crate::support::Proxy::start(&crate::support::sql_namespace(&format!(
+        "kind = \"postgres\"\nurl = \"{}\"",
+        pg.url()
+    )))
+    .await;
+    redis_py_exercises(&postgres.addr).await;
+}

@@ -1118,3 +1118,73 @@ async fn bullmq_completes_every_job_once_across_two_holdfasts_on_postgres() {
     let two = Proxy::start(&scripted(&backend, "5s", "fast")).await;
     bullmq(&one.addr, &[&one.addr, &two.addr]).await;
 }
+
+/// What a client hears when PostgreSQL fails under a script, pinned:
+/// - the connection dies mid-script (after the script's first write, before `COMMIT`): the
+///   transaction never commits, the script is run again, and its first application answers;
+/// - the server freezes: the script is answered `UNAVAILABLE` (nothing applied) within the
+///   budget and the deadlines, and nothing it wrote is there once the server is back.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_script_under_a_failing_postgres_is_applied_once_or_not_at_all() {
+    let pg = PgServer::start();
+    let relay = Relay::start(&pg.addr()).await;
+    let proxy = Proxy::start(&format!(
+        r#"
+[defaults]
+reply_mode = "fast"
+acquire_timeout = "1s"
+[defaults.retry]
+max_attempts = 5
+min_delay = "300ms"
+max_delay = "1s"
+[backends.db]
+kind = "postgres"
+url = "postgres://holdfast@{}/holdfast"
+pool_size = 2
+response_timeout = "1s"
+[[namespaces]]
+name = "all"
+backend = "db"
+script_time_limit = "1s"
+"#,
+        relay.addr()
+    ))
+    .await;
+    let mut conn = proxy.connect().await;
+    let script = "redis.call('incr', KEYS[1]); redis.call('hset', 'marker', 'f', 'v'); \
+                  return redis.call('get', KEYS[1])";
+    for i in 1..=3 {
+        // Cut where the script's second write goes out (its key, in the statement's
+        // parameters, however the statement was prepared): its first is in the transaction.
+        let before = relay.fired();
+        relay.drop_after_request_with(b"marker");
+        let reply = text(&conn.command(&["EVAL", script, "1", "counter"]).await);
+        assert_eq!(
+            reply,
+            format!("${}\r\n{i}\r\n", i.to_string().len()),
+            "run {i}"
+        );
+        assert_eq!(relay.fired() - before, 1, "run {i} was not cut");
+        relay.pass();
+    }
+    assert_eq!(conn.command(&["GET", "counter"]).await, b"$1\r\n3\r\n");
+    pg.freeze();
+    let started = std::time::Instant::now();
+    let reply = text(&conn.command(&["EVAL", script, "1", "counter"]).await);
+    let took = started.elapsed();
+    pg.thaw();
+    assert!(reply.starts_with("-UNAVAILABLE"), "{reply}");
+    assert!(
+        took < std::time::Duration::from_secs(15),
+        "answered after {took:?}"
+    );
+    until(
+        std::time::Duration::from_secs(20),
+        "PostgreSQL back",
+        || async {
+            let mut c = proxy.connect().await;
+            c.command(&["GET", "counter"]).await == b"$1\r\n3\r\n"
+        },
+    )
+    .await;
+}
