@@ -290,19 +290,23 @@ async fn config_on_sqlite_answers_as_a_fresh_redis() {
     proxy.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn scripts_load_on_every_redis_backend_and_evalsha_outlives_an_empty_cache() {
-    let one = RedisServer::start();
-    let two = RedisServer::start();
-    let proxy = Proxy::start(&format!(
+/// Namespace `b` (keys `b:…`) on Redis `two`, everything else on `one`.
+fn two_redis_backends(one: &RedisServer, two: &RedisServer) -> String {
+    format!(
         "[backends.one]\nkind = \"redis\"\nurl = \"{}\"\n\
          [backends.two]\nkind = \"redis\"\nurl = \"{}\"\n\
          [[namespaces]]\nname = \"b\"\nbackend = \"two\"\nprefixes = [\"b:\"]\n\
          [[namespaces]]\nname = \"main\"\nbackend = \"one\"\n",
         one.url(),
         two.url()
-    ))
-    .await;
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn scripts_load_on_every_redis_backend_and_evalsha_outlives_an_empty_cache() {
+    let one = RedisServer::start();
+    let two = RedisServer::start();
+    let proxy = Proxy::start(&two_redis_backends(&one, &two)).await;
     let mut c = proxy.connect().await;
     let script = "return redis.call('INCR', KEYS[1])";
     let sha = text(&c.command(&["SCRIPT", "LOAD", script]).await);
@@ -354,15 +358,7 @@ async fn scripts_load_on_every_redis_backend_and_evalsha_outlives_an_empty_cache
 async fn functions_load_on_every_redis_backend_and_outlive_a_restart() {
     let mut one = RedisServer::start();
     let two = RedisServer::start();
-    let proxy = Proxy::start(&format!(
-        "[backends.one]\nkind = \"redis\"\nurl = \"{}\"\n\
-         [backends.two]\nkind = \"redis\"\nurl = \"{}\"\n\
-         [[namespaces]]\nname = \"b\"\nbackend = \"two\"\nprefixes = [\"b:\"]\n\
-         [[namespaces]]\nname = \"main\"\nbackend = \"one\"\n",
-        one.url(),
-        two.url()
-    ))
-    .await;
+    let proxy = Proxy::start(&two_redis_backends(&one, &two)).await;
     let mut c = proxy.connect().await;
     let code = "#!lua name=counter\nredis.register_function('bump', function(keys) return redis.call('INCR', keys[1]) end)";
     assert_eq!(

@@ -20,13 +20,13 @@ use tempfile::TempDir;
 
 pub(crate) type Cmd = Vec<Vec<u8>>;
 
-pub(crate) fn cmd(args: &[&str]) -> Cmd {
+fn cmd(args: &[&str]) -> Cmd {
     args.iter().map(|a| a.as_bytes().to_vec()).collect()
 }
 
 /// How two replies to one command are compared.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) enum Cmp {
+enum Cmp {
     Exact,
     /// Hash-table order in Redis: same elements, any order.
     Sorted,
@@ -42,7 +42,7 @@ pub(crate) enum Cmp {
     Timed,
 }
 
-pub(crate) fn cmp_for(c: &Cmd) -> Cmp {
+fn cmp_for(c: &Cmd) -> Cmp {
     let name = String::from_utf8_lossy(&c[0]).to_ascii_uppercase();
     match name.as_str() {
         "KEYS" | "SMEMBERS" | "SINTER" | "SUNION" | "SDIFF" | "SPOP" | "SRANDMEMBER" => Cmp::Sorted,
@@ -146,7 +146,7 @@ fn agree_timed(a: &[u8], b: &[u8]) -> bool {
     })
 }
 
-pub(crate) fn agree(cmp: Cmp, a: &[u8], b: &[u8]) -> bool {
+fn agree(cmp: Cmp, a: &[u8], b: &[u8]) -> bool {
     match cmp {
         Cmp::Exact => a == b,
         Cmp::Timed => agree_timed(a, b),
@@ -206,7 +206,7 @@ impl Targets {
 
 /// Sends each command on one connection (after `HELLO 3` when `resp3`), one reply each;
 /// `depth` at a time in one write (pipelined; 1: each waits for its reply).
-pub(crate) async fn run(addr: &str, resp3: bool, depth: usize, cmds: &[Cmd]) -> Vec<Vec<u8>> {
+async fn run(addr: &str, resp3: bool, depth: usize, cmds: &[Cmd]) -> Vec<Vec<u8>> {
     let mut c = RawConn::connect(addr).await;
     if resp3 {
         let hello = c.command(&["HELLO", "3"]).await;
@@ -252,6 +252,18 @@ pub(crate) async fn pipelined_differences(
     depth: usize,
     cmds: &[Cmd],
 ) -> Vec<String> {
+    differences_as(t, resp3, depth, cmds, cmds).await
+}
+
+/// [`pipelined_differences`] of `cmds`, each compared and named as the command of `as_cmds`
+/// at its place (a command wrapped in a script compared as the command itself would be).
+pub(crate) async fn differences_as(
+    t: &Targets,
+    resp3: bool,
+    depth: usize,
+    cmds: &[Cmd],
+    as_cmds: &[Cmd],
+) -> Vec<String> {
     let mut runs = Vec::new();
     for (name, addr) in t.addrs() {
         runs.push((name, run(&addr, resp3, depth, cmds).await));
@@ -259,7 +271,7 @@ pub(crate) async fn pipelined_differences(
     let (_, direct) = &runs[0];
     let mut out = Vec::new();
     for (name, replies) in &runs[1..] {
-        for (i, cmd) in cmds.iter().enumerate() {
+        for (i, cmd) in as_cmds.iter().enumerate() {
             if !agree(cmp_for(cmd), &direct[i], &replies[i]) {
                 let shown: Vec<String> = cmd.iter().map(|a| show(a)).collect();
                 out.push(format!(

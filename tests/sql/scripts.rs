@@ -8,8 +8,8 @@
 //! scripts work unchanged.
 
 use super::differential::{
-    assert_none, cmp_for, differences, generated_same_as_redis, pipelined_differences, runtime,
-    same_as_redis, sequence, show, Cmd, Targets,
+    assert_none, differences, differences_as, generated_same_as_redis, pipelined_differences,
+    runtime, same_as_redis, sequence, show, Cmd, Targets,
 };
 use crate::support::*;
 use proptest::prelude::*;
@@ -304,7 +304,7 @@ fn generated_commands_called_from_scripts_answer_as_redis_does() {
                 w
             })
             .collect();
-        let diffs = rt.block_on(wrapped_differences(&targets, resp3, &cmds, &wrapped));
+        let diffs = rt.block_on(differences_as(&targets, resp3, 1, &wrapped, &cmds));
         if diffs.is_empty() {
             Ok(())
         } else {
@@ -314,40 +314,6 @@ fn generated_commands_called_from_scripts_answer_as_redis_does() {
     if let Err(e) = result {
         panic!("{e}");
     }
-}
-
-/// Differences of `wrapped` (each command of `inner` inside a script), compared as the
-/// inner command's reply would be (a set's members in any order, a TTL within a second).
-async fn wrapped_differences(
-    t: &Targets,
-    resp3: bool,
-    inner: &[Cmd],
-    wrapped: &[Cmd],
-) -> Vec<String> {
-    let mut runs = Vec::new();
-    for (name, addr) in t.addrs() {
-        runs.push((
-            name,
-            super::differential::run(&addr, resp3, 1, wrapped).await,
-        ));
-    }
-    let (_, direct) = &runs[0];
-    let mut out = Vec::new();
-    for (name, replies) in &runs[1..] {
-        for (i, cmd) in inner.iter().enumerate() {
-            if !super::differential::agree(cmp_for(cmd), &direct[i], &replies[i]) {
-                let shown: Vec<String> = cmd.iter().map(|a| show(a)).collect();
-                out.push(format!(
-                    "{name} resp{} step {i} script calling `{}`: redis {} holdfast {}",
-                    if resp3 { 3 } else { 2 },
-                    shown.join(" "),
-                    show(&direct[i]),
-                    show(&replies[i])
-                ));
-            }
-        }
-    }
-    out
 }
 
 /// Lua values of every shape, returned by a script: numbers (integers, fractions,

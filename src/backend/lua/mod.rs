@@ -297,11 +297,6 @@ impl Running<'_> {
         }
     }
 
-    /// The limit it runs under.
-    pub fn limit(&self) -> Duration {
-        self.limit
-    }
-
     /// Whether its interpreter said how it ended (false: it was given up on, still busy).
     pub fn heard_the_end(&self) -> bool {
         self.done && !self.late

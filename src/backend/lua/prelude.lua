@@ -25,22 +25,27 @@ local function protect(real)
   })
 end
 
--- What globals read from: `G`, or while a function library loads only what Redis gives a
--- library's top level (`redis.register_function`, `redis.log`, the version).
-local source = G
-local env = {}
-readonly[env] = G
-setmetatable(env, {
-  __index = function(_, k)
-    local v = rawget(source, k)
-    if v == nil then
-      error("Script attempted to access nonexistent global variable '" .. tostring(k) .. "'", 2)
-    end
-    return v
-  end,
-  __newindex = function() error(READONLY, 2) end,
-  __metatable = false,
-})
+-- A read-only proxy for `real` that refuses a missing field as Redis refuses a missing
+-- global; with its metatable, whose `__index` the globals' switch below changes.
+local function strict(real)
+  local proxy = {}
+  readonly[proxy] = real
+  local mt = {
+    __index = function(_, k)
+      local v = rawget(real, k)
+      if v == nil then
+        error("Script attempted to access nonexistent global variable '" .. tostring(k) .. "'", 2)
+      end
+      return v
+    end,
+    __newindex = function() error(READONLY, 2) end,
+    __metatable = false,
+  }
+  return setmetatable(proxy, mt), mt
+end
+
+-- The globals a script sees: `G`, read-only.
+local env, env_mt = strict(G)
 
 local function pack(...) return { n = select('#', ...), ... } end
 
@@ -182,22 +187,6 @@ getmetatable('').__index = G.string
 getmetatable('').__metatable = false
 
 -- A library's top-level `redis` refuses a missing field as a missing global is refused.
-local function strict(real)
-  local proxy = {}
-  readonly[proxy] = real
-  return setmetatable(proxy, {
-    __index = function(_, k)
-      local v = rawget(real, k)
-      if v == nil then
-        error("Script attempted to access nonexistent global variable '" .. tostring(k) .. "'", 2)
-      end
-      return v
-    end,
-    __newindex = function() error(READONLY, 2) end,
-    __metatable = false,
-  })
-end
-
 local LOAD = {
   redis = strict({
     register_function = native.register_function,
@@ -206,6 +195,10 @@ local LOAD = {
     REDIS_VERSION = '7.0.15', REDIS_VERSION_NUM = 458767,
   }),
 }
+-- While a function library loads, the globals are only what Redis gives a library's top
+-- level (`redis.register_function`, `redis.log`, the version).
+local _, load_mt = strict(LOAD)
+local g_index = env_mt.__index
 return env, function(loading)
-  if loading then source = LOAD else source = G end
+  if loading then env_mt.__index = load_mt.__index else env_mt.__index = g_index end
 end

@@ -386,14 +386,16 @@ impl RedisBackend {
             }
             // A function missing from this server (a restart, a failover) ran nothing: the
             // libraries loaded through holdfast are loaded again, and the call sent once more.
-            let loads = self.scripts.library_loads();
-            if is_fcall(request.args) && !loads.is_empty() && function_missing(&result) {
+            if is_fcall(request.args) && function_missing(&result) {
+                let loads = self.scripts.library_loads();
                 for load in &loads {
                     let _ = live
                         .send(&request.with_args(load), self.response_timeout)
                         .await;
                 }
-                result = live.send(request, self.response_timeout).await;
+                if !loads.is_empty() {
+                    result = live.send(request, self.response_timeout).await;
+                }
             }
         }
         self.after(&live, &result);

@@ -187,10 +187,9 @@ impl Inner {
         script: Option<&dyn Gate>,
     ) -> Result<Vec<Frame>, BackendError> {
         let mut write = false;
-        // A script runs in a transaction of its own (`model::is_script`), under its limit.
-        let scripted = commands
-            .iter()
-            .any(|args| model::is_script(args.first().map(|n| n.as_ref()).unwrap_or_default()));
+        // A request that may run a script carries its gate (the executor sets it for scripts
+        // only): it runs in a transaction of its own, under the script's limit.
+        let scripted = script.is_some();
         for args in commands {
             let name = args.first().map(|n| n.as_ref()).unwrap_or_default();
             match model::writes(name) {
@@ -275,10 +274,7 @@ impl Inner {
             script,
         };
         let progress = deadline::Progress::default();
-        let limit = self.response_timeout
-            + script
-                .filter(|_| scripted)
-                .map_or(Duration::ZERO, |g| g.limit());
+        let limit = self.response_timeout + script.map_or(Duration::ZERO, |g| g.limit());
         let until = tokio::time::Instant::now() + limit;
         deadline::transaction(until, limit, &progress, async {
             match self.apply(&mut conn, work, &mut false).await {

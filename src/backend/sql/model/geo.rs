@@ -2,7 +2,7 @@
 //! member whose score is its 52-bit geohash. The arithmetic (encoding, distances, the cells a
 //! search scans, the order of its replies, the text of coordinates and distances) is
 //! `geohash`, written to match Redis 7.0.15 bit for bit; this file parses the commands as
-//! `geo.c` does, scans the sorted set and answers.
+//! Redis does, in its order of checks, scans the sorted set and answers.
 
 use super::args;
 use super::geohash::{self, Shape, Sort};
