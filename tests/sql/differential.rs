@@ -164,8 +164,8 @@ fn agree(cmp: Cmp, a: &[u8], b: &[u8]) -> bool {
 /// A real Redis, holdfast on SQLite and holdfast on PostgreSQL, side by side.
 pub(crate) struct Targets {
     redis: RedisServer,
-    _pg: PgServer,
-    _dir: TempDir,
+    pg: PgServer,
+    dir: TempDir,
     sqlite: Proxy,
     postgres: Proxy,
 }
@@ -188,11 +188,44 @@ impl Targets {
         .await;
         Targets {
             redis,
-            _pg: pg,
-            _dir: dir,
+            pg,
+            dir,
             sqlite,
             postgres,
         }
+    }
+
+    /// The keys whose stored element count (`hf_keys.len`, kept by triggers) is not the
+    /// number of their elements, on both databases, named with the database.
+    pub(crate) async fn miscounted(&self) -> Vec<String> {
+        use sqlx::Connection as _;
+        let check = "SELECT k.key FROM hf_keys k WHERE k.len <> CASE k.kind \
+            WHEN 1 THEN (SELECT COUNT(*) FROM hf_list e WHERE e.key = k.key) \
+            WHEN 2 THEN (SELECT COUNT(*) FROM hf_set e WHERE e.key = k.key) \
+            WHEN 3 THEN (SELECT COUNT(*) FROM hf_zset e WHERE e.key = k.key) \
+            WHEN 4 THEN (SELECT COUNT(*) FROM hf_hash e WHERE e.key = k.key) \
+            WHEN 5 THEN (SELECT COUNT(*) FROM hf_stream e WHERE e.key = k.key) ELSE 0 END";
+        let url = format!("sqlite://{}", self.dir.path().join("holdfast.db").display());
+        let mut lite = sqlx::SqliteConnection::connect(&url).await.expect("open");
+        let mut pg = sqlx::PgConnection::connect(&self.pg.url())
+            .await
+            .expect("connect");
+        let mut out = Vec::new();
+        for key in sqlx::query_scalar::<_, Vec<u8>>(check)
+            .fetch_all(&mut lite)
+            .await
+            .expect("count check")
+        {
+            out.push(format!("sqlite: {} miscounted", show(&key)));
+        }
+        for key in sqlx::query_scalar::<_, Vec<u8>>(check)
+            .fetch_all(&mut pg)
+            .await
+            .expect("count check")
+        {
+            out.push(format!("postgres: {} miscounted", show(&key)));
+        }
+        out
     }
 
     pub(crate) fn addrs(&self) -> [(&'static str, String); 3] {
@@ -284,6 +317,7 @@ pub(crate) async fn differences_as(
             }
         }
     }
+    out.extend(t.miscounted().await);
     out
 }
 

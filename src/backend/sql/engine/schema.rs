@@ -12,7 +12,20 @@ use sqlx::{AnyConnection, Executor};
 /// 5 the registry of Pub/Sub subscriptions (`broker.rs`), and on SQLite the heartbeats of
 /// the processes that hold them and the messages left for them (`inbox.rs`); 6 the scripts
 /// loaded by `SCRIPT LOAD` and `EVAL`, by digest (`model/scripting.rs`), and the function
-/// libraries and their functions (`model/functions.rs`).
+/// libraries and their functions (`model/functions.rs`); 7 every collection's element count
+/// in `hf_keys.len`.
+///
+/// The counts are kept by triggers on the element tables, so that every statement that adds
+/// or removes elements is counted whichever command runs it, in the same transaction; so a
+/// length (`LLEN`, a push's reply, `XADD`'s trimming) is one row read, not a scan of the
+/// collection. Two rules keep them true: a key's row exists before its elements are
+/// inserted (a count for a missing row is lost), and a renamed key's row carries its count
+/// (no trigger on `UPDATE`, which only `RENAME` uses to move elements). On PostgreSQL the
+/// triggers run once per statement over its transition table, so a many-row insert updates
+/// the key's row once.
+///
+/// Statements are separated by `;` at the end of a line: a trigger's body holds `;` inside
+/// a line.
 const SQLITE: &[&str] = &[
     "
 CREATE TABLE hf_keys (
@@ -138,6 +151,26 @@ CREATE TABLE hf_functions (
     description BLOB
 );
 ",
+    "
+ALTER TABLE hf_keys ADD COLUMN len INTEGER NOT NULL DEFAULT 0;
+UPDATE hf_keys SET len = CASE kind
+    WHEN 1 THEN (SELECT COUNT(*) FROM hf_list e WHERE e.key = hf_keys.key)
+    WHEN 2 THEN (SELECT COUNT(*) FROM hf_set e WHERE e.key = hf_keys.key)
+    WHEN 3 THEN (SELECT COUNT(*) FROM hf_zset e WHERE e.key = hf_keys.key)
+    WHEN 4 THEN (SELECT COUNT(*) FROM hf_hash e WHERE e.key = hf_keys.key)
+    WHEN 5 THEN (SELECT COUNT(*) FROM hf_stream e WHERE e.key = hf_keys.key)
+    ELSE 0 END;
+CREATE TRIGGER hf_list_added AFTER INSERT ON hf_list BEGIN UPDATE hf_keys SET len = len + 1 WHERE key = NEW.key; END;
+CREATE TRIGGER hf_list_removed AFTER DELETE ON hf_list BEGIN UPDATE hf_keys SET len = len - 1 WHERE key = OLD.key; END;
+CREATE TRIGGER hf_set_added AFTER INSERT ON hf_set BEGIN UPDATE hf_keys SET len = len + 1 WHERE key = NEW.key; END;
+CREATE TRIGGER hf_set_removed AFTER DELETE ON hf_set BEGIN UPDATE hf_keys SET len = len - 1 WHERE key = OLD.key; END;
+CREATE TRIGGER hf_zset_added AFTER INSERT ON hf_zset BEGIN UPDATE hf_keys SET len = len + 1 WHERE key = NEW.key; END;
+CREATE TRIGGER hf_zset_removed AFTER DELETE ON hf_zset BEGIN UPDATE hf_keys SET len = len - 1 WHERE key = OLD.key; END;
+CREATE TRIGGER hf_hash_added AFTER INSERT ON hf_hash BEGIN UPDATE hf_keys SET len = len + 1 WHERE key = NEW.key; END;
+CREATE TRIGGER hf_hash_removed AFTER DELETE ON hf_hash BEGIN UPDATE hf_keys SET len = len - 1 WHERE key = OLD.key; END;
+CREATE TRIGGER hf_stream_added AFTER INSERT ON hf_stream BEGIN UPDATE hf_keys SET len = len + 1 WHERE key = NEW.key; END;
+CREATE TRIGGER hf_stream_removed AFTER DELETE ON hf_stream BEGIN UPDATE hf_keys SET len = len - 1 WHERE key = OLD.key; END;
+",
 ];
 
 const POSTGRES: &[&str] = &[
@@ -252,6 +285,28 @@ CREATE TABLE hf_functions (
     description BYTEA
 );
 ",
+    "
+ALTER TABLE hf_keys ADD COLUMN len BIGINT NOT NULL DEFAULT 0;
+UPDATE hf_keys SET len = CASE kind
+    WHEN 1 THEN (SELECT COUNT(*) FROM hf_list e WHERE e.key = hf_keys.key)
+    WHEN 2 THEN (SELECT COUNT(*) FROM hf_set e WHERE e.key = hf_keys.key)
+    WHEN 3 THEN (SELECT COUNT(*) FROM hf_zset e WHERE e.key = hf_keys.key)
+    WHEN 4 THEN (SELECT COUNT(*) FROM hf_hash e WHERE e.key = hf_keys.key)
+    WHEN 5 THEN (SELECT COUNT(*) FROM hf_stream e WHERE e.key = hf_keys.key)
+    ELSE 0 END;
+CREATE FUNCTION hf_count_added() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN UPDATE hf_keys k SET len = k.len + n.c FROM (SELECT key, COUNT(*) AS c FROM added GROUP BY key) n WHERE k.key = n.key; RETURN NULL; END $$;
+CREATE FUNCTION hf_count_removed() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN UPDATE hf_keys k SET len = k.len - n.c FROM (SELECT key, COUNT(*) AS c FROM removed GROUP BY key) n WHERE k.key = n.key; RETURN NULL; END $$;
+CREATE TRIGGER hf_list_added AFTER INSERT ON hf_list REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION hf_count_added();
+CREATE TRIGGER hf_list_removed AFTER DELETE ON hf_list REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION hf_count_removed();
+CREATE TRIGGER hf_set_added AFTER INSERT ON hf_set REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION hf_count_added();
+CREATE TRIGGER hf_set_removed AFTER DELETE ON hf_set REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION hf_count_removed();
+CREATE TRIGGER hf_zset_added AFTER INSERT ON hf_zset REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION hf_count_added();
+CREATE TRIGGER hf_zset_removed AFTER DELETE ON hf_zset REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION hf_count_removed();
+CREATE TRIGGER hf_hash_added AFTER INSERT ON hf_hash REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION hf_count_added();
+CREATE TRIGGER hf_hash_removed AFTER DELETE ON hf_hash REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION hf_count_removed();
+CREATE TRIGGER hf_stream_added AFTER INSERT ON hf_stream REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION hf_count_added();
+CREATE TRIGGER hf_stream_removed AFTER DELETE ON hf_stream REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION hf_count_removed();
+",
 ];
 
 /// Brings the schema to the newest version.
@@ -277,8 +332,8 @@ pub async fn migrate(conn: &mut AnyConnection, dialect: Dialect) -> Result<(), s
             .await?;
         let version = usize::try_from(version.unwrap_or(0)).unwrap_or(0);
         for (index, step) in steps.iter().enumerate().skip(version) {
-            // One statement at a time: the schema has no `;` inside a statement.
-            for statement in step.split(';').filter(|s| !s.trim().is_empty()) {
+            // One statement at a time, each ending a line with `;`.
+            for statement in step.split(";\n").filter(|s| !s.trim().is_empty()) {
                 conn.execute(statement).await?;
             }
             sqlx::query("INSERT INTO hf_schema (version) VALUES ($1)")

@@ -208,11 +208,7 @@ pub async fn hstrlen(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
 }
 
 pub async fn hlen(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
-    let key = arg(a, 1);
-    if !hash(ctx, key).await? {
-        return Ok(int(0));
-    }
-    Ok(int(ctx.count(key, Kind::Hash).await?))
+    Ok(int(ctx.len(arg(a, 1), Kind::Hash).await?))
 }
 
 /// HGETALL (a map), HKEYS, HVALS.

@@ -157,11 +157,7 @@ pub async fn lrange(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
 }
 
 pub async fn llen(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
-    let key = arg(a, 1);
-    if !list(ctx, key).await? {
-        return Ok(int(0));
-    }
-    Ok(int(ctx.count(key, Kind::List).await?))
+    Ok(int(ctx.len(arg(a, 1), Kind::List).await?))
 }
 
 /// The row at a Redis index (negative from the tail).

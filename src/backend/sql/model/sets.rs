@@ -122,11 +122,7 @@ pub async fn smismember(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
 }
 
 pub async fn scard(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
-    let key = arg(a, 1);
-    if !set(ctx, key).await? {
-        return Ok(int(0));
-    }
-    Ok(int(ctx.count(key, Kind::Set).await?))
+    Ok(int(ctx.len(arg(a, 1), Kind::Set).await?))
 }
 
 /// The members of the set at `key` (empty when absent), in the order SMEMBERS gives them;

@@ -137,6 +137,8 @@ pub struct Meta {
     pub expires: Option<i64>,
     /// A string's value; a stream's last id.
     pub value: Option<Vec<u8>>,
+    /// A collection's element count (`hf_keys.len`); 0 for a string.
+    pub len: i64,
 }
 
 /// What a script's commands need besides the transaction: the interpreters and the gate
@@ -201,7 +203,7 @@ impl<'c> Ctx<'c> {
 
     /// The key's live metadata; an expired key is absent (and purged when writing).
     pub async fn meta(&mut self, key: &[u8]) -> Result<Option<Meta>, Fail> {
-        let row = sqlx::query("SELECT kind, expires_at, value FROM hf_keys WHERE key = $1")
+        let row = sqlx::query("SELECT kind, expires_at, value, len FROM hf_keys WHERE key = $1")
             .bind(key)
             .fetch_optional(&mut *self.conn)
             .await?;
@@ -221,6 +223,7 @@ impl<'c> Ctx<'c> {
             kind,
             expires,
             value: row.try_get(2)?,
+            len: row.try_get(3)?,
         }))
     }
 
@@ -230,6 +233,12 @@ impl<'c> Ctx<'c> {
             Some(m) if m.kind != want => fail(WRONGTYPE),
             other => Ok(other),
         }
+    }
+
+    /// The element count of the collection at `key` (0 when missing): one row read, with
+    /// the kind check (WRONGTYPE for another kind).
+    pub async fn len(&mut self, key: &[u8], want: Kind) -> Result<i64, Fail> {
+        Ok(self.typed(key, want).await?.map_or(0, |m| m.len))
     }
 
     /// The live kind of each of `keys` that exists, read by one statement per
@@ -260,7 +269,7 @@ impl<'c> Ctx<'c> {
     ) -> Result<std::collections::HashMap<Vec<u8>, Meta>, Fail> {
         let mut live = std::collections::HashMap::with_capacity(keys.len());
         let mut expired = Vec::new();
-        let value = if with_values { ", value" } else { "" };
+        let value = if with_values { ", len, value" } else { "" };
         for chunk in keys.chunks(STATEMENT_ROWS) {
             let Some(&last) = chunk.last() else { continue };
             // Padded with the last key (named twice, one row): a few sizes, each prepared once.
@@ -282,13 +291,18 @@ impl<'c> Ctx<'c> {
                 if expires.is_some_and(|at| at <= self.now) {
                     expired.push((key, kind));
                 } else {
-                    let value = if with_values { row.try_get(3)? } else { None };
+                    let (len, value) = if with_values {
+                        (row.try_get(3)?, row.try_get(4)?)
+                    } else {
+                        (0, None)
+                    };
                     live.insert(
                         key,
                         Meta {
                             kind,
                             expires,
                             value,
+                            len,
                         },
                     );
                 }
@@ -565,16 +579,17 @@ impl<'c> Ctx<'c> {
         Ok(())
     }
 
-    /// Elements of a collection.
+    /// Elements of a collection (0 for a missing key, or one of another `kind`): its
+    /// count as the element tables' triggers keep it (schema migration 7), one row read
+    /// however long the collection.
     pub async fn count(&mut self, key: &[u8], kind: Kind) -> Result<i64, Fail> {
-        let Some(table) = kind.table() else {
-            return Ok(0);
-        };
-        let n: i64 = sqlx::query_scalar(&format!("SELECT COUNT(*) FROM {table} WHERE key = $1"))
-            .bind(key)
-            .fetch_one(&mut *self.conn)
-            .await?;
-        Ok(n)
+        let n: Option<i64> =
+            sqlx::query_scalar("SELECT len FROM hf_keys WHERE key = $1 AND kind = $2")
+                .bind(key)
+                .bind(kind as i64)
+                .fetch_optional(&mut *self.conn)
+                .await?;
+        Ok(n.unwrap_or(0))
     }
 
     /// HDEL, SREM and ZREM: the names after the key taken out of the `kind` at the key, under

@@ -10,11 +10,7 @@ use redis_protocol::resp3::types::BytesFrame as Frame;
 use sqlx::Row;
 
 pub async fn xlen(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
-    let key = arg(a, 1);
-    if ctx.typed(key, Kind::Stream).await?.is_none() {
-        return Ok(int(0));
-    }
-    Ok(int(ctx.count(key, Kind::Stream).await?))
+    Ok(int(ctx.len(arg(a, 1), Kind::Stream).await?))
 }
 
 /// What an `XRANGE` or `XREVRANGE` asks for, its arguments checked (a syntax or id error

@@ -326,29 +326,8 @@ pub async fn xadd_run(
         entries.push((add.key, id, encode_fields(add.fields)));
         out.push(Ok(bulk(id.text())));
     }
-    for chunk in entries.chunks(STATEMENT_ROWS) {
-        let Some(last) = chunk.last() else { continue };
-        // SQLite's list is padded with the last entry (skipped as a repeat): a few sizes,
-        // each prepared once. Every other row is new (each id is past its stream's last),
-        // and one that is not undoes the group, which runs again command by command.
-        let written = upsert_rows(ctx.dialect, chunk.len());
-        let rows = value_rows(ctx.dialect, written, 4);
-        let sql = format!(
-            "INSERT INTO hf_stream (key, ms, seq, fields) VALUES {rows} \
-             ON CONFLICT (key, ms, seq) DO NOTHING"
-        );
-        let mut query = sqlx::query(&sql);
-        for (key, id, fields) in chunk.iter().chain(std::iter::repeat(last)).take(written) {
-            query = query
-                .bind(*key)
-                .bind(col(id.ms))
-                .bind(col(id.seq))
-                .bind(fields.as_slice());
-        }
-        if ctx.exec(query).await?.rows_affected() != chunk.len() as u64 {
-            return fail("ERR holdfast: a stream entry of the run exists already");
-        }
-    }
+    // The streams' rows first: a new stream's row exists before its entries, which its
+    // count (`hf_keys.len`, kept by triggers) needs.
     changed.sort_unstable();
     changed.dedup();
     let written_heads: Vec<(&[u8], [u8; 40])> = changed
@@ -371,6 +350,29 @@ pub async fn xadd_run(
         }
         if ctx.exec(query).await?.rows_affected() != written as u64 {
             return fail("ERR holdfast: a stream of the run changed kind");
+        }
+    }
+    for chunk in entries.chunks(STATEMENT_ROWS) {
+        let Some(last) = chunk.last() else { continue };
+        // SQLite's list is padded with the last entry (skipped as a repeat): a few sizes,
+        // each prepared once. Every other row is new (each id is past its stream's last),
+        // and one that is not undoes the group, which runs again command by command.
+        let written = upsert_rows(ctx.dialect, chunk.len());
+        let rows = value_rows(ctx.dialect, written, 4);
+        let sql = format!(
+            "INSERT INTO hf_stream (key, ms, seq, fields) VALUES {rows} \
+             ON CONFLICT (key, ms, seq) DO NOTHING"
+        );
+        let mut query = sqlx::query(&sql);
+        for (key, id, fields) in chunk.iter().chain(std::iter::repeat(last)).take(written) {
+            query = query
+                .bind(*key)
+                .bind(col(id.ms))
+                .bind(col(id.seq))
+                .bind(fields.as_slice());
+        }
+        if ctx.exec(query).await?.rows_affected() != chunk.len() as u64 {
+            return fail("ERR holdfast: a stream entry of the run exists already");
         }
     }
     Ok(out)

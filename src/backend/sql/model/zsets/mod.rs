@@ -194,11 +194,7 @@ pub async fn zmscore(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
 }
 
 pub async fn zcard(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
-    let key = arg(a, 1);
-    if !zset(ctx, key).await? {
-        return Ok(int(0));
-    }
-    Ok(int(ctx.count(key, Kind::ZSet).await?))
+    Ok(int(ctx.len(arg(a, 1), Kind::ZSet).await?))
 }
 
 /// ZRANK and ZREVRANK.
