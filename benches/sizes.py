@@ -37,7 +37,14 @@ OPERATIONS = [
     ("SADD", "set", ["SADD", "big:set", "t:__rand_int__"]),
     ("ZADD", "zset", ["ZADD", "big:zset", "__rand_int__", "t:__rand_int__"]),
     ("XADD", "stream", ["XADD", "big:stream", "*", "f", "v"]),
+    # Reads whose cost is documented rather than flat (README, "At any size"): the rank of
+    # the member farthest from the end counted from, and one member drawn at random.
+    ("ZREVRANK", "zset", ["ZREVRANK", "big:zset", "e0"]),
+    ("SRANDMEMBER", "set", ["SRANDMEMBER", "big:set"]),
+    ("LLEN", "list", ["LLEN", "big:list"]),
 ]
+# Operations timed with fewer requests: their cost grows with the collection.
+FEW = {"ZREVRANK": 40}
 
 
 def resp(*args):
@@ -145,7 +152,8 @@ def run(targets, sizes, ops, args):
         for _ in range(args.repeat):
             for name, _, command in ops:
                 for target, port in targets:
-                    rates.setdefault((target, name, size), []).append(rate(port, command, args.ops))
+                    n = FEW.get(name, args.ops)
+                    rates.setdefault((target, name, size), []).append(rate(port, command, n))
     print()
     head = " | ".join(f"{s:,}" for s in sizes)
     print(f"| target | operation | {head} | largest / smallest |")

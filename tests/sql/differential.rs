@@ -2950,3 +2950,58 @@ fn scan_iterates_every_key_once() {
         }
     });
 }
+
+/// One member, field or key drawn at random (by an id between the smallest and the largest,
+/// not by reading the collection) reaches every element, never a removed one, and `SPOP`
+/// empties a set exactly.
+#[test]
+fn single_random_draws_reach_every_element_and_only_live_ones() {
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Targets::start().await;
+        for addr in [&t.sqlite.addr, &t.postgres.addr] {
+            let mut c = RawConn::connect(addr).await;
+            c.command(&["FLUSHALL"]).await;
+            for m in ["a", "b", "c", "d", "e"] {
+                c.command(&["SADD", "s", m]).await;
+                c.command(&["HSET", "h", m, "v"]).await;
+                c.command(&["SET", &format!("k:{m}"), "v"]).await;
+            }
+            // Removed in the middle and at the ends: a draw must skip their ids.
+            for m in ["a", "c", "e"] {
+                c.command(&["SREM", "s", m]).await;
+                c.command(&["HDEL", "h", m]).await;
+                c.command(&["DEL", &format!("k:{m}")]).await;
+            }
+            let (mut members, mut fields, mut keys) = (Vec::new(), Vec::new(), Vec::new());
+            for _ in 0..200 {
+                members.push(payload(&c.command(&["SRANDMEMBER", "s"]).await));
+                fields.push(payload(&c.command(&["HRANDFIELD", "h"]).await));
+                keys.push(payload(&c.command(&["RANDOMKEY"]).await));
+            }
+            for (drawn, want) in [
+                (members, vec!["b", "d"]),
+                (fields, vec!["b", "d"]),
+                (keys, vec!["h", "k:b", "k:d", "s"]),
+            ] {
+                let seen: std::collections::BTreeSet<String> = drawn.into_iter().collect();
+                let want: std::collections::BTreeSet<String> =
+                    want.into_iter().map(String::from).collect();
+                assert_eq!(seen, want, "{addr}");
+            }
+            let mut popped = std::collections::BTreeSet::new();
+            for _ in 0..2 {
+                popped.insert(payload(&c.command(&["SPOP", "s"]).await));
+            }
+            assert_eq!(popped.len(), 2, "{addr}: {popped:?}");
+            assert_eq!(c.command(&["SPOP", "s"]).await, b"$-1\r\n", "{addr}");
+            assert_eq!(c.command(&["EXISTS", "s"]).await, b":0\r\n", "{addr}");
+        }
+    });
+}
+
+/// A bulk reply's text.
+fn payload(raw: &[u8]) -> String {
+    let text = String::from_utf8_lossy(raw);
+    text.split("\r\n").nth(1).unwrap_or_default().to_string()
+}

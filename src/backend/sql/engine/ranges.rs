@@ -87,13 +87,12 @@ fn sql(n: usize, rev: bool, dialect: Dialect) -> String {
         placeholders(dialect, n)
     );
     for i in 0..n {
-        let (key, lo_ms, lo_ms2, lo_seq) = (param(), param(), param(), param());
-        let (hi_ms, hi_ms2, hi_seq, count) = (param(), param(), param(), param());
+        let (key, lo_ms, lo_seq) = (param(), param(), param());
+        let (hi_ms, hi_seq, count) = (param(), param(), param());
         sql.push_str(&format!(
             " UNION ALL SELECT CAST({i} AS BIGINT), NULL, NULL, NULL, ms, seq, fields FROM \
              (SELECT ms, seq, fields FROM hf_stream WHERE key = {key} \
-             AND (ms > {lo_ms} OR (ms = {lo_ms2} AND seq >= {lo_seq})) \
-             AND (ms < {hi_ms} OR (ms = {hi_ms2} AND seq <= {hi_seq})) \
+             AND (ms, seq) >= ({lo_ms}, {lo_seq}) AND (ms, seq) <= ({hi_ms}, {hi_seq}) \
              ORDER BY ms {order}, seq {order} LIMIT {count}) r{i}"
         ));
     }
@@ -129,9 +128,7 @@ async fn statement(
         query = query
             .bind(range.key)
             .bind(col(lo.ms))
-            .bind(col(lo.ms))
             .bind(col(lo.seq))
-            .bind(col(hi.ms))
             .bind(col(hi.ms))
             .bind(col(hi.seq))
             .bind(count);

@@ -13,7 +13,9 @@ use sqlx::{AnyConnection, Executor};
 /// the processes that hold them and the messages left for them (`inbox.rs`); 6 the scripts
 /// loaded by `SCRIPT LOAD` and `EVAL`, by digest (`model/scripting.rs`), and the function
 /// libraries and their functions (`model/functions.rs`); 7 every collection's element count
-/// in `hf_keys.len`.
+/// in `hf_keys.len`, and the indexes that read a hash's or a set's elements in the order
+/// they were added (`HSCAN`'s and `SSCAN`'s cursors, `HGETALL`, `SMEMBERS`) without sorting
+/// the collection or reading other keys' rows.
 ///
 /// The counts are kept by triggers on the element tables, so that every statement that adds
 /// or removes elements is counted whichever command runs it, in the same transaction; so a
@@ -170,6 +172,8 @@ CREATE TRIGGER hf_hash_added AFTER INSERT ON hf_hash BEGIN UPDATE hf_keys SET le
 CREATE TRIGGER hf_hash_removed AFTER DELETE ON hf_hash BEGIN UPDATE hf_keys SET len = len - 1 WHERE key = OLD.key; END;
 CREATE TRIGGER hf_stream_added AFTER INSERT ON hf_stream BEGIN UPDATE hf_keys SET len = len + 1 WHERE key = NEW.key; END;
 CREATE TRIGGER hf_stream_removed AFTER DELETE ON hf_stream BEGIN UPDATE hf_keys SET len = len - 1 WHERE key = OLD.key; END;
+CREATE INDEX hf_hash_by_id ON hf_hash (key, id);
+CREATE INDEX hf_set_by_id ON hf_set (key, id);
 ",
 ];
 
@@ -306,6 +310,8 @@ CREATE TRIGGER hf_hash_added AFTER INSERT ON hf_hash REFERENCING NEW TABLE AS ad
 CREATE TRIGGER hf_hash_removed AFTER DELETE ON hf_hash REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION hf_count_removed();
 CREATE TRIGGER hf_stream_added AFTER INSERT ON hf_stream REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION hf_count_added();
 CREATE TRIGGER hf_stream_removed AFTER DELETE ON hf_stream REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION hf_count_removed();
+CREATE INDEX hf_hash_by_id ON hf_hash (key, id);
+CREATE INDEX hf_set_by_id ON hf_set (key, id);
 ",
 ];
 

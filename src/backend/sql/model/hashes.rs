@@ -315,14 +315,16 @@ async fn pairs(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Vec<(Bytes, Bytes)>, Fai
 /// hash, in its order, when the count reaches its size, as Redis answers), with repeats for
 /// a negative one. With values: `[field, value]` pairs in RESP3, flat in RESP2.
 pub async fn hrandfield(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
-    use rand::seq::SliceRandom;
     let key = arg(a, 1);
     let (count, with_values) = args::rand_args(a, "WITHVALUES")?;
-    let all = pairs(ctx, key).await?;
-    let mut rng = rand::thread_rng();
     let Some(count) = count else {
-        return Ok(bulk_or_null(all.choose(&mut rng).map(|(f, _)| f.clone())));
+        // One field: drawn by index, not by reading the hash.
+        if !hash(ctx, key).await? {
+            return Ok(null());
+        }
+        return Ok(bulk_or_null(ctx.random_element(key, Kind::Hash).await?));
     };
+    let all = pairs(ctx, key).await?;
     let chosen = draw(all, count)?;
     let resp3 = ctx.proto == crate::backend::Proto::Resp3;
     let mut out = Vec::with_capacity(chosen.len() * 2);

@@ -42,18 +42,31 @@ async fn push_values(
     .await?;
     let mut pos = edge.unwrap_or(0);
     let mut first = edge.is_none();
+    let mut rows = Vec::with_capacity(values.len());
     for value in values {
         if !first {
             pos = if head { pos - 1 } else { pos + 1 };
         }
         first = false;
-        ctx.exec(
-            sqlx::query("INSERT INTO hf_list (key, pos, value) VALUES ($1, $2, $3)")
-                .bind(key)
-                .bind(pos)
-                .bind(value.as_ref()),
-        )
-        .await?;
+        rows.push((pos, value.as_ref()));
+    }
+    // Many rows to a statement, in chunks whose sizes are powers of two (a few statements,
+    // each prepared once), rather than one statement per value.
+    let mut rest = &rows[..];
+    while !rest.is_empty() {
+        let n = rest.len().min(STATEMENT_ROWS);
+        let n = 1 << (usize::BITS - 1 - n.leading_zeros());
+        let (chunk, tail) = rest.split_at(n);
+        let sql = format!(
+            "INSERT INTO hf_list (key, pos, value) VALUES {}",
+            value_rows(ctx.dialect, n, 3)
+        );
+        let mut query = sqlx::query(&sql);
+        for (pos, value) in chunk {
+            query = query.bind(key).bind(*pos).bind(*value);
+        }
+        ctx.exec(query).await?;
+        rest = tail;
     }
     Ok(())
 }
@@ -238,15 +251,18 @@ pub async fn ltrim(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
             ctx.purge(key, Kind::List).await?;
         }
         Some((offset, count)) => {
-            let kept = rows(ctx, key, false, offset, count).await?;
-            if let (Some((lo, _)), Some((hi, _))) = (kept.first(), kept.last()) {
-                ctx.exec(
-                    sqlx::query("DELETE FROM hf_list WHERE key = $1 AND (pos < $2 OR pos > $3)")
-                        .bind(key)
-                        .bind(*lo)
-                        .bind(*hi),
-                )
-                .await?;
+            // The two bounds, each read from the nearer end, and two range deletes: the cost
+            // is the elements removed, as in Redis, not the elements kept.
+            let nearer = |index: i64| if index > len / 2 { index - len } else { index };
+            let lo = at(ctx, key, nearer(offset)).await?;
+            let hi = at(ctx, key, nearer(offset + count - 1)).await?;
+            if let (Some((lo, _)), Some((hi, _))) = (lo, hi) {
+                for (sql, pos) in [
+                    ("DELETE FROM hf_list WHERE key = $1 AND pos < $2", lo),
+                    ("DELETE FROM hf_list WHERE key = $1 AND pos > $2", hi),
+                ] {
+                    ctx.exec(sqlx::query(sql).bind(key).bind(pos)).await?;
+                }
             }
         }
     }

@@ -315,6 +315,18 @@ pub async fn spop(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
         return fail(SYNTAX);
     }
     ctx.lock(&[key]).await?;
+    if count.is_none() {
+        // One member: drawn by index, not by reading the set.
+        if !set(ctx, key).await? {
+            return Ok(null());
+        }
+        let chosen = ctx.random_element(key, Kind::Set).await?;
+        if let Some(member) = &chosen {
+            ctx.remove(key, Kind::Set, std::slice::from_ref(member))
+                .await?;
+        }
+        return Ok(bulk_or_null(chosen));
+    }
     let all = members(ctx, key).await?;
     let take = count.unwrap_or(1).min(all.len());
     let chosen: Vec<Bytes> = {
@@ -343,13 +355,15 @@ pub async fn srandmember(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     if a.len() > 3 {
         return fail(SYNTAX);
     }
+    let Some(n) = count else {
+        // One member: drawn by index, not by reading the set.
+        if !set(ctx, key).await? {
+            return Ok(null());
+        }
+        return Ok(bulk_or_null(ctx.random_element(key, Kind::Set).await?));
+    };
     let all = members(ctx, key).await?;
-    use rand::seq::SliceRandom;
-    let mut rng = rand::thread_rng();
-    Ok(match count {
-        None => bulk_or_null(all.choose(&mut rng).cloned()),
-        Some(n) => array(draw(all, n)?.into_iter().map(bulk).collect()),
-    })
+    Ok(array(draw(all, n)?.into_iter().map(bulk).collect()))
 }
 
 /// Members past which `SSCAN` answers in pages of `COUNT`; a smaller set comes whole with

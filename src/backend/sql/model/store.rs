@@ -592,6 +592,43 @@ impl<'c> Ctx<'c> {
         Ok(n.unwrap_or(0))
     }
 
+    /// One element of the set or hash at `key` (its member or field), drawn at random: an id
+    /// between the key's smallest and largest (the `(key, id)` index), and the first element
+    /// from there. Index probes, however large the collection; an element after a run of
+    /// removed ones is drawn more often (Redis's draw is not uniform either). None when the
+    /// collection is empty or missing.
+    pub async fn random_element(&mut self, key: &[u8], kind: Kind) -> Result<Option<Bytes>, Fail> {
+        let (table, column) = match kind {
+            Kind::Set => ("hf_set", "member"),
+            Kind::Hash => ("hf_hash", "field"),
+            _ => return Ok(None),
+        };
+        let row = sqlx::query(&format!(
+            "SELECT MIN(id), MAX(id) FROM {table} WHERE key = $1"
+        ))
+        .bind(key)
+        .fetch_one(&mut *self.conn)
+        .await?;
+        let (Some(low), Some(high)) = (
+            row.try_get::<Option<i64>, _>(0)?,
+            row.try_get::<Option<i64>, _>(1)?,
+        ) else {
+            return Ok(None);
+        };
+        let drawn = {
+            use rand::Rng;
+            rand::thread_rng().gen_range(low..=high)
+        };
+        let sql =
+            format!("SELECT {column} FROM {table} WHERE key = $1 AND id >= $2 ORDER BY id LIMIT 1");
+        let found: Option<Vec<u8>> = sqlx::query_scalar(&sql)
+            .bind(key)
+            .bind(drawn)
+            .fetch_optional(&mut *self.conn)
+            .await?;
+        Ok(found.map(Bytes::from))
+    }
+
     /// HDEL, SREM and ZREM: the names after the key taken out of the `kind` at the key, under
     /// its lock; 0 when the key is missing.
     pub async fn remove_named(&mut self, a: &[Bytes], kind: Kind) -> Out {

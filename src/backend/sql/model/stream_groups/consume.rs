@@ -128,7 +128,7 @@ async fn history(
         "SELECT p.ms, p.seq, s.fields FROM hf_xpel p LEFT JOIN hf_stream s \
          ON s.key = p.key AND s.ms = p.ms AND s.seq = p.seq \
          WHERE p.key = $1 AND p.grp = $2 AND p.consumer = $3 \
-         AND (p.ms > $4 OR (p.ms = $4 AND p.seq >= $5)) ORDER BY p.ms, p.seq LIMIT $6",
+         AND (p.ms, p.seq) >= ($4, $5) ORDER BY p.ms, p.seq LIMIT $6",
     )
     .bind(key)
     .bind(grp)
@@ -282,8 +282,8 @@ pub async fn xpending(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     };
     let mut sql = String::from(
         "SELECT ms, seq, consumer, delivered_at, deliveries FROM hf_xpel \
-         WHERE key = $1 AND grp = $2 AND (ms > $3 OR (ms = $3 AND seq >= $4)) \
-         AND (ms < $5 OR (ms = $5 AND seq <= $6)) AND delivered_at <= $7",
+         WHERE key = $1 AND grp = $2 AND (ms, seq) >= ($3, $4) \
+         AND (ms, seq) <= ($5, $6) AND delivered_at <= $7",
     );
     if consumer.is_some() {
         sql.push_str(" AND consumer = $9");
@@ -581,7 +581,7 @@ pub async fn xautoclaim(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     let rows = sqlx::query(
         "SELECT p.ms, p.seq, p.consumer, p.delivered_at, p.deliveries, s.fields FROM hf_xpel p \
          LEFT JOIN hf_stream s ON s.key = p.key AND s.ms = p.ms AND s.seq = p.seq \
-         WHERE p.key = $1 AND p.grp = $2 AND (p.ms > $3 OR (p.ms = $3 AND p.seq >= $4)) \
+         WHERE p.key = $1 AND p.grp = $2 AND (p.ms, p.seq) >= ($3, $4) \
          ORDER BY p.ms, p.seq LIMIT $5",
     )
     .bind(key)

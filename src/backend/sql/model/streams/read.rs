@@ -74,7 +74,7 @@ pub async fn xrange(ctx: &mut Ctx<'_>, a: &[Bytes], rev: bool) -> Out {
     let order = if rev { "ms DESC, seq DESC" } else { "ms, seq" };
     let rows = sqlx::query(&format!(
         "SELECT ms, seq, fields FROM hf_stream WHERE key = $1 \
-         AND (ms > $2 OR (ms = $2 AND seq >= $3)) AND (ms < $4 OR (ms = $4 AND seq <= $5)) \
+         AND (ms, seq) >= ($2, $3) AND (ms, seq) <= ($4, $5) \
          ORDER BY {order} LIMIT $6"
     ))
     .bind(key)
@@ -175,7 +175,7 @@ pub(crate) async fn entries_after(
     };
     let rows = sqlx::query(
         "SELECT ms, seq, fields FROM hf_stream WHERE key = $1 \
-         AND (ms > $2 OR (ms = $2 AND seq >= $3)) ORDER BY ms, seq LIMIT $4",
+         AND (ms, seq) >= ($2, $3) ORDER BY ms, seq LIMIT $4",
     )
     .bind(key)
     .bind(col(from.ms))

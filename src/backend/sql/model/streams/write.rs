@@ -125,12 +125,15 @@ async fn apply_trim(ctx: &mut Ctx<'_>, key: &[u8], trim: Trim) -> Result<i64, Fa
             match cut {
                 Some(row) => {
                     let (ms, seq): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
-                    ctx.exec(sqlx::query("DELETE FROM hf_stream WHERE key = $1 AND (ms < $2 OR (ms = $2 AND seq < $3))")
+                    ctx.exec(
+                        sqlx::query(
+                            "DELETE FROM hf_stream WHERE key = $1 AND (ms, seq) < ($2, $3)",
+                        )
                         .bind(key)
                         .bind(ms)
-                        .bind(seq)
-                        )
-                        .await?
+                        .bind(seq),
+                    )
+                    .await?
                 }
                 None => {
                     ctx.exec(sqlx::query("DELETE FROM hf_stream WHERE key = $1").bind(key))
@@ -140,12 +143,10 @@ async fn apply_trim(ctx: &mut Ctx<'_>, key: &[u8], trim: Trim) -> Result<i64, Fa
         }
         Trim::MinId(id) => {
             ctx.exec(
-                sqlx::query(
-                    "DELETE FROM hf_stream WHERE key = $1 AND (ms < $2 OR (ms = $2 AND seq < $3))",
-                )
-                .bind(key)
-                .bind(col(id.ms))
-                .bind(col(id.seq)),
+                sqlx::query("DELETE FROM hf_stream WHERE key = $1 AND (ms, seq) < ($2, $3)")
+                    .bind(key)
+                    .bind(col(id.ms))
+                    .bind(col(id.seq)),
             )
             .await?
         }

@@ -206,10 +206,12 @@ pub async fn zrank(ctx: &mut Ctx<'_>, a: &[Bytes], rev: bool) -> Out {
     let Some(s) = score(ctx, key, member).await? else {
         return Ok(null());
     };
+    // The members before it in the score index, counted: O(rank) where Redis's is O(log N),
+    // as neither database's B-trees keep subtree counts (README, "At any size").
     let sql = if rev {
-        "SELECT COUNT(*) FROM hf_zset WHERE key = $1 AND (score > $2 OR (score = $2 AND member > $3))"
+        "SELECT COUNT(*) FROM hf_zset WHERE key = $1 AND (score, member) > ($2, $3)"
     } else {
-        "SELECT COUNT(*) FROM hf_zset WHERE key = $1 AND (score < $2 OR (score = $2 AND member < $3))"
+        "SELECT COUNT(*) FROM hf_zset WHERE key = $1 AND (score, member) < ($2, $3)"
     };
     let n: i64 = sqlx::query_scalar(sql)
         .bind(key)
