@@ -487,6 +487,19 @@ fn fixed_script() -> Vec<Cmd> {
         &[
             "ZADD", "zp", "1", "a", "2", "b", "3", "c", "4", "d", "5", "e",
         ],
+        // Ranks near the tail are read from the tail, then put back in order.
+        &["ZRANGE", "zp", "-3", "-1"],
+        &["ZRANGE", "zp", "-3", "-1", "REV", "WITHSCORES"],
+        &["ZRANGE", "zp", "2", "4", "REV"],
+        &["ZREVRANGE", "zp", "-2", "-1"],
+        &["ZRANGE", "zp", "1", "-1"],
+        &["ZRANGESTORE", "zq", "zp", "-3", "-2"],
+        &["ZRANGE", "zq", "0", "-1", "WITHSCORES"],
+        &[
+            "ZADD", "zr", "1", "a", "2", "b", "3", "c", "4", "d", "5", "e",
+        ],
+        &["ZREMRANGEBYRANK", "zr", "-3", "-2"],
+        &["ZRANGE", "zr", "0", "-1"],
         &["ZREMRANGEBYRANK", "zp", "-1", "-1"],
         &["ZREMRANGEBYRANK", "zp", "10", "20"],
         &["ZREMRANGEBYRANK", "zp", "x", "1"],

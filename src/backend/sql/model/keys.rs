@@ -390,7 +390,8 @@ pub async fn copy(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
 /// it): index probes, not a count and an offset over every key. Keys after a run of deleted
 /// ids are drawn more often; Redis's own draw (a random bucket) is not uniform either.
 pub async fn randomkey(ctx: &mut Ctx<'_>) -> Out {
-    let row = sqlx::query("SELECT MIN(id), MAX(id) FROM hf_keys")
+    // Two subqueries: SQLite reads one end of an index only for a lone MIN or MAX.
+    let row = sqlx::query("SELECT (SELECT MIN(id) FROM hf_keys), (SELECT MAX(id) FROM hf_keys)")
         .fetch_one(&mut *ctx.conn)
         .await?;
     let (Some(low), Some(high)) = (

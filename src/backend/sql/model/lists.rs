@@ -165,7 +165,12 @@ pub async fn lrange(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     let Some((offset, count)) = span(start, end, len) else {
         return Ok(array(Vec::new()));
     };
-    let got = rows(ctx, key, false, offset, count).await?;
+    // From the nearer end: `LRANGE key -10 -1` reads ten rows, however long the list.
+    let (from, flip) = nearer_end(offset, offset + count - 1, len);
+    let mut got = rows(ctx, key, flip, from, count).await?;
+    if flip {
+        got.reverse();
+    }
     Ok(array(got.into_iter().map(|(_, v)| bulk(v)).collect()))
 }
 

@@ -178,6 +178,9 @@ pub enum Algebra {
 /// The result of `op` over `keys`, every key's kind checked first (WRONGTYPE wins over an
 /// absent key, as in Redis).
 async fn combine(ctx: &mut Ctx<'_>, op: Algebra, keys: &[Bytes]) -> Result<Vec<Bytes>, Fail> {
+    if let Algebra::Inter = op {
+        return intersect(ctx, keys).await;
+    }
     let mut sets = Vec::with_capacity(keys.len());
     for key in keys {
         sets.push(members(ctx, key).await?);
@@ -197,6 +200,57 @@ async fn combine(ctx: &mut Ctx<'_>, op: Algebra, keys: &[Bytes]) -> Result<Vec<B
                 out.extend(more);
             }
         }
+    }
+    Ok(out)
+}
+
+/// The members common to the sets at `keys`: the smallest read, each other one asked only
+/// about those (its `(key, member)` index), so the cost follows the smallest set as in
+/// Redis, not the sum of them all. Every key's kind is checked first.
+async fn intersect(ctx: &mut Ctx<'_>, keys: &[Bytes]) -> Result<Vec<Bytes>, Fail> {
+    let mut lens = Vec::with_capacity(keys.len());
+    for key in keys {
+        lens.push(ctx.len(key, Kind::Set).await?);
+    }
+    let Some(smallest) = (0..keys.len()).min_by_key(|&i| lens[i]) else {
+        return Ok(Vec::new());
+    };
+    if lens[smallest] == 0 {
+        return Ok(Vec::new());
+    }
+    let mut out = members(ctx, &keys[smallest]).await?;
+    for (i, key) in keys.iter().enumerate() {
+        if i == smallest || out.is_empty() {
+            continue;
+        }
+        let mut kept = std::collections::HashSet::with_capacity(out.len());
+        for chunk in out.chunks(STATEMENT_ROWS) {
+            let Some(last) = chunk.last() else { continue };
+            // Padded with the last member: a few sizes, each prepared once.
+            let padded = chunk.len().next_power_of_two();
+            // Anonymous on SQLite throughout (see `placeholders`; sqlx would bind a `?`
+            // after a `$1` to the first argument again).
+            let (first, list) = match ctx.dialect {
+                Dialect::Sqlite => ("?", vec!["?"; padded].join(", ")),
+                Dialect::Postgres => (
+                    "$1",
+                    (2..padded + 2)
+                        .map(|i| format!("${i}"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                ),
+            };
+            let sql =
+                format!("SELECT member FROM hf_set WHERE key = {first} AND member IN ({list})");
+            let mut query = sqlx::query(&sql).bind(key.as_ref());
+            for member in chunk.iter().chain(std::iter::repeat(last)).take(padded) {
+                query = query.bind(member.as_ref());
+            }
+            for row in query.fetch_all(&mut *ctx.conn).await? {
+                kept.insert(bytes_at(&row, 0)?);
+            }
+        }
+        out.retain(|m| kept.contains(m));
     }
     Ok(out)
 }

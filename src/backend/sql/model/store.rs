@@ -603,8 +603,11 @@ impl<'c> Ctx<'c> {
             Kind::Hash => ("hf_hash", "field"),
             _ => return Ok(None),
         };
+        // Two subqueries, not `MIN(id), MAX(id)` together: SQLite reads one end of an index
+        // only for a lone MIN or MAX, and scans the key's rows for the pair.
         let row = sqlx::query(&format!(
-            "SELECT MIN(id), MAX(id) FROM {table} WHERE key = $1"
+            "SELECT (SELECT MIN(id) FROM {table} WHERE key = $1), \
+             (SELECT MAX(id) FROM {table} WHERE key = $1)"
         ))
         .bind(key)
         .fetch_one(&mut *self.conn)
@@ -769,6 +772,19 @@ pub fn placeholders(dialect: Dialect, count: usize) -> String {
     }
 }
 
+/// Where to read the ranks `start..=end` (both within `0..len`) of a collection from: the
+/// offset from the nearer end, and whether that is the far end (read in the other order,
+/// then reversed). An offset is walked, so `ZRANGE key -10 -1` on a million members costs
+/// ten rows, not a million.
+pub fn nearer_end(start: i64, end: i64, len: i64) -> (i64, bool) {
+    let from_tail = len - 1 - end;
+    if from_tail < start {
+        (from_tail, true)
+    } else {
+        (start, false)
+    }
+}
+
 /// A stable 64-bit id for a key's advisory lock (FNV-1a): collisions only serialise two
 /// unrelated keys.
 fn lock_id(key: &[u8]) -> i64 {
@@ -832,5 +848,25 @@ mod tests {
     fn placeholders_are_anonymous_on_sqlite() {
         assert_eq!(placeholders(Dialect::Sqlite, 3), "?, ?, ?");
         assert_eq!(placeholders(Dialect::Postgres, 3), "$1, $2, $3");
+    }
+
+    #[test]
+    fn ranks_are_read_from_the_nearer_end() {
+        // (start, end, len) -> (offset, from the far end)
+        for (start, end, len, want) in [
+            (0, 9, 1000, (0, false)),
+            (990, 999, 1000, (0, true)),
+            (500, 509, 1000, (490, true)),
+            (400, 409, 1000, (400, false)),
+            (0, 999, 1000, (0, false)),
+            (0, 0, 1, (0, false)),
+            (5, 5, 10, (4, true)),
+        ] {
+            assert_eq!(
+                nearer_end(start, end, len),
+                want,
+                "{start}..={end} of {len}"
+            );
+        }
     }
 }

@@ -241,23 +241,27 @@ async fn by_rank(
         return Ok(Vec::new());
     }
     let end = end.min(len - 1);
-    let order = if rev {
-        "score DESC, member DESC"
-    } else {
-        "score, member"
-    };
-    let rows = sqlx::query(&format!(
+    let (offset, flip) = nearer_end(start, end, len);
+    let order = if rev != flip { DESC } else { ASC };
+    let mut rows = sqlx::query(&format!(
         "SELECT member, score FROM hf_zset WHERE key = $1 ORDER BY {order} LIMIT $2 OFFSET $3"
     ))
     .bind(key)
     .bind(end - start + 1)
-    .bind(start)
+    .bind(offset)
     .fetch_all(&mut *ctx.conn)
     .await?;
+    if flip {
+        rows.reverse();
+    }
     rows.iter()
         .map(|row| Ok((bytes_at(row, 0)?, row.try_get(1)?)))
         .collect()
 }
+
+/// A sorted set's order in the score index, and its reverse.
+pub(super) const ASC: &str = "score, member";
+pub(super) const DESC: &str = "score DESC, member DESC";
 
 /// Removes and returns up to `count` members from the low (or high) end.
 async fn pop_end(

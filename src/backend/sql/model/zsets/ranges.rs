@@ -127,11 +127,7 @@ pub async fn zrange(ctx: &mut Ctx<'_>, a: &[Bytes], form: Form) -> Out {
     } else {
         (arg(a, 2), arg(a, 3))
     };
-    let order = if rev {
-        "score DESC, member DESC"
-    } else {
-        "score, member"
-    };
+    let order = if rev { super::DESC } else { super::ASC };
     let rows = if by_score {
         score_rows(ctx, key, (first, second), order, limit).await?
     } else {
@@ -216,14 +212,23 @@ async fn rank_rows(
         return Ok(None);
     }
     end = end.min(len - 1);
-    let rows = sqlx::query(&format!(
+    let (offset, flip) = nearer_end(start, end, len);
+    let order = match (flip, order == super::ASC) {
+        (false, _) => order,
+        (true, true) => super::DESC,
+        (true, false) => super::ASC,
+    };
+    let mut rows = sqlx::query(&format!(
         "SELECT member, score FROM hf_zset WHERE key = $1 ORDER BY {order} LIMIT $2 OFFSET $3"
     ))
     .bind(key)
     .bind(end - start + 1)
-    .bind(start)
+    .bind(offset)
     .fetch_all(&mut *ctx.conn)
     .await?;
+    if flip {
+        rows.reverse();
+    }
     Ok(Some(rows))
 }
 
