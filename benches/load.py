@@ -416,6 +416,17 @@ def start_postgres(log):
     return proc, port, pgdir
 
 
+def stop_postgres(pgdir):
+    """The postmaster runs under runuser: stopped by the PID it wrote (the rest of the
+    servers are stopped by `servers`)."""
+    try:
+        with open(os.path.join(pgdir, "data", "postmaster.pid")) as f:
+            os.kill(int(f.readline()), 3)  # SIGQUIT: immediate shutdown
+        time.sleep(0.5)
+    except (OSError, ValueError):
+        pass
+
+
 def redis_backend(port):
     # The default pool (8 shared connections): a request joins the one gathering a write, so
     # fifty clients' commands still go in one write whatever the pool's size.
@@ -481,13 +492,7 @@ def sql_main(args):
         try:
             sql_runs(args, binary, tmp, log, procs, redis_port, pg_port)
         finally:
-            # The postmaster runs under runuser: stop it by the PID it wrote, then the rest.
-            try:
-                with open(os.path.join(pgdir, "data", "postmaster.pid")) as f:
-                    os.kill(int(f.readline()), 3)  # SIGQUIT: immediate shutdown
-                time.sleep(0.5)
-            except (OSError, ValueError):
-                pass
+            stop_postgres(pgdir)
 
 
 def sql_runs(args, binary, tmp, log, procs, redis_port, pg_port):
@@ -778,12 +783,7 @@ def scripts_main(args):
                         print(f"round {rnd + 1} {name:8} {target:9} {float(row['rps']):>10.0f} req/s",
                               flush=True)
         finally:
-            try:
-                with open(os.path.join(pgdir, "data", "postmaster.pid")) as f:
-                    os.kill(int(f.readline()), 3)
-                time.sleep(0.5)
-            except (OSError, ValueError):
-                pass
+            stop_postgres(pgdir)
     def triples(target, i):
         return 1 / sum(1 / results[(n, target)][i] for n in ("INCR", "GET", "EXPIRE"))
     print()

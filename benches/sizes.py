@@ -129,12 +129,7 @@ def main():
                 load.wait_port(port)
             run(targets, sizes, ops, args)
         finally:
-            try:
-                with open(os.path.join(pgdir, "data", "postmaster.pid")) as f:
-                    os.kill(int(f.readline()), 3)  # SIGQUIT: immediate shutdown
-                time.sleep(0.5)
-            except (OSError, ValueError):
-                pass
+            load.stop_postgres(pgdir)
 
 
 def run(targets, sizes, ops, args):

@@ -154,8 +154,8 @@ impl Inner {
         let encoded = record_reply(&frame);
         let expires = now.saturating_add(crate::backend::TOKEN_TTL.as_millis() as i64);
         let stored = ctx
-            .exec(
-                sqlx::query(
+            .execute(
+                model::store::stmt(
                     "INSERT INTO hf_tokens (token, reply, expires_at) VALUES ($1, $2, $3) \
                      ON CONFLICT (token) DO UPDATE SET reply = excluded.reply, \
                      expires_at = excluded.expires_at",

@@ -6,13 +6,12 @@
 //! as a script is (`scripting`).
 
 use super::scripting::{answered, execute};
-use super::store::{fail, Ctx, Fail, Out};
+use super::store::{fail, stmt, Ctx, Fail, Out};
 use crate::backend::lua::library::{self, flag_names, NO_WRITES};
 use crate::backend::lua::{Entry, Invocation};
 use crate::backend::rdb;
 use bytes::Bytes;
 use redis_protocol::resp3::types::{BytesFrame as Frame, FrameMap, FrameSet};
-use sqlx::Row;
 
 fn bulk(b: &[u8]) -> Frame {
     Frame::BlobString {
@@ -41,12 +40,11 @@ pub async fn fcall(ctx: &mut Ctx<'_>, a: &[Bytes], ro: bool, allow_flush: bool) 
         return fail("ERR holdfast: scripts inside MULTI are not served by SQL backends");
     };
     let name = a.get(1).cloned().unwrap_or_default();
-    let row = sqlx::query(
+    let row = ctx.opt(stmt(
         "SELECT l.code, f.flags FROM hf_functions f JOIN hf_libraries l ON l.name = f.library \
          WHERE f.name = $1",
     )
-    .bind(name.as_ref())
-    .fetch_optional(&mut *ctx.conn)
+    .bind(name.as_ref()))
     .await?;
     let Some(row) = row else {
         return fail("ERR Function not found");
@@ -94,15 +92,13 @@ pub async fn function(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
         b"DELETE" if a.len() == 3 => {
             let name = &a[2];
             let gone = ctx
-                .exec(sqlx::query("DELETE FROM hf_libraries WHERE name = $1").bind(name.as_ref()))
+                .execute(stmt("DELETE FROM hf_libraries WHERE name = $1").bind(name.as_ref()))
                 .await?;
             if gone.rows_affected() == 0 {
                 return fail("ERR Library not found");
             }
-            ctx.exec(
-                sqlx::query("DELETE FROM hf_functions WHERE library = $1").bind(name.as_ref()),
-            )
-            .await?;
+            ctx.execute(stmt("DELETE FROM hf_functions WHERE library = $1").bind(name.as_ref()))
+                .await?;
             Ok(super::store::ok())
         }
         b"FLUSH"
@@ -111,17 +107,17 @@ pub async fn function(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
                     && (a[2].eq_ignore_ascii_case(b"SYNC")
                         || a[2].eq_ignore_ascii_case(b"ASYNC"))) =>
         {
-            ctx.exec(sqlx::query("DELETE FROM hf_libraries")).await?;
-            ctx.exec(sqlx::query("DELETE FROM hf_functions")).await?;
+            ctx.execute(stmt("DELETE FROM hf_libraries")).await?;
+            ctx.execute(stmt("DELETE FROM hf_functions")).await?;
             Ok(super::store::ok())
         }
         b"FLUSH" => fail("ERR FUNCTION FLUSH only supports SYNC|ASYNC option"),
         b"STATS" if a.len() == 2 => {
-            let libraries: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM hf_libraries")
-                .fetch_one(&mut *ctx.conn)
+            let libraries: i64 = ctx
+                .scalar(stmt("SELECT COUNT(*) FROM hf_libraries"))
                 .await?;
-            let functions: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM hf_functions")
-                .fetch_one(&mut *ctx.conn)
+            let functions: i64 = ctx
+                .scalar(stmt("SELECT COUNT(*) FROM hf_functions"))
                 .await?;
             Ok(map(vec![
                 (bulk(b"running_script"), Frame::Null),
@@ -173,8 +169,8 @@ async fn load(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
 
 /// `FUNCTION DUMP`: every library, in Redis's payload format (strings written plain).
 async fn dump(ctx: &mut Ctx<'_>) -> Out {
-    let codes: Vec<Vec<u8>> = sqlx::query_scalar("SELECT code FROM hf_libraries ORDER BY name")
-        .fetch_all(&mut *ctx.conn)
+    let codes: Vec<Vec<u8>> = ctx
+        .scalars(stmt("SELECT code FROM hf_libraries ORDER BY name"))
         .await?;
     let mut out = Vec::new();
     for code in codes {
@@ -223,8 +219,8 @@ async fn restore(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
         codes.push(Bytes::from(code));
     }
     if flush {
-        ctx.exec(sqlx::query("DELETE FROM hf_libraries")).await?;
-        ctx.exec(sqlx::query("DELETE FROM hf_functions")).await?;
+        ctx.execute(stmt("DELETE FROM hf_libraries")).await?;
+        ctx.execute(stmt("DELETE FROM hf_functions")).await?;
     }
     for code in &codes {
         let name = match library::metadata(code) {
@@ -249,9 +245,8 @@ async fn install(
     let Some(env) = ctx.script else {
         return fail("ERR holdfast: FUNCTION LOAD inside MULTI is not served by SQL backends");
     };
-    let exists: Option<i64> = sqlx::query_scalar("SELECT 1 FROM hf_libraries WHERE name = $1")
-        .bind(name.as_bytes())
-        .fetch_optional(&mut *ctx.conn)
+    let exists: Option<i64> = ctx
+        .scalar_opt(stmt("SELECT 1 FROM hf_libraries WHERE name = $1").bind(name.as_bytes()))
         .await?;
     if exists.is_some() && !replace {
         return fail(exists_text);
@@ -291,11 +286,11 @@ async fn install(
         rows.push((fname, flags, description));
     }
     for (fname, _, _) in &rows {
-        let owner: Option<Vec<u8>> =
-            sqlx::query_scalar("SELECT library FROM hf_functions WHERE name = $1")
-                .bind(fname.as_ref())
-                .fetch_optional(&mut *ctx.conn)
-                .await?;
+        let owner: Option<Vec<u8>> = ctx
+            .scalar_opt(
+                stmt("SELECT library FROM hf_functions WHERE name = $1").bind(fname.as_ref()),
+            )
+            .await?;
         if owner.is_some_and(|o| o != name.as_bytes()) {
             return fail(format!(
                 "ERR Function {} already exists",
@@ -303,10 +298,10 @@ async fn install(
             ));
         }
     }
-    ctx.exec(sqlx::query("DELETE FROM hf_functions WHERE library = $1").bind(name.as_bytes()))
+    ctx.execute(stmt("DELETE FROM hf_functions WHERE library = $1").bind(name.as_bytes()))
         .await?;
-    ctx.exec(
-        sqlx::query(
+    ctx.execute(
+        stmt(
             "INSERT INTO hf_libraries (name, code) VALUES ($1, $2) \
              ON CONFLICT (name) DO UPDATE SET code = excluded.code",
         )
@@ -315,8 +310,8 @@ async fn install(
     )
     .await?;
     for (fname, flags, description) in rows {
-        ctx.exec(
-            sqlx::query(
+        ctx.execute(
+            stmt(
                 "INSERT INTO hf_functions (name, library, flags, description) VALUES ($1, $2, $3, $4)",
             )
             .bind(fname.to_vec())
@@ -350,14 +345,14 @@ async fn list(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
         }
         i += 1;
     }
-    let libraries = sqlx::query("SELECT name, code FROM hf_libraries ORDER BY name")
-        .fetch_all(&mut *ctx.conn)
+    let libraries = ctx
+        .all(stmt("SELECT name, code FROM hf_libraries ORDER BY name"))
         .await?;
-    let functions = sqlx::query(
-        "SELECT library, name, flags, description FROM hf_functions ORDER BY library, name",
-    )
-    .fetch_all(&mut *ctx.conn)
-    .await?;
+    let functions = ctx
+        .all(stmt(
+            "SELECT library, name, flags, description FROM hf_functions ORDER BY library, name",
+        ))
+        .await?;
     let mut out = Vec::new();
     for row in libraries {
         let name: Vec<u8> = row.try_get(0)?;

@@ -11,7 +11,6 @@ use super::strings::arg;
 use super::zsets;
 use bytes::Bytes;
 use redis_protocol::resp3::types::BytesFrame as Frame;
-use sqlx::Row;
 
 const UNIT: &str = "ERR unsupported unit provided. please use M, KM, FT, MI";
 
@@ -340,14 +339,13 @@ async fn answer(
         if any_limit != 0 && found.len() as u64 >= any_limit {
             break;
         }
-        let rows = sqlx::query(
+        let rows = ctx.all(stmt(
             "SELECT member, score FROM hf_zset WHERE key = $1 AND score >= $2 AND score < $3 \
              ORDER BY score, member",
         )
         .bind(key)
         .bind(min)
-        .bind(max)
-        .fetch_all(&mut *ctx.conn)
+        .bind(max))
         .await?;
         for row in rows {
             let member: Vec<u8> = row.try_get(0)?;

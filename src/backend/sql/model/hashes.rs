@@ -5,19 +5,19 @@ use super::args::{self, scan_args};
 use super::store::*;
 use super::strings::arg;
 use bytes::Bytes;
-use sqlx::Row;
 
 async fn hash(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<bool, Fail> {
     Ok(ctx.typed(key, Kind::Hash).await?.is_some())
 }
 
 async fn field(ctx: &mut Ctx<'_>, key: &[u8], field: &[u8]) -> Result<Option<Vec<u8>>, Fail> {
-    let v: Option<Vec<u8>> =
-        sqlx::query_scalar("SELECT value FROM hf_hash WHERE key = $1 AND field = $2")
-            .bind(key)
-            .bind(field)
-            .fetch_optional(&mut *ctx.conn)
-            .await?;
+    let v: Option<Vec<u8>> = ctx
+        .scalar_opt(
+            stmt("SELECT value FROM hf_hash WHERE key = $1 AND field = $2")
+                .bind(key)
+                .bind(field),
+        )
+        .await?;
     Ok(v)
 }
 
@@ -25,16 +25,16 @@ async fn field(ctx: &mut Ctx<'_>, key: &[u8], field: &[u8]) -> Result<Option<Vec
 async fn put(ctx: &mut Ctx<'_>, key: &[u8], field_name: &[u8], value: &[u8]) -> Result<bool, Fail> {
     let new = field(ctx, key, field_name).await?.is_none();
     if new {
-        ctx.exec(
-            sqlx::query("INSERT INTO hf_hash (key, field, value) VALUES ($1, $2, $3)")
+        ctx.execute(
+            stmt("INSERT INTO hf_hash (key, field, value) VALUES ($1, $2, $3)")
                 .bind(key)
                 .bind(field_name)
                 .bind(value),
         )
         .await?;
     } else {
-        ctx.exec(
-            sqlx::query("UPDATE hf_hash SET value = $3 WHERE key = $1 AND field = $2")
+        ctx.execute(
+            stmt("UPDATE hf_hash SET value = $3 WHERE key = $1 AND field = $2")
                 .bind(key)
                 .bind(field_name)
                 .bind(value),
@@ -105,7 +105,7 @@ pub async fn hset_run(
         let padded = chunk.len().next_power_of_two();
         let rows = value_rows(ctx.dialect, padded, 2);
         let sql = format!("SELECT key, field FROM hf_hash WHERE (key, field) IN (VALUES {rows})");
-        let mut query = sqlx::query(&sql);
+        let mut query = stmt(&sql);
         for (key, field) in chunk
             .iter()
             .copied()
@@ -114,7 +114,7 @@ pub async fn hset_run(
         {
             query = query.bind(*key).bind(*field);
         }
-        for row in query.fetch_all(&mut *ctx.conn).await? {
+        for row in ctx.all(query).await? {
             existing.insert((row.try_get(0)?, row.try_get(1)?));
         }
     }
@@ -132,7 +132,7 @@ pub async fn hset_run(
             "INSERT INTO hf_hash (key, field, value) VALUES {rows} \
              ON CONFLICT (key, field) DO UPDATE SET value = excluded.value"
         );
-        let mut query = sqlx::query(&sql);
+        let mut query = stmt(&sql);
         for &(key, field) in chunk
             .iter()
             .chain(std::iter::repeat(&last_pair))
@@ -141,7 +141,7 @@ pub async fn hset_run(
             let value = last.get(&(key, field)).copied().unwrap_or_default();
             query = query.bind(key).bind(field).bind(value);
         }
-        ctx.exec(query).await?;
+        ctx.execute(query).await?;
     }
     Ok(run
         .iter()
@@ -216,9 +216,7 @@ pub async fn hgetall(ctx: &mut Ctx<'_>, a: &[Bytes], keys: bool, values: bool) -
     let key = arg(a, 1);
     let exists = hash(ctx, key).await?;
     let rows = if exists {
-        sqlx::query("SELECT field, value FROM hf_hash WHERE key = $1 ORDER BY id")
-            .bind(key)
-            .fetch_all(&mut *ctx.conn)
+        ctx.all(stmt("SELECT field, value FROM hf_hash WHERE key = $1 ORDER BY id").bind(key))
             .await?
     } else {
         Vec::new()
@@ -302,9 +300,8 @@ async fn pairs(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Vec<(Bytes, Bytes)>, Fai
     if !hash(ctx, key).await? {
         return Ok(Vec::new());
     }
-    let rows = sqlx::query("SELECT field, value FROM hf_hash WHERE key = $1 ORDER BY id")
-        .bind(key)
-        .fetch_all(&mut *ctx.conn)
+    let rows = ctx
+        .all(stmt("SELECT field, value FROM hf_hash WHERE key = $1 ORDER BY id").bind(key))
         .await?;
     rows.iter()
         .map(|row| Ok((bytes_at(row, 0)?, bytes_at(row, 1)?)))
@@ -360,19 +357,18 @@ pub async fn hscan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
         (pairs(ctx, key).await?, 0)
     } else {
         let limit = i64::try_from(count.min(100_000)).unwrap_or(100_000);
-        let rows = sqlx::query(
+        let rows = ctx.all(stmt(
             "SELECT id, field, value FROM hf_hash WHERE key = $1 AND id > $2 ORDER BY id LIMIT $3",
         )
         .bind(key)
         .bind(i64::try_from(cursor).unwrap_or(i64::MAX))
-        .bind(limit + 1)
-        .fetch_all(&mut *ctx.conn)
+        .bind(limit + 1))
         .await?;
         let more = rows.len() as i64 > limit;
         let mut page = Vec::with_capacity(rows.len());
         let mut last = 0i64;
         for row in rows.iter().take(limit as usize) {
-            last = sqlx::Row::try_get(row, 0)?;
+            last = row.try_get(0)?;
             page.push((bytes_at(row, 1)?, bytes_at(row, 2)?));
         }
         (page, if more { last } else { 0 })

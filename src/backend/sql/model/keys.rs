@@ -4,7 +4,6 @@ use super::args::{self, is};
 use super::store::*;
 use super::strings::arg;
 use bytes::Bytes;
-use sqlx::Row;
 
 pub async fn del(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     let keys: Vec<&[u8]> = a.iter().skip(1).map(|k| k.as_ref()).collect();
@@ -74,15 +73,15 @@ pub async fn rename(ctx: &mut Ctx<'_>, a: &[Bytes], nx: bool) -> Out {
         }
         ctx.purge(to, old.kind).await?;
     }
-    ctx.exec(
-        sqlx::query("UPDATE hf_keys SET key = $2 WHERE key = $1")
+    ctx.execute(
+        stmt("UPDATE hf_keys SET key = $2 WHERE key = $1")
             .bind(from)
             .bind(to),
     )
     .await?;
     for table in m.kind.tables() {
-        ctx.exec(
-            sqlx::query(&format!("UPDATE {table} SET key = $2 WHERE key = $1"))
+        ctx.execute(
+            stmt(format!("UPDATE {table} SET key = $2 WHERE key = $1"))
                 .bind(from)
                 .bind(to),
         )
@@ -183,12 +182,12 @@ pub async fn persist(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
 
 pub async fn keys(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     let pattern = arg(a, 1);
-    let rows = sqlx::query(
-        "SELECT key FROM hf_keys WHERE expires_at IS NULL OR expires_at > $1 ORDER BY id",
-    )
-    .bind(ctx.now)
-    .fetch_all(&mut *ctx.conn)
-    .await?;
+    let rows = ctx
+        .all(
+            stmt("SELECT key FROM hf_keys WHERE expires_at IS NULL OR expires_at > $1 ORDER BY id")
+                .bind(ctx.now),
+        )
+        .await?;
     let mut out = Vec::new();
     for row in &rows {
         let key = bytes_at(row, 0)?;
@@ -228,13 +227,15 @@ pub async fn scan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
         j += 2;
     }
     let after = i64::try_from(cursor).unwrap_or(i64::MAX);
-    let rows = sqlx::query(
-        "SELECT id, key, kind, expires_at FROM hf_keys WHERE id > $1 ORDER BY id LIMIT $2",
-    )
-    .bind(after)
-    .bind(count.min(100_000))
-    .fetch_all(&mut *ctx.conn)
-    .await?;
+    let rows = ctx
+        .all(
+            stmt(
+                "SELECT id, key, kind, expires_at FROM hf_keys WHERE id > $1 ORDER BY id LIMIT $2",
+            )
+            .bind(after)
+            .bind(count.min(100_000)),
+        )
+        .await?;
     let mut next = 0i64;
     if rows.len() as i64 == count.min(100_000) {
         if let Some(last) = rows.last() {
@@ -263,12 +264,12 @@ pub async fn scan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
 }
 
 pub async fn dbsize(ctx: &mut Ctx<'_>) -> Out {
-    let n: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM hf_keys WHERE expires_at IS NULL OR expires_at > $1",
-    )
-    .bind(ctx.now)
-    .fetch_one(&mut *ctx.conn)
-    .await?;
+    let n: i64 = ctx
+        .scalar(
+            stmt("SELECT COUNT(*) FROM hf_keys WHERE expires_at IS NULL OR expires_at > $1")
+                .bind(ctx.now),
+        )
+        .await?;
     Ok(int(n))
 }
 
@@ -284,7 +285,7 @@ pub async fn flush(ctx: &mut Ctx<'_>, a: &[Bytes], allowed: bool) -> Out {
     }
     if ctx.dialect == Dialect::Postgres {
         // One statement, under an exclusive lock: no writer commits half-way through.
-        ctx.exec(sqlx::query(
+        ctx.execute(stmt(
             "TRUNCATE hf_keys, hf_hash, hf_set, hf_zset, hf_list, hf_stream, hf_xgroup, \
              hf_xconsumer, hf_xpel",
         ))
@@ -302,8 +303,7 @@ pub async fn flush(ctx: &mut Ctx<'_>, a: &[Bytes], allowed: bool) -> Out {
         "hf_xconsumer",
         "hf_xpel",
     ] {
-        ctx.exec(sqlx::query(&format!("DELETE FROM {table}")))
-            .await?;
+        ctx.execute(stmt(format!("DELETE FROM {table}"))).await?;
     }
     Ok(ok())
 }
@@ -333,8 +333,8 @@ pub async fn copy(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
         }
         ctx.purge(to, old.kind).await?;
     }
-    ctx.exec(
-        sqlx::query(
+    ctx.execute(
+        stmt(
             "INSERT INTO hf_keys (key, kind, expires_at, value) \
              SELECT $2, kind, expires_at, value FROM hf_keys WHERE key = $1",
         )
@@ -363,8 +363,8 @@ pub async fn copy(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
         _ => &[],
     };
     for (table, cols) in groups {
-        ctx.exec(
-            sqlx::query(&format!(
+        ctx.execute(
+            stmt(format!(
                 "INSERT INTO {table} (key, {cols}) SELECT $2, {cols} FROM {table} WHERE key = $1"
             ))
             .bind(from)
@@ -373,8 +373,8 @@ pub async fn copy(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
         .await?;
     }
     if let Some((table, cols, order)) = columns {
-        ctx.exec(
-            sqlx::query(&format!(
+        ctx.execute(
+            stmt(format!(
                 "INSERT INTO {table} (key, {cols}) SELECT $2, {cols} FROM {table} WHERE key = $1{order}"
             ))
             .bind(from)
@@ -391,12 +391,14 @@ pub async fn copy(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
 /// ids are drawn more often; Redis's own draw (a random bucket) is not uniform either.
 pub async fn randomkey(ctx: &mut Ctx<'_>) -> Out {
     // Two subqueries: SQLite reads one end of an index only for a lone MIN or MAX.
-    let row = sqlx::query("SELECT (SELECT MIN(id) FROM hf_keys), (SELECT MAX(id) FROM hf_keys)")
-        .fetch_one(&mut *ctx.conn)
+    let row = ctx
+        .one(stmt(
+            "SELECT (SELECT MIN(id) FROM hf_keys), (SELECT MAX(id) FROM hf_keys)",
+        ))
         .await?;
     let (Some(low), Some(high)) = (
-        row.try_get::<Option<i64>, _>(0)?,
-        row.try_get::<Option<i64>, _>(1)?,
+        row.try_get::<Option<i64>>(0)?,
+        row.try_get::<Option<i64>>(1)?,
     ) else {
         return Ok(null());
     };
@@ -409,11 +411,7 @@ pub async fn randomkey(ctx: &mut Ctx<'_>) -> Out {
         format!("SELECT key FROM hf_keys WHERE id >= $1 AND {live} ORDER BY id LIMIT 1"),
         format!("SELECT key FROM hf_keys WHERE id < $1 AND {live} ORDER BY id DESC LIMIT 1"),
     ] {
-        let key: Option<Vec<u8>> = sqlx::query_scalar(&sql)
-            .bind(drawn)
-            .bind(ctx.now)
-            .fetch_optional(&mut *ctx.conn)
-            .await?;
+        let key: Option<Vec<u8>> = ctx.scalar_opt(stmt(&sql).bind(drawn).bind(ctx.now)).await?;
         if key.is_some() {
             return Ok(bulk_or_null(key));
         }

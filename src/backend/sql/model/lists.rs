@@ -5,7 +5,6 @@ use super::args;
 use super::store::*;
 use super::strings::arg;
 use bytes::Bytes;
-use sqlx::Row;
 
 async fn list(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<bool, Fail> {
     Ok(ctx.typed(key, Kind::List).await?.is_some())
@@ -32,14 +31,16 @@ async fn push_values(
     values: &[Bytes],
 ) -> Result<(), Fail> {
     ctx.create(key, Kind::List, None).await?;
-    let edge: Option<i64> = sqlx::query_scalar(if head {
-        "SELECT MIN(pos) FROM hf_list WHERE key = $1"
-    } else {
-        "SELECT MAX(pos) FROM hf_list WHERE key = $1"
-    })
-    .bind(key)
-    .fetch_one(&mut *ctx.conn)
-    .await?;
+    let edge: Option<i64> = ctx
+        .scalar(
+            stmt(if head {
+                "SELECT MIN(pos) FROM hf_list WHERE key = $1"
+            } else {
+                "SELECT MAX(pos) FROM hf_list WHERE key = $1"
+            })
+            .bind(key),
+        )
+        .await?;
     let mut pos = edge.unwrap_or(0);
     let mut first = edge.is_none();
     let mut rows = Vec::with_capacity(values.len());
@@ -61,11 +62,11 @@ async fn push_values(
             "INSERT INTO hf_list (key, pos, value) VALUES {}",
             value_rows(ctx.dialect, n, 3)
         );
-        let mut query = sqlx::query(&sql);
+        let mut query = stmt(&sql);
         for (pos, value) in chunk {
             query = query.bind(key).bind(*pos).bind(*value);
         }
-        ctx.exec(query).await?;
+        ctx.execute(query).await?;
         rest = tail;
     }
     Ok(())
@@ -80,14 +81,16 @@ async fn rows(
     limit: i64,
 ) -> Result<Vec<(i64, Bytes)>, Fail> {
     let order = if reverse { "DESC" } else { "ASC" };
-    let rows = sqlx::query(&format!(
+    let rows = ctx
+        .all(
+            stmt(format!(
         "SELECT pos, value FROM hf_list WHERE key = $1 ORDER BY pos {order} LIMIT $2 OFFSET $3"
     ))
-    .bind(key)
-    .bind(limit)
-    .bind(offset)
-    .fetch_all(&mut *ctx.conn)
-    .await?;
+            .bind(key)
+            .bind(limit)
+            .bind(offset),
+        )
+        .await?;
     let mut out = Vec::with_capacity(rows.len());
     for row in &rows {
         out.push((row.try_get(0)?, bytes_at(row, 1)?));
@@ -98,8 +101,8 @@ async fn rows(
 /// Removes the elements at `positions`, and the list with its last element.
 async fn remove_at(ctx: &mut Ctx<'_>, key: &[u8], positions: &[i64]) -> Result<(), Fail> {
     for pos in positions {
-        ctx.exec(
-            sqlx::query("DELETE FROM hf_list WHERE key = $1 AND pos = $2")
+        ctx.execute(
+            stmt("DELETE FROM hf_list WHERE key = $1 AND pos = $2")
                 .bind(key)
                 .bind(*pos),
         )
@@ -208,8 +211,8 @@ pub async fn lset(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     let Some((pos, _)) = at(ctx, key, index).await? else {
         return fail("ERR index out of range");
     };
-    ctx.exec(
-        sqlx::query("UPDATE hf_list SET value = $3 WHERE key = $1 AND pos = $2")
+    ctx.execute(
+        stmt("UPDATE hf_list SET value = $3 WHERE key = $1 AND pos = $2")
             .bind(key)
             .bind(pos)
             .bind(arg(a, 3)),
@@ -227,18 +230,20 @@ pub async fn lrem(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
         return Ok(int(0));
     }
     let order = if count < 0 { "DESC" } else { "ASC" };
-    let positions: Vec<i64> = sqlx::query_scalar(&format!(
+    let positions: Vec<i64> = ctx
+        .scalars(
+            stmt(format!(
         "SELECT pos FROM hf_list WHERE key = $1 AND value = $2 ORDER BY pos {order} LIMIT $3"
     ))
-    .bind(key)
-    .bind(value)
-    .bind(if count == 0 {
-        i64::MAX
-    } else {
-        count.saturating_abs()
-    })
-    .fetch_all(&mut *ctx.conn)
-    .await?;
+            .bind(key)
+            .bind(value)
+            .bind(if count == 0 {
+                i64::MAX
+            } else {
+                count.saturating_abs()
+            }),
+        )
+        .await?;
     remove_at(ctx, key, &positions).await?;
     Ok(int(positions.len() as i64))
 }
@@ -266,7 +271,7 @@ pub async fn ltrim(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
                     ("DELETE FROM hf_list WHERE key = $1 AND pos < $2", lo),
                     ("DELETE FROM hf_list WHERE key = $1 AND pos > $2", hi),
                 ] {
-                    ctx.exec(sqlx::query(sql).bind(key).bind(pos)).await?;
+                    ctx.execute(stmt(sql).bind(key).bind(pos)).await?;
                 }
             }
         }
@@ -426,35 +431,35 @@ pub async fn linsert(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     if !list(ctx, key).await? {
         return Ok(int(0));
     }
-    let pivot: Option<i64> = sqlx::query_scalar(
-        "SELECT pos FROM hf_list WHERE key = $1 AND value = $2 ORDER BY pos LIMIT 1",
-    )
-    .bind(key)
-    .bind(arg(a, 3))
-    .fetch_optional(&mut *ctx.conn)
-    .await?;
+    let pivot: Option<i64> = ctx
+        .scalar_opt(
+            stmt("SELECT pos FROM hf_list WHERE key = $1 AND value = $2 ORDER BY pos LIMIT 1")
+                .bind(key)
+                .bind(arg(a, 3)),
+        )
+        .await?;
     let Some(pivot) = pivot else {
         return Ok(int(-1));
     };
     // The new element takes the first place past the pivot's side; what was there and
     // after moves one up (through a far position, so no two rows ever share one).
     let at = if before { pivot } else { pivot + 1 };
-    ctx.exec(
-        sqlx::query("UPDATE hf_list SET pos = pos + $3 WHERE key = $1 AND pos >= $2")
+    ctx.execute(
+        stmt("UPDATE hf_list SET pos = pos + $3 WHERE key = $1 AND pos >= $2")
             .bind(key)
             .bind(at)
             .bind(SHIFT),
     )
     .await?;
-    ctx.exec(
-        sqlx::query("UPDATE hf_list SET pos = pos - $3 + 1 WHERE key = $1 AND pos >= $2")
+    ctx.execute(
+        stmt("UPDATE hf_list SET pos = pos - $3 + 1 WHERE key = $1 AND pos >= $2")
             .bind(key)
             .bind(at + SHIFT)
             .bind(SHIFT),
     )
     .await?;
-    ctx.exec(
-        sqlx::query("INSERT INTO hf_list (key, pos, value) VALUES ($1, $2, $3)")
+    ctx.execute(
+        stmt("INSERT INTO hf_list (key, pos, value) VALUES ($1, $2, $3)")
             .bind(key)
             .bind(at)
             .bind(arg(a, 4)),

@@ -19,6 +19,7 @@ pub mod pubsub;
 pub mod scripting;
 pub mod sets;
 pub mod sort;
+pub mod statement;
 pub mod store;
 pub mod stream_groups;
 pub mod streams;

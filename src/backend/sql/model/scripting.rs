@@ -8,7 +8,7 @@
 //! script loaded by any holdfast on the same database, before or after a restart.
 
 use super::args;
-use super::store::{fail, Ctx, Fail, Out, ScriptEnv};
+use super::store::{fail, stmt, Ctx, Fail, Out, ScriptEnv};
 use crate::backend::lua::{self, convert::error_frame, Finish, Gate, Invocation, Up};
 use crate::backend::Proto;
 use bytes::Bytes;
@@ -271,20 +271,20 @@ async fn drive(
 
 /// A script's text by digest.
 async fn stored(ctx: &mut Ctx<'_>, sha: &str) -> Result<Option<Bytes>, Fail> {
-    let body: Option<Vec<u8>> = sqlx::query_scalar("SELECT body FROM hf_scripts WHERE sha = $1")
-        .bind(sha.as_bytes())
-        .fetch_optional(&mut *ctx.conn)
+    let body: Option<Vec<u8>> = ctx
+        .scalar_opt(stmt("SELECT body FROM hf_scripts WHERE sha = $1").bind(sha.as_bytes()))
         .await?;
     Ok(body.map(Bytes::from))
 }
 
 /// Keeps a script under its digest (not a change to the data: `wrote` stays as it is).
 async fn keep(ctx: &mut Ctx<'_>, sha: &str, body: &[u8]) -> Result<(), Fail> {
-    sqlx::query("INSERT INTO hf_scripts (sha, body) VALUES ($1, $2) ON CONFLICT (sha) DO NOTHING")
-        .bind(sha.as_bytes())
-        .bind(body)
-        .execute(&mut *ctx.conn)
-        .await?;
+    ctx.run(
+        stmt("INSERT INTO hf_scripts (sha, body) VALUES ($1, $2) ON CONFLICT (sha) DO NOTHING")
+            .bind(sha.as_bytes())
+            .bind(body),
+    )
+    .await?;
     Ok(())
 }
 
@@ -328,7 +328,7 @@ pub async fn script(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
                     && (a[2].eq_ignore_ascii_case(b"SYNC")
                         || a[2].eq_ignore_ascii_case(b"ASYNC"))) =>
         {
-            ctx.exec(sqlx::query("DELETE FROM hf_scripts")).await?;
+            ctx.execute(stmt("DELETE FROM hf_scripts")).await?;
             if let Some(env) = ctx.script {
                 env.runtime.flush();
             }

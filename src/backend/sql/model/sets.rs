@@ -7,17 +7,18 @@ use super::store::*;
 use super::strings::arg;
 use bytes::Bytes;
 use redis_protocol::resp3::types::BytesFrame as Frame;
-use sqlx::Row;
 
 async fn set(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<bool, Fail> {
     Ok(ctx.typed(key, Kind::Set).await?.is_some())
 }
 
 async fn has(ctx: &mut Ctx<'_>, key: &[u8], member: &[u8]) -> Result<bool, Fail> {
-    let row = sqlx::query("SELECT 1 FROM hf_set WHERE key = $1 AND member = $2")
-        .bind(key)
-        .bind(member)
-        .fetch_optional(&mut *ctx.conn)
+    let row = ctx
+        .opt(
+            stmt("SELECT 1 FROM hf_set WHERE key = $1 AND member = $2")
+                .bind(key)
+                .bind(member),
+        )
         .await?;
     Ok(row.is_some())
 }
@@ -29,7 +30,7 @@ pub async fn sadd(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     ctx.create(key, Kind::Set, None).await?;
     let mut n = 0;
     for m in a.iter().skip(2) {
-        let done = ctx.exec(sqlx::query(
+        let done = ctx.execute(stmt(
             "INSERT INTO hf_set (key, member) VALUES ($1, $2) ON CONFLICT (key, member) DO NOTHING",
         )
         .bind(key)
@@ -72,12 +73,12 @@ pub async fn sadd_run(
             "INSERT INTO hf_set (key, member) VALUES {rows} \
              ON CONFLICT (key, member) DO NOTHING RETURNING key, member"
         );
-        let mut query = sqlx::query(&sql);
+        let mut query = stmt(&sql);
         for (key, member) in chunk.iter().chain(std::iter::repeat(&last)).take(padded) {
             query = query.bind(*key).bind(*member);
         }
         ctx.wrote = true;
-        for row in query.fetch_all(&mut *ctx.conn).await? {
+        for row in ctx.all(query).await? {
             added.insert((row.try_get(0)?, row.try_get(1)?));
         }
     }
@@ -131,9 +132,8 @@ async fn members(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Vec<Bytes>, Fail> {
     if !set(ctx, key).await? {
         return Ok(Vec::new());
     }
-    let rows = sqlx::query("SELECT member FROM hf_set WHERE key = $1 ORDER BY id")
-        .bind(key)
-        .fetch_all(&mut *ctx.conn)
+    let rows = ctx
+        .all(stmt("SELECT member FROM hf_set WHERE key = $1 ORDER BY id").bind(key))
         .await?;
     rows.iter().map(|row| bytes_at(row, 0)).collect()
 }
@@ -242,11 +242,11 @@ async fn intersect(ctx: &mut Ctx<'_>, keys: &[Bytes]) -> Result<Vec<Bytes>, Fail
             };
             let sql =
                 format!("SELECT member FROM hf_set WHERE key = {first} AND member IN ({list})");
-            let mut query = sqlx::query(&sql).bind(key.as_ref());
+            let mut query = stmt(&sql).bind(key.as_ref());
             for member in chunk.iter().chain(std::iter::repeat(last)).take(padded) {
                 query = query.bind(member.as_ref());
             }
-            for row in query.fetch_all(&mut *ctx.conn).await? {
+            for row in ctx.all(query).await? {
                 kept.insert(bytes_at(&row, 0)?);
             }
         }
@@ -277,11 +277,11 @@ async fn insert(ctx: &mut Ctx<'_>, key: &[u8], members: &[Bytes]) -> Result<i64,
         let sql = format!(
             "INSERT INTO hf_set (key, member) VALUES {rows} ON CONFLICT (key, member) DO NOTHING"
         );
-        let mut insert = sqlx::query(&sql).bind(key);
+        let mut insert = stmt(&sql).bind(key);
         for m in chunk {
             insert = insert.bind(m.as_ref());
         }
-        n += ctx.exec(insert).await?.rows_affected() as i64;
+        n += ctx.execute(insert).await?.rows_affected() as i64;
     }
     Ok(n)
 }
@@ -435,28 +435,28 @@ pub async fn sscan(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
             array(Vec::new()),
         ]));
     }
-    let (page, next) = if ctx.count(key, Kind::Set).await? <= SCAN_WHOLE as i64 {
-        (in_set_order(members(ctx, key).await?), 0)
-    } else {
-        let after = i64::try_from(cursor).unwrap_or(i64::MAX);
-        let limit = i64::try_from(count.min(100_000)).unwrap_or(100_000);
-        let rows = sqlx::query(
+    let (page, next) =
+        if ctx.count(key, Kind::Set).await? <= SCAN_WHOLE as i64 {
+            (in_set_order(members(ctx, key).await?), 0)
+        } else {
+            let after = i64::try_from(cursor).unwrap_or(i64::MAX);
+            let limit = i64::try_from(count.min(100_000)).unwrap_or(100_000);
+            let rows = ctx.all(stmt(
             "SELECT id, member FROM hf_set WHERE key = $1 AND id > $2 ORDER BY id LIMIT $3",
         )
         .bind(key)
         .bind(after)
-        .bind(limit + 1)
-        .fetch_all(&mut *ctx.conn)
+        .bind(limit + 1))
         .await?;
-        let more = rows.len() as i64 > limit;
-        let mut page = Vec::with_capacity(rows.len());
-        let mut last = 0i64;
-        for row in rows.iter().take(limit as usize) {
-            last = row.try_get(0)?;
-            page.push(bytes_at(row, 1)?);
-        }
-        (page, if more { last } else { 0 })
-    };
+            let more = rows.len() as i64 > limit;
+            let mut page = Vec::with_capacity(rows.len());
+            let mut last = 0i64;
+            for row in rows.iter().take(limit as usize) {
+                last = row.try_get(0)?;
+                page.push(bytes_at(row, 1)?);
+            }
+            (page, if more { last } else { 0 })
+        };
     let items = page
         .into_iter()
         .filter(|m| pattern.is_none_or(|p| super::args::glob(p, m)))

@@ -87,12 +87,13 @@ async fn lookup(ctx: &mut Ctx<'_>, pattern: &[u8], element: &[u8]) -> Result<Opt
     match (meta.kind, field) {
         (Kind::String, None) => Ok(meta.value.map(Bytes::from)),
         (Kind::Hash, Some(field)) => {
-            let v: Option<Vec<u8>> =
-                sqlx::query_scalar("SELECT value FROM hf_hash WHERE key = $1 AND field = $2")
-                    .bind(&key)
-                    .bind(field)
-                    .fetch_optional(&mut *ctx.conn)
-                    .await?;
+            let v: Option<Vec<u8>> = ctx
+                .scalar_opt(
+                    stmt("SELECT value FROM hf_hash WHERE key = $1 AND field = $2")
+                        .bind(&key)
+                        .bind(field),
+                )
+                .await?;
             Ok(v.map(Bytes::from))
         }
         _ => Ok(None),
@@ -110,7 +111,7 @@ async fn elements(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<(Kind, Vec<Byt
         Kind::ZSet => "SELECT member FROM hf_zset WHERE key = $1 ORDER BY score, member",
         _ => return fail(WRONGTYPE),
     };
-    let rows = sqlx::query(sql).bind(key).fetch_all(&mut *ctx.conn).await?;
+    let rows = ctx.all(stmt(sql).bind(key)).await?;
     let mut out = Vec::with_capacity(rows.len());
     for row in &rows {
         out.push(bytes_at(row, 0)?);
@@ -199,8 +200,8 @@ pub async fn sort(ctx: &mut Ctx<'_>, a: &[Bytes], read_only: bool) -> Out {
     if !values.is_empty() {
         ctx.create(dest, Kind::List, None).await?;
         for (pos, value) in values.iter().enumerate() {
-            ctx.exec(
-                sqlx::query("INSERT INTO hf_list (key, pos, value) VALUES ($1, $2, $3)")
+            ctx.execute(
+                stmt("INSERT INTO hf_list (key, pos, value) VALUES ($1, $2, $3)")
                     .bind(dest)
                     .bind(pos as i64)
                     .bind(value.as_deref().unwrap_or_default()),

@@ -4,20 +4,13 @@
 //! reading, the client's protocol. The SQL here is shared by both dialects (`$n`
 //! placeholders, `ON CONFLICT`, byte-wise ordering of BLOB/bytea); only the schema differs.
 
+pub use super::statement::{
+    placeholders, stmt, string_upsert, upsert_rows, value_rows, Affected, Dialect, Row, Stmt,
+};
 use crate::backend::Proto;
 use bytes::Bytes;
 use redis_protocol::resp3::types::BytesFrame as Frame;
-use sqlx::any::AnyRow;
-use sqlx::{AnyConnection, Row};
-
-/// Which database the SQL runs on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Dialect {
-    /// SQLite: one writer at a time, in-process.
-    Sqlite,
-    /// PostgreSQL: concurrent writers, serialised per key by advisory locks.
-    Postgres,
-}
+use sqlx::AnyConnection;
 
 /// What a key holds, as stored in `hf_keys.kind`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -192,20 +185,72 @@ impl<'c> Ctx<'c> {
         }
     }
 
-    /// Runs a statement that may change rows.
-    pub async fn exec<'q>(
-        &mut self,
-        query: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
-    ) -> Result<sqlx::any::AnyQueryResult, Fail> {
+    /// Runs a statement that may change rows (an answer given after it must be undone).
+    pub async fn execute(&mut self, statement: Stmt<'_>) -> Result<Affected, Fail> {
         self.wrote = true;
-        Ok(query.execute(&mut *self.conn).await?)
+        self.run(statement).await
+    }
+
+    /// Runs a statement that changes nothing the command answers from (a lock).
+    pub async fn run(&mut self, statement: Stmt<'_>) -> Result<Affected, Fail> {
+        let done = statement.any().execute(&mut *self.conn).await?;
+        Ok(Affected(done.rows_affected()))
+    }
+
+    /// Every row a statement returns.
+    pub async fn all(&mut self, statement: Stmt<'_>) -> Result<Vec<Row>, Fail> {
+        let rows = statement.any().fetch_all(&mut *self.conn).await?;
+        Ok(rows.into_iter().map(Row::any).collect())
+    }
+
+    /// The first row a statement returns, if any.
+    pub async fn opt(&mut self, statement: Stmt<'_>) -> Result<Option<Row>, Fail> {
+        let row = statement.any().fetch_optional(&mut *self.conn).await?;
+        Ok(row.map(Row::any))
+    }
+
+    /// The row a statement returns; a database failure when it returns none.
+    pub async fn one(&mut self, statement: Stmt<'_>) -> Result<Row, Fail> {
+        let row = statement.any().fetch_one(&mut *self.conn).await?;
+        Ok(Row::any(row))
+    }
+
+    /// The first column of the row a statement returns.
+    pub async fn scalar<T>(&mut self, statement: Stmt<'_>) -> Result<T, Fail>
+    where
+        T: for<'r> super::statement::Column<'r>,
+    {
+        Ok(self.one(statement).await?.try_get(0)?)
+    }
+
+    /// The first column of the first row a statement returns, if any.
+    pub async fn scalar_opt<T>(&mut self, statement: Stmt<'_>) -> Result<Option<T>, Fail>
+    where
+        T: for<'r> super::statement::Column<'r>,
+    {
+        match self.opt(statement).await? {
+            Some(row) => Ok(Some(row.try_get(0)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The first column of every row a statement returns.
+    pub async fn scalars<T>(&mut self, statement: Stmt<'_>) -> Result<Vec<T>, Fail>
+    where
+        T: for<'r> super::statement::Column<'r>,
+    {
+        let rows = self.all(statement).await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            out.push(row.try_get(0)?);
+        }
+        Ok(out)
     }
 
     /// The key's live metadata; an expired key is absent (and purged when writing).
     pub async fn meta(&mut self, key: &[u8]) -> Result<Option<Meta>, Fail> {
-        let row = sqlx::query("SELECT kind, expires_at, value, len FROM hf_keys WHERE key = $1")
-            .bind(key)
-            .fetch_optional(&mut *self.conn)
+        let row = self
+            .opt(stmt("SELECT kind, expires_at, value, len FROM hf_keys WHERE key = $1").bind(key))
             .await?;
         let Some(row) = row else { return Ok(None) };
         let code: i64 = row.try_get(0)?;
@@ -277,11 +322,11 @@ impl<'c> Ctx<'c> {
             let list = placeholders(self.dialect, padded);
             let sql =
                 format!("SELECT key, kind, expires_at{value} FROM hf_keys WHERE key IN ({list})");
-            let mut query = sqlx::query(&sql);
+            let mut query = stmt(&sql);
             for key in chunk.iter().chain(std::iter::repeat(&last)).take(padded) {
                 query = query.bind(*key);
             }
-            for row in query.fetch_all(&mut *self.conn).await? {
+            for row in self.all(query).await? {
                 let key: Vec<u8> = row.try_get(0)?;
                 let code: i64 = row.try_get(1)?;
                 let Some(kind) = Kind::from_code(code) else {
@@ -356,11 +401,11 @@ impl<'c> Ctx<'c> {
                 "INSERT INTO hf_keys (key, kind, expires_at, value) VALUES {rows} \
                  ON CONFLICT (key) DO NOTHING"
             );
-            let mut query = sqlx::query(&sql);
+            let mut query = stmt(&sql);
             for key in chunk.iter().chain(std::iter::repeat(&last)).take(padded) {
                 query = query.bind(*key);
             }
-            self.exec(query).await?;
+            self.execute(query).await?;
         }
         Ok(())
     }
@@ -369,15 +414,15 @@ impl<'c> Ctx<'c> {
     /// meantime (PostgreSQL, READ COMMITTED) keeps it.
     async fn purge_expired(&mut self, key: &[u8], kind: Kind) -> Result<(), Fail> {
         let done = self
-            .exec(
-                sqlx::query("DELETE FROM hf_keys WHERE key = $1 AND expires_at <= $2")
+            .execute(
+                stmt("DELETE FROM hf_keys WHERE key = $1 AND expires_at <= $2")
                     .bind(key)
                     .bind(self.now),
             )
             .await?;
         if done.rows_affected() > 0 {
             for table in kind.tables() {
-                self.exec(sqlx::query(&format!("DELETE FROM {table} WHERE key = $1")).bind(key))
+                self.execute(stmt(format!("DELETE FROM {table} WHERE key = $1")).bind(key))
                     .await?;
             }
         }
@@ -386,10 +431,10 @@ impl<'c> Ctx<'c> {
 
     /// Removes a key of any kind, with its elements.
     pub async fn purge(&mut self, key: &[u8], kind: Kind) -> Result<(), Fail> {
-        self.exec(sqlx::query("DELETE FROM hf_keys WHERE key = $1").bind(key))
+        self.execute(stmt("DELETE FROM hf_keys WHERE key = $1").bind(key))
             .await?;
         for table in kind.tables() {
-            self.exec(sqlx::query(&format!("DELETE FROM {table} WHERE key = $1")).bind(key))
+            self.execute(stmt(format!("DELETE FROM {table} WHERE key = $1")).bind(key))
                 .await?;
         }
         Ok(())
@@ -426,11 +471,11 @@ impl<'c> Ctx<'c> {
             let padded = chunk.len().next_power_of_two();
             let list = placeholders(self.dialect, padded);
             let sql = format!("DELETE FROM {table} WHERE key IN ({list})");
-            let mut query = sqlx::query(&sql);
+            let mut query = stmt(&sql);
             for key in chunk.iter().chain(std::iter::repeat(&last)).take(padded) {
                 query = query.bind(*key);
             }
-            self.exec(query).await?;
+            self.execute(query).await?;
         }
         Ok(())
     }
@@ -457,8 +502,8 @@ impl<'c> Ctx<'c> {
         if let Some(kind) = old.filter(|k| *k != Kind::String) {
             self.purge(key, kind).await?;
         }
-        self.exec(
-            sqlx::query(
+        self.execute(
+            stmt(
                 "INSERT INTO hf_keys (key, kind, expires_at, value) VALUES ($1, 0, $2, $3) \
              ON CONFLICT (key) DO UPDATE SET kind = 0, expires_at = excluded.expires_at, \
              value = excluded.value",
@@ -504,11 +549,11 @@ impl<'c> Ctx<'c> {
         }
         let list = placeholders(self.dialect, padded);
         let sql = format!("SELECT key, kind FROM hf_keys WHERE kind <> 0 AND key IN ({list})");
-        let mut others = sqlx::query(&sql);
+        let mut others = stmt(&sql);
         for (key, _) in latest.iter().chain(std::iter::repeat(&last)).take(padded) {
             others = others.bind(*key);
         }
-        for row in others.fetch_all(&mut *self.conn).await? {
+        for row in self.all(others).await? {
             let key: Vec<u8> = row.try_get(0)?;
             let code: i64 = row.try_get(1)?;
             let Some(kind) = Kind::from_code(code) else {
@@ -528,13 +573,13 @@ impl<'c> Ctx<'c> {
         pairs: &[(&[u8], &[u8])],
         last: (&[u8], &[u8]),
         written: usize,
-    ) -> Result<sqlx::any::AnyQueryResult, Fail> {
+    ) -> Result<Affected, Fail> {
         let sql = string_upsert(self.dialect, written, false);
-        let mut write = sqlx::query(&sql);
+        let mut write = stmt(&sql);
         for (key, value) in pairs.iter().chain(std::iter::repeat(&last)).take(written) {
             write = write.bind(*key).bind(*value);
         }
-        self.exec(write).await
+        self.execute(write).await
     }
 
     /// Creates the key row of a collection unless it exists.
@@ -544,8 +589,8 @@ impl<'c> Ctx<'c> {
         kind: Kind,
         value: Option<&[u8]>,
     ) -> Result<(), Fail> {
-        self.exec(
-            sqlx::query(
+        self.execute(
+            stmt(
                 "INSERT INTO hf_keys (key, kind, expires_at, value) VALUES ($1, $2, NULL, $3) \
              ON CONFLICT (key) DO NOTHING",
             )
@@ -559,8 +604,8 @@ impl<'c> Ctx<'c> {
 
     /// Sets a key's expiry (none: persistent).
     pub async fn set_expiry(&mut self, key: &[u8], expires: Option<i64>) -> Result<(), Fail> {
-        self.exec(
-            sqlx::query("UPDATE hf_keys SET expires_at = $2 WHERE key = $1")
+        self.execute(
+            stmt("UPDATE hf_keys SET expires_at = $2 WHERE key = $1")
                 .bind(key)
                 .bind(expires),
         )
@@ -570,8 +615,8 @@ impl<'c> Ctx<'c> {
 
     /// Sets a key's stored value (a stream's last id).
     pub async fn set_value(&mut self, key: &[u8], value: &[u8]) -> Result<(), Fail> {
-        self.exec(
-            sqlx::query("UPDATE hf_keys SET value = $2 WHERE key = $1")
+        self.execute(
+            stmt("UPDATE hf_keys SET value = $2 WHERE key = $1")
                 .bind(key)
                 .bind(value),
         )
@@ -583,12 +628,13 @@ impl<'c> Ctx<'c> {
     /// count as the element tables' triggers keep it (schema migration 7), one row read
     /// however long the collection.
     pub async fn count(&mut self, key: &[u8], kind: Kind) -> Result<i64, Fail> {
-        let n: Option<i64> =
-            sqlx::query_scalar("SELECT len FROM hf_keys WHERE key = $1 AND kind = $2")
-                .bind(key)
-                .bind(kind as i64)
-                .fetch_optional(&mut *self.conn)
-                .await?;
+        let n: Option<i64> = self
+            .scalar_opt(
+                stmt("SELECT len FROM hf_keys WHERE key = $1 AND kind = $2")
+                    .bind(key)
+                    .bind(kind as i64),
+            )
+            .await?;
         Ok(n.unwrap_or(0))
     }
 
@@ -605,16 +651,18 @@ impl<'c> Ctx<'c> {
         };
         // Two subqueries, not `MIN(id), MAX(id)` together: SQLite reads one end of an index
         // only for a lone MIN or MAX, and scans the key's rows for the pair.
-        let row = sqlx::query(&format!(
-            "SELECT (SELECT MIN(id) FROM {table} WHERE key = $1), \
+        let row = self
+            .one(
+                stmt(format!(
+                    "SELECT (SELECT MIN(id) FROM {table} WHERE key = $1), \
              (SELECT MAX(id) FROM {table} WHERE key = $1)"
-        ))
-        .bind(key)
-        .fetch_one(&mut *self.conn)
-        .await?;
+                ))
+                .bind(key),
+            )
+            .await?;
         let (Some(low), Some(high)) = (
-            row.try_get::<Option<i64>, _>(0)?,
-            row.try_get::<Option<i64>, _>(1)?,
+            row.try_get::<Option<i64>>(0)?,
+            row.try_get::<Option<i64>>(1)?,
         ) else {
             return Ok(None);
         };
@@ -624,11 +672,7 @@ impl<'c> Ctx<'c> {
         };
         let sql =
             format!("SELECT {column} FROM {table} WHERE key = $1 AND id >= $2 ORDER BY id LIMIT 1");
-        let found: Option<Vec<u8>> = sqlx::query_scalar(&sql)
-            .bind(key)
-            .bind(drawn)
-            .fetch_optional(&mut *self.conn)
-            .await?;
+        let found: Option<Vec<u8>> = self.scalar_opt(stmt(&sql).bind(key).bind(drawn)).await?;
         Ok(found.map(Bytes::from))
     }
 
@@ -658,7 +702,7 @@ impl<'c> Ctx<'c> {
         let mut n = 0;
         for name in names {
             let done = self
-                .exec(sqlx::query(&sql).bind(key).bind(name.as_ref()))
+                .execute(stmt(&sql).bind(key).bind(name.as_ref()))
                 .await?;
             n += done.rows_affected() as i64;
         }
@@ -671,12 +715,11 @@ impl<'c> Ctx<'c> {
         let Some(table) = kind.table() else {
             return Ok(());
         };
-        let any = sqlx::query(&format!("SELECT 1 FROM {table} WHERE key = $1 LIMIT 1"))
-            .bind(key)
-            .fetch_optional(&mut *self.conn)
+        let any = self
+            .opt(stmt(format!("SELECT 1 FROM {table} WHERE key = $1 LIMIT 1")).bind(key))
             .await?;
         if any.is_none() {
-            self.exec(sqlx::query("DELETE FROM hf_keys WHERE key = $1").bind(key))
+            self.execute(stmt("DELETE FROM hf_keys WHERE key = $1").bind(key))
                 .await?;
         }
         Ok(())
@@ -700,75 +743,13 @@ impl<'c> Ctx<'c> {
                 .collect::<Vec<_>>()
                 .join(", ");
             let sql = format!("SELECT {calls}");
-            let mut lock = sqlx::query(&sql);
+            let mut lock = stmt(&sql);
             for id in chunk {
                 lock = lock.bind(*id);
             }
-            lock.execute(&mut *self.conn).await?;
+            self.run(lock).await?;
         }
         Ok(())
-    }
-}
-
-/// `rows` parenthesised rows of `width` parameters each, numbered in order: a multi-row
-/// `VALUES` list.
-/// How many rows an upsert of `len` distinct keys lists: SQLite's list is padded to a power
-/// of two with its last row (written twice, to the same value: a few sizes, each prepared
-/// once); PostgreSQL refuses an upsert that names one row twice, so its list is not.
-pub fn upsert_rows(dialect: Dialect, len: usize) -> usize {
-    match dialect {
-        Dialect::Sqlite => len.next_power_of_two(),
-        Dialect::Postgres => len,
-    }
-}
-
-/// The statement writing `rows` strings (key, then `expires_at` when `expiry`, then value,
-/// bound in that order; no expiry otherwise), over no key of another kind.
-pub fn string_upsert(dialect: Dialect, rows: usize, expiry: bool) -> String {
-    let width = if expiry { 3 } else { 2 };
-    let values = (0..rows)
-        .map(|i| {
-            let p = |j: usize| match dialect {
-                Dialect::Sqlite => "?".to_string(),
-                Dialect::Postgres => format!("${}", i * width + j),
-            };
-            let expires = if expiry { p(2) } else { "NULL".to_string() };
-            format!("({}, 0, {expires}, {})", p(1), p(width))
-        })
-        .collect::<Vec<_>>()
-        .join(", ");
-    format!(
-        "INSERT INTO hf_keys (key, kind, expires_at, value) VALUES {values} \
-         ON CONFLICT (key) DO UPDATE SET expires_at = excluded.expires_at, \
-         value = excluded.value WHERE hf_keys.kind = 0"
-    )
-}
-
-pub fn value_rows(dialect: Dialect, rows: usize, width: usize) -> String {
-    (0..rows)
-        .map(|i| {
-            let params: Vec<String> = (1..=width)
-                .map(|j| match dialect {
-                    Dialect::Sqlite => "?".to_string(),
-                    Dialect::Postgres => format!("${}", i * width + j),
-                })
-                .collect();
-            format!("({})", params.join(", "))
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// `count` parameters, each bound once, in order: a statement's only ones.
-pub fn placeholders(dialect: Dialect, count: usize) -> String {
-    match dialect {
-        // Anonymous: SQLite looks a numbered parameter's name up in a list, and sqlx asks for
-        // every parameter's name when it binds, so a statement of n `$i` takes n² steps.
-        Dialect::Sqlite => vec!["?"; count].join(", "),
-        Dialect::Postgres => (1..=count)
-            .map(|i| format!("${i}"))
-            .collect::<Vec<_>>()
-            .join(", "),
     }
 }
 
@@ -797,7 +778,7 @@ fn lock_id(key: &[u8]) -> i64 {
 }
 
 /// A column as bytes.
-pub fn bytes_at(row: &AnyRow, index: usize) -> Result<Bytes, Fail> {
+pub fn bytes_at(row: &Row, index: usize) -> Result<Bytes, Fail> {
     let v: Vec<u8> = row.try_get(index)?;
     Ok(Bytes::from(v))
 }
@@ -843,12 +824,6 @@ pub fn draw<T: Clone>(all: Vec<T>, count: i64) -> Result<Vec<T>, Fail> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn placeholders_are_anonymous_on_sqlite() {
-        assert_eq!(placeholders(Dialect::Sqlite, 3), "?, ?, ?");
-        assert_eq!(placeholders(Dialect::Postgres, 3), "$1, $2, $3");
-    }
 
     #[test]
     fn ranks_are_read_from_the_nearer_end() {

@@ -322,11 +322,11 @@ pub async fn incr_run(
         let Some(last) = chunk.last() else { continue };
         let written = upsert_rows(ctx.dialect, chunk.len());
         let sql = string_upsert(ctx.dialect, written, true);
-        let mut query = sqlx::query(&sql);
+        let mut query = stmt(&sql);
         for (key, value, expires) in chunk.iter().chain(std::iter::repeat(last)).take(written) {
             query = query.bind(*key).bind(*expires).bind(value.as_bytes());
         }
-        ctx.exec(query).await?;
+        ctx.execute(query).await?;
     }
     Ok(out)
 }

@@ -10,7 +10,7 @@
 //! Decided where Redis differs: a watched key that only expires does not count as changed.
 
 use super::args;
-use super::store::{array, fail, int, Ctx, Fail, Out};
+use super::store::{array, fail, int, stmt, Ctx, Fail, Out};
 use bytes::Bytes;
 
 /// The internal command that registers keys and answers their versions.
@@ -75,7 +75,7 @@ pub fn modified(a: &[Bytes]) -> Option<Vec<&[u8]>> {
 /// Raises the version of every watched key among `keys` (None: of every watched key).
 pub async fn touch(ctx: &mut Ctx<'_>, keys: Option<&[&[u8]]>) -> Result<(), Fail> {
     let Some(keys) = keys else {
-        ctx.exec(sqlx::query("UPDATE hf_watch SET version = version + 1"))
+        ctx.execute(stmt("UPDATE hf_watch SET version = version + 1"))
             .await?;
         return Ok(());
     };
@@ -83,8 +83,8 @@ pub async fn touch(ctx: &mut Ctx<'_>, keys: Option<&[&[u8]]>) -> Result<(), Fail
     // keys, bound and searched, cost more than its upsert). The group holds its keys' locks
     // (PostgreSQL) or the database's write lock (SQLite), and `WATCH` writes its row under
     // the same, so a row the probe misses cannot be for one of these keys.
-    let watched: Option<i64> = sqlx::query_scalar("SELECT 1 FROM hf_watch LIMIT 1")
-        .fetch_optional(&mut *ctx.conn)
+    let watched: Option<i64> = ctx
+        .scalar_opt(stmt("SELECT 1 FROM hf_watch LIMIT 1"))
         .await?;
     if watched.is_none() {
         return Ok(());
@@ -96,19 +96,18 @@ pub async fn touch(ctx: &mut Ctx<'_>, keys: Option<&[&[u8]]>) -> Result<(), Fail
         let padded = chunk.len().next_power_of_two();
         let list = super::store::placeholders(ctx.dialect, padded);
         let sql = format!("UPDATE hf_watch SET version = version + 1 WHERE key IN ({list})");
-        let mut update = sqlx::query(&sql);
+        let mut update = stmt(&sql);
         for key in chunk.iter().chain(std::iter::repeat(last)).take(padded) {
             update = update.bind(*key);
         }
-        ctx.exec(update).await?;
+        ctx.execute(update).await?;
     }
     Ok(())
 }
 
 async fn version(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<i64>, Fail> {
-    let v: Option<i64> = sqlx::query_scalar("SELECT version FROM hf_watch WHERE key = $1")
-        .bind(key)
-        .fetch_optional(&mut *ctx.conn)
+    let v: Option<i64> = ctx
+        .scalar_opt(stmt("SELECT version FROM hf_watch WHERE key = $1").bind(key))
         .await?;
     Ok(v)
 }
@@ -117,11 +116,9 @@ async fn version(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<i64>, Fail> {
 pub async fn watch(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     let mut out = Vec::with_capacity(a.len().saturating_sub(1));
     for key in a.iter().skip(1) {
-        ctx.exec(
-            sqlx::query(
-                "INSERT INTO hf_watch (key, version) VALUES ($1, 0) ON CONFLICT (key) DO NOTHING",
-            )
-            .bind(key.as_ref()),
+        ctx.execute(
+            stmt("INSERT INTO hf_watch (key, version) VALUES ($1, 0) ON CONFLICT (key) DO NOTHING")
+                .bind(key.as_ref()),
         )
         .await?;
         out.push(int(version(ctx, key).await?.unwrap_or(0)));

@@ -9,7 +9,6 @@ use super::super::streams::{col, entry, parse_id, range_end, Head, Id, Shape};
 use super::{arg, group, lossy, save_group, seen, stream, strict, Group, UNKNOWN};
 use bytes::Bytes;
 use redis_protocol::resp3::types::BytesFrame as Frame;
-use sqlx::Row;
 
 /// What `XREADGROUP` asks of one stream: new entries (`>`), or the consumer's own pending
 /// entries after an id.
@@ -124,28 +123,30 @@ async fn history(
     let Some(from) = after.next() else {
         return Ok(Vec::new());
     };
-    let rows = sqlx::query(
-        "SELECT p.ms, p.seq, s.fields FROM hf_xpel p LEFT JOIN hf_stream s \
+    let rows = ctx
+        .all(
+            stmt(
+                "SELECT p.ms, p.seq, s.fields FROM hf_xpel p LEFT JOIN hf_stream s \
          ON s.key = p.key AND s.ms = p.ms AND s.seq = p.seq \
          WHERE p.key = $1 AND p.grp = $2 AND p.consumer = $3 \
          AND (p.ms, p.seq) >= ($4, $5) ORDER BY p.ms, p.seq LIMIT $6",
-    )
-    .bind(key)
-    .bind(grp)
-    .bind(consumer)
-    .bind(col(from.ms))
-    .bind(col(from.seq))
-    .bind(if count > 0 { count } else { i64::MAX })
-    .fetch_all(&mut *ctx.conn)
-    .await?;
+            )
+            .bind(key)
+            .bind(grp)
+            .bind(consumer)
+            .bind(col(from.ms))
+            .bind(col(from.seq))
+            .bind(if count > 0 { count } else { i64::MAX }),
+        )
+        .await?;
     let mut out = Vec::with_capacity(rows.len());
     for row in &rows {
         let id = Id::of_row(row, 0)?;
         let fields: Option<Vec<u8>> = row.try_get(2)?;
         match fields {
             Some(fields) => {
-                ctx.exec(
-                    sqlx::query(
+                ctx.execute(
+                    stmt(
                         "UPDATE hf_xpel SET delivered_at = $5, deliveries = deliveries + 1 \
                          WHERE key = $1 AND grp = $2 AND ms = $3 AND seq = $4",
                     )
@@ -193,8 +194,8 @@ async fn deliver(
             // An entry pending for another consumer (the group's id was set back) moves here,
             // delivered once.
             unpend(ctx, key, grp, id).await?;
-            ctx.exec(
-                sqlx::query(
+            ctx.execute(
+                stmt(
                     "INSERT INTO hf_xpel (key, grp, ms, seq, consumer, delivered_at, deliveries) \
                      VALUES ($1, $2, $3, $4, $5, $6, 1)",
                 )
@@ -289,7 +290,7 @@ pub async fn xpending(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
         sql.push_str(" AND consumer = $9");
     }
     sql.push_str(" ORDER BY ms, seq LIMIT $8");
-    let mut query = sqlx::query(&sql)
+    let mut query = stmt(&sql)
         .bind(key)
         .bind(grp)
         .bind(col(start.ms))
@@ -305,7 +306,7 @@ pub async fn xpending(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     if let Some(consumer) = consumer {
         query = query.bind(consumer);
     }
-    let rows = query.fetch_all(&mut *ctx.conn).await?;
+    let rows = ctx.all(query).await?;
     let mut out = Vec::with_capacity(rows.len());
     for row in &rows {
         let delivered: i64 = row.try_get(3)?;
@@ -321,13 +322,12 @@ pub async fn xpending(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
 
 /// `XPENDING key group`: the count, the first and last pending ids, and each consumer's count.
 async fn summary(ctx: &mut Ctx<'_>, key: &[u8], grp: &[u8]) -> Out {
-    let rows = sqlx::query(
+    let rows = ctx.all(stmt(
         "SELECT consumer, COUNT(*), MIN(ms), MAX(ms) FROM hf_xpel WHERE key = $1 AND grp = $2 \
          GROUP BY consumer ORDER BY consumer",
     )
     .bind(key)
-    .bind(grp)
-    .fetch_all(&mut *ctx.conn)
+    .bind(grp))
     .await?;
     if rows.is_empty() {
         return Ok(array(vec![int(0), null(), null(), null()]));
@@ -344,13 +344,15 @@ async fn summary(ctx: &mut Ctx<'_>, key: &[u8], grp: &[u8]) -> Out {
     }
     let mut edges = Vec::with_capacity(2);
     for order in ["ms, seq", "ms DESC, seq DESC"] {
-        let row = sqlx::query(&format!(
+        let row = ctx
+            .one(
+                stmt(format!(
             "SELECT ms, seq FROM hf_xpel WHERE key = $1 AND grp = $2 ORDER BY {order} LIMIT 1"
         ))
-        .bind(key)
-        .bind(grp)
-        .fetch_one(&mut *ctx.conn)
-        .await?;
+                .bind(key)
+                .bind(grp),
+            )
+            .await?;
         edges.push(bulk(Id::of_row(&row, 0)?.text()));
     }
     let mut out = vec![int(total)];
@@ -373,16 +375,18 @@ async fn pending(
     grp: &[u8],
     id: Id,
 ) -> Result<Option<Pending>, Fail> {
-    let row = sqlx::query(
-        "SELECT consumer, delivered_at, deliveries FROM hf_xpel \
+    let row = ctx
+        .opt(
+            stmt(
+                "SELECT consumer, delivered_at, deliveries FROM hf_xpel \
          WHERE key = $1 AND grp = $2 AND ms = $3 AND seq = $4",
-    )
-    .bind(key)
-    .bind(grp)
-    .bind(col(id.ms))
-    .bind(col(id.seq))
-    .fetch_optional(&mut *ctx.conn)
-    .await?;
+            )
+            .bind(key)
+            .bind(grp)
+            .bind(col(id.ms))
+            .bind(col(id.seq)),
+        )
+        .await?;
     match row {
         Some(row) => Ok(Some(Pending {
             id,
@@ -395,21 +399,20 @@ async fn pending(
 }
 
 async fn fields_of(ctx: &mut Ctx<'_>, key: &[u8], id: Id) -> Result<Option<Vec<u8>>, Fail> {
-    Ok(
-        sqlx::query_scalar("SELECT fields FROM hf_stream WHERE key = $1 AND ms = $2 AND seq = $3")
+    ctx.scalar_opt(
+        stmt("SELECT fields FROM hf_stream WHERE key = $1 AND ms = $2 AND seq = $3")
             .bind(key)
             .bind(col(id.ms))
-            .bind(col(id.seq))
-            .fetch_optional(&mut *ctx.conn)
-            .await?,
+            .bind(col(id.seq)),
     )
+    .await
 }
 
 /// Removes an id from the group's pending entries; true if it was pending.
 async fn unpend(ctx: &mut Ctx<'_>, key: &[u8], grp: &[u8], id: Id) -> Result<bool, Fail> {
     let done = ctx
-        .exec(
-            sqlx::query("DELETE FROM hf_xpel WHERE key = $1 AND grp = $2 AND ms = $3 AND seq = $4")
+        .execute(
+            stmt("DELETE FROM hf_xpel WHERE key = $1 AND grp = $2 AND ms = $3 AND seq = $4")
                 .bind(key)
                 .bind(grp)
                 .bind(col(id.ms))
@@ -428,8 +431,8 @@ async fn hand_over(
     p: &Pending,
 ) -> Result<(), Fail> {
     unpend(ctx, key, grp, p.id).await?;
-    ctx.exec(
-        sqlx::query(
+    ctx.execute(
+        stmt(
             "INSERT INTO hf_xpel (key, grp, ms, seq, consumer, delivered_at, deliveries) \
              VALUES ($1, $2, $3, $4, $5, $6, $7)",
         )
@@ -578,7 +581,7 @@ pub async fn xautoclaim(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     required(ctx, key, grp).await?;
     let mut attempts = count.saturating_mul(10);
     // Every row the loop may look at, and the next one: the cursor.
-    let rows = sqlx::query(
+    let rows = ctx.all(stmt(
         "SELECT p.ms, p.seq, p.consumer, p.delivered_at, p.deliveries, s.fields FROM hf_xpel p \
          LEFT JOIN hf_stream s ON s.key = p.key AND s.ms = p.ms AND s.seq = p.seq \
          WHERE p.key = $1 AND p.grp = $2 AND (p.ms, p.seq) >= ($3, $4) \
@@ -588,8 +591,7 @@ pub async fn xautoclaim(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     .bind(grp)
     .bind(col(start.ms))
     .bind(col(start.seq))
-    .bind(attempts.saturating_add(1))
-    .fetch_all(&mut *ctx.conn)
+    .bind(attempts.saturating_add(1)))
     .await?;
     let now = ctx.now;
     let (mut claimed, mut deleted) = (Vec::new(), Vec::new());

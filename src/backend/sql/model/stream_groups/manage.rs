@@ -8,7 +8,6 @@ use super::super::streams::{col, entry, parse_id, Head, Id, Shape, INVALID_ID};
 use super::{arg, group, lossy, save_group, seen, stream, strict, Group, UNKNOWN};
 use bytes::Bytes;
 use redis_protocol::resp3::types::{BytesFrame as Frame, FrameMap};
-use sqlx::Row;
 
 fn subcommand_error(a: &[Bytes], command: &str) -> String {
     format!(
@@ -133,15 +132,13 @@ async fn create_group(
     if exists {
         return fail("BUSYGROUP Consumer Group name already exists");
     }
-    ctx.exec(
-        sqlx::query(
-            "INSERT INTO hf_xgroup (key, grp, ms, seq, entries_read) VALUES ($1, $2, $3, $4, $5)",
-        )
-        .bind(key)
-        .bind(name)
-        .bind(col(id.ms))
-        .bind(col(id.seq))
-        .bind(entries_read),
+    ctx.execute(
+        stmt("INSERT INTO hf_xgroup (key, grp, ms, seq, entries_read) VALUES ($1, $2, $3, $4, $5)")
+            .bind(key)
+            .bind(name)
+            .bind(col(id.ms))
+            .bind(col(id.seq))
+            .bind(entries_read),
     )
     .await?;
     Ok(ok())
@@ -151,8 +148,8 @@ async fn create_group(
 /// entries.
 async fn destroy_group(ctx: &mut Ctx<'_>, key: &[u8], name: &[u8]) -> Out {
     for table in ["hf_xgroup", "hf_xconsumer", "hf_xpel"] {
-        ctx.exec(
-            sqlx::query(&format!("DELETE FROM {table} WHERE key = $1 AND grp = $2"))
+        ctx.execute(
+            stmt(format!("DELETE FROM {table} WHERE key = $1 AND grp = $2"))
                 .bind(key)
                 .bind(name),
         )
@@ -163,13 +160,14 @@ async fn destroy_group(ctx: &mut Ctx<'_>, key: &[u8], name: &[u8]) -> Out {
 
 /// `XGROUP CREATECONSUMER key group consumer`: 1 if the consumer is new.
 async fn create_consumer(ctx: &mut Ctx<'_>, key: &[u8], name: &[u8], consumer: &[u8]) -> Out {
-    let exists: Option<i64> =
-        sqlx::query_scalar("SELECT 1 FROM hf_xconsumer WHERE key = $1 AND grp = $2 AND name = $3")
-            .bind(key)
-            .bind(name)
-            .bind(consumer)
-            .fetch_optional(&mut *ctx.conn)
-            .await?;
+    let exists: Option<i64> = ctx
+        .scalar_opt(
+            stmt("SELECT 1 FROM hf_xconsumer WHERE key = $1 AND grp = $2 AND name = $3")
+                .bind(key)
+                .bind(name)
+                .bind(consumer),
+        )
+        .await?;
     if exists.is_some() {
         return Ok(int(0));
     }
@@ -181,16 +179,16 @@ async fn create_consumer(ctx: &mut Ctx<'_>, key: &[u8], name: &[u8], consumer: &
 /// those were.
 async fn del_consumer(ctx: &mut Ctx<'_>, key: &[u8], name: &[u8], consumer: &[u8]) -> Out {
     let pending = ctx
-        .exec(
-            sqlx::query("DELETE FROM hf_xpel WHERE key = $1 AND grp = $2 AND consumer = $3")
+        .execute(
+            stmt("DELETE FROM hf_xpel WHERE key = $1 AND grp = $2 AND consumer = $3")
                 .bind(key)
                 .bind(name)
                 .bind(consumer),
         )
         .await?
         .rows_affected();
-    ctx.exec(
-        sqlx::query("DELETE FROM hf_xconsumer WHERE key = $1 AND grp = $2 AND name = $3")
+    ctx.execute(
+        stmt("DELETE FROM hf_xconsumer WHERE key = $1 AND grp = $2 AND name = $3")
             .bind(key)
             .bind(name)
             .bind(consumer),
@@ -315,14 +313,13 @@ pub async fn xinfo(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
                     lossy(key)
                 ));
             }
-            let rows = sqlx::query(
+            let rows = ctx.all(stmt(
                 "SELECT c.name, c.seen_at, (SELECT COUNT(*) FROM hf_xpel p WHERE p.key = c.key \
                  AND p.grp = c.grp AND p.consumer = c.name) FROM hf_xconsumer c \
                  WHERE c.key = $1 AND c.grp = $2 ORDER BY c.name",
             )
             .bind(key)
-            .bind(grp)
-            .fetch_all(&mut *ctx.conn)
+            .bind(grp))
             .await?;
             let mut out = Vec::with_capacity(rows.len());
             for row in &rows {
@@ -339,13 +336,12 @@ pub async fn xinfo(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
             let shape = Shape::read(ctx, key, head).await?;
             let mut out = Vec::new();
             for (name, g) in groups(ctx, key).await? {
-                let counts = sqlx::query(
+                let counts = ctx.one(stmt(
                     "SELECT (SELECT COUNT(*) FROM hf_xconsumer WHERE key = $1 AND grp = $2), \
                      (SELECT COUNT(*) FROM hf_xpel WHERE key = $1 AND grp = $2)",
                 )
                 .bind(key)
-                .bind(name.as_ref())
-                .fetch_one(&mut *ctx.conn)
+                .bind(name.as_ref()))
                 .await?;
                 out.push(record(vec![
                     ("name", bulk(name)),
@@ -367,11 +363,12 @@ pub async fn xinfo(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
 }
 
 async fn groups(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Vec<(Bytes, Group)>, Fail> {
-    let rows =
-        sqlx::query("SELECT grp, ms, seq, entries_read FROM hf_xgroup WHERE key = $1 ORDER BY grp")
-            .bind(key)
-            .fetch_all(&mut *ctx.conn)
-            .await?;
+    let rows = ctx
+        .all(
+            stmt("SELECT grp, ms, seq, entries_read FROM hf_xgroup WHERE key = $1 ORDER BY grp")
+                .bind(key),
+        )
+        .await?;
     let mut out = Vec::with_capacity(rows.len());
     for row in &rows {
         out.push((
@@ -393,13 +390,15 @@ async fn edge_entries(
     last: bool,
 ) -> Result<Vec<Frame>, Fail> {
     let order = if last { "ms DESC, seq DESC" } else { "ms, seq" };
-    let rows = sqlx::query(&format!(
-        "SELECT ms, seq, fields FROM hf_stream WHERE key = $1 ORDER BY {order} LIMIT $2"
-    ))
-    .bind(key)
-    .bind(if limit > 0 { limit } else { i64::MAX })
-    .fetch_all(&mut *ctx.conn)
-    .await?;
+    let rows = ctx
+        .all(
+            stmt(format!(
+                "SELECT ms, seq, fields FROM hf_stream WHERE key = $1 ORDER BY {order} LIMIT $2"
+            ))
+            .bind(key)
+            .bind(if limit > 0 { limit } else { i64::MAX }),
+        )
+        .await?;
     let mut out = Vec::with_capacity(rows.len());
     for row in &rows {
         let fields: Vec<u8> = row.try_get(2)?;
@@ -427,9 +426,8 @@ async fn stream_info(ctx: &mut Ctx<'_>, key: &[u8], shape: &Shape, full: Option<
         ("recorded-first-entry-id", bulk(shape.first.text())),
     ];
     let Some(count) = full else {
-        let n = sqlx::query_scalar("SELECT COUNT(*) FROM hf_xgroup WHERE key = $1")
-            .bind(key)
-            .fetch_one(&mut *ctx.conn)
+        let n = ctx
+            .scalar(stmt("SELECT COUNT(*) FROM hf_xgroup WHERE key = $1").bind(key))
             .await?;
         fields.push(("groups", int(n)));
         let first = edge_entries(ctx, key, 1, false).await?.pop();
@@ -445,14 +443,16 @@ async fn stream_info(ctx: &mut Ctx<'_>, key: &[u8], shape: &Shape, full: Option<
     let limit = if count > 0 { count } else { i64::MAX };
     let mut out = Vec::new();
     for (name, g) in groups(ctx, key).await? {
-        let rows = sqlx::query(
-            "SELECT ms, seq, consumer, delivered_at, deliveries FROM hf_xpel \
+        let rows = ctx
+            .all(
+                stmt(
+                    "SELECT ms, seq, consumer, delivered_at, deliveries FROM hf_xpel \
              WHERE key = $1 AND grp = $2 ORDER BY ms, seq",
-        )
-        .bind(key)
-        .bind(name.as_ref())
-        .fetch_all(&mut *ctx.conn)
-        .await?;
+                )
+                .bind(key)
+                .bind(name.as_ref()),
+            )
+            .await?;
         let mut pel = Vec::new();
         let mut by_consumer: std::collections::HashMap<Vec<u8>, Vec<Frame>> = Default::default();
         let mut counts: std::collections::HashMap<Vec<u8>, i64> = Default::default();
@@ -474,12 +474,11 @@ async fn stream_info(ctx: &mut Ctx<'_>, key: &[u8], shape: &Shape, full: Option<
                 own.push(array(vec![bulk(id.text()), int(at), int(times)]));
             }
         }
-        let members = sqlx::query(
+        let members = ctx.all(stmt(
             "SELECT name, seen_at FROM hf_xconsumer WHERE key = $1 AND grp = $2 ORDER BY name",
         )
         .bind(key)
-        .bind(name.as_ref())
-        .fetch_all(&mut *ctx.conn)
+        .bind(name.as_ref()))
         .await?;
         let mut consumers = Vec::with_capacity(members.len());
         for row in &members {

@@ -19,7 +19,6 @@ pub(super) mod manage;
 use super::store::*;
 use super::streams::{col, parse_id, Head, Id, INVALID_ID};
 use bytes::Bytes;
-use sqlx::Row;
 
 /// Redis's counter for "unknown": a group's entries-read that cannot be computed.
 const UNKNOWN: i64 = -1;
@@ -32,12 +31,13 @@ struct Group {
 }
 
 async fn group(ctx: &mut Ctx<'_>, key: &[u8], name: &[u8]) -> Result<Option<Group>, Fail> {
-    let row =
-        sqlx::query("SELECT ms, seq, entries_read FROM hf_xgroup WHERE key = $1 AND grp = $2")
-            .bind(key)
-            .bind(name)
-            .fetch_optional(&mut *ctx.conn)
-            .await?;
+    let row = ctx
+        .opt(
+            stmt("SELECT ms, seq, entries_read FROM hf_xgroup WHERE key = $1 AND grp = $2")
+                .bind(key)
+                .bind(name),
+        )
+        .await?;
     match row {
         Some(row) => Ok(Some(Group {
             last: Id::of_row(&row, 0)?,
@@ -48,8 +48,8 @@ async fn group(ctx: &mut Ctx<'_>, key: &[u8], name: &[u8]) -> Result<Option<Grou
 }
 
 async fn save_group(ctx: &mut Ctx<'_>, key: &[u8], name: &[u8], g: Group) -> Result<(), Fail> {
-    ctx.exec(
-        sqlx::query(
+    ctx.execute(
+        stmt(
             "UPDATE hf_xgroup SET ms = $3, seq = $4, entries_read = $5 WHERE key = $1 AND grp = $2",
         )
         .bind(key)
@@ -65,21 +65,19 @@ async fn save_group(ctx: &mut Ctx<'_>, key: &[u8], name: &[u8], g: Group) -> Res
 /// Marks a consumer seen now, creating it if it is new; true if it was created.
 async fn seen(ctx: &mut Ctx<'_>, key: &[u8], grp: &[u8], name: &[u8]) -> Result<bool, Fail> {
     let done = ctx
-        .exec(
-            sqlx::query(
-                "UPDATE hf_xconsumer SET seen_at = $4 WHERE key = $1 AND grp = $2 AND name = $3",
-            )
-            .bind(key)
-            .bind(grp)
-            .bind(name)
-            .bind(ctx.now),
+        .execute(
+            stmt("UPDATE hf_xconsumer SET seen_at = $4 WHERE key = $1 AND grp = $2 AND name = $3")
+                .bind(key)
+                .bind(grp)
+                .bind(name)
+                .bind(ctx.now),
         )
         .await?;
     if done.rows_affected() > 0 {
         return Ok(false);
     }
-    ctx.exec(
-        sqlx::query("INSERT INTO hf_xconsumer (key, grp, name, seen_at) VALUES ($1, $2, $3, $4)")
+    ctx.execute(
+        stmt("INSERT INTO hf_xconsumer (key, grp, name, seen_at) VALUES ($1, $2, $3, $4)")
             .bind(key)
             .bind(grp)
             .bind(name)

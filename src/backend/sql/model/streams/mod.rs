@@ -14,7 +14,6 @@ pub(crate) mod write;
 use super::store::*;
 use bytes::Bytes;
 use redis_protocol::resp3::types::BytesFrame as Frame;
-use sqlx::Row;
 
 pub(crate) const INVALID_ID: &str = "ERR Invalid stream ID specified as stream command argument";
 
@@ -54,7 +53,7 @@ impl Id {
     }
 
     /// The id of a row's `ms, seq` columns at `at`, `at + 1`.
-    pub fn of_row(row: &sqlx::any::AnyRow, at: usize) -> Result<Id, Fail> {
+    pub fn of_row(row: &Row, at: usize) -> Result<Id, Fail> {
         Ok(Id {
             ms: uncol(row.try_get(at)?),
             seq: uncol(row.try_get(at + 1)?),
@@ -201,12 +200,14 @@ impl Shape {
 }
 
 async fn edge(ctx: &mut Ctx<'_>, key: &[u8], order: &str) -> Result<Id, Fail> {
-    let row = sqlx::query(&format!(
-        "SELECT ms, seq FROM hf_stream WHERE key = $1 ORDER BY {order} LIMIT 1"
-    ))
-    .bind(key)
-    .fetch_one(&mut *ctx.conn)
-    .await?;
+    let row = ctx
+        .one(
+            stmt(format!(
+                "SELECT ms, seq FROM hf_stream WHERE key = $1 ORDER BY {order} LIMIT 1"
+            ))
+            .bind(key),
+        )
+        .await?;
     Id::of_row(&row, 0)
 }
 

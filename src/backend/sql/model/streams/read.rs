@@ -7,7 +7,6 @@ use super::super::strings::arg;
 use super::{col, entry, parse_id, range_end, uncol, Id, INVALID_ID};
 use bytes::Bytes;
 use redis_protocol::resp3::types::BytesFrame as Frame;
-use sqlx::Row;
 
 pub async fn xlen(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     Ok(int(ctx.len(arg(a, 1), Kind::Stream).await?))
@@ -72,19 +71,21 @@ pub async fn xrange(ctx: &mut Ctx<'_>, a: &[Bytes], rev: bool) -> Out {
         return Ok(array(Vec::new()));
     }
     let order = if rev { "ms DESC, seq DESC" } else { "ms, seq" };
-    let rows = sqlx::query(&format!(
-        "SELECT ms, seq, fields FROM hf_stream WHERE key = $1 \
+    let rows = ctx
+        .all(
+            stmt(format!(
+                "SELECT ms, seq, fields FROM hf_stream WHERE key = $1 \
          AND (ms, seq) >= ($2, $3) AND (ms, seq) <= ($4, $5) \
          ORDER BY {order} LIMIT $6"
-    ))
-    .bind(key)
-    .bind(col(lo.ms))
-    .bind(col(lo.seq))
-    .bind(col(hi.ms))
-    .bind(col(hi.seq))
-    .bind(count.unwrap_or(i64::MAX))
-    .fetch_all(&mut *ctx.conn)
-    .await?;
+            ))
+            .bind(key)
+            .bind(col(lo.ms))
+            .bind(col(lo.seq))
+            .bind(col(hi.ms))
+            .bind(col(hi.seq))
+            .bind(count.unwrap_or(i64::MAX)),
+        )
+        .await?;
     let mut out = Vec::with_capacity(rows.len());
     for row in &rows {
         let id = Id {
@@ -173,16 +174,18 @@ pub(crate) async fn entries_after(
     let Some(from) = after.next() else {
         return Ok(Vec::new());
     };
-    let rows = sqlx::query(
-        "SELECT ms, seq, fields FROM hf_stream WHERE key = $1 \
+    let rows = ctx
+        .all(
+            stmt(
+                "SELECT ms, seq, fields FROM hf_stream WHERE key = $1 \
          AND (ms, seq) >= ($2, $3) ORDER BY ms, seq LIMIT $4",
-    )
-    .bind(key)
-    .bind(col(from.ms))
-    .bind(col(from.seq))
-    .bind(if count > 0 { count } else { i64::MAX })
-    .fetch_all(&mut *ctx.conn)
-    .await?;
+            )
+            .bind(key)
+            .bind(col(from.ms))
+            .bind(col(from.seq))
+            .bind(if count > 0 { count } else { i64::MAX }),
+        )
+        .await?;
     let mut out = Vec::with_capacity(rows.len());
     for row in &rows {
         out.push((Id::of_row(row, 0)?, row.try_get(2)?));

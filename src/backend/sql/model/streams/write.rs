@@ -11,7 +11,6 @@ use super::super::strings::arg;
 use super::{col, digits, encode_fields, parse_id, uncol, Head, Id, INVALID_ID};
 use bytes::Bytes;
 use redis_protocol::resp3::types::BytesFrame as Frame;
-use sqlx::Row;
 
 /// An XADD id: explicit, `ms-*`, or `*` (None, None).
 #[derive(Clone, Copy)]
@@ -115,35 +114,32 @@ async fn apply_trim(ctx: &mut Ctx<'_>, key: &[u8], trim: Trim) -> Result<i64, Fa
             if len <= max {
                 return Ok(0);
             }
-            let cut = sqlx::query(
+            let cut = ctx.opt(stmt(
                 "SELECT ms, seq FROM hf_stream WHERE key = $1 ORDER BY ms, seq LIMIT 1 OFFSET $2",
             )
             .bind(key)
-            .bind(len - max)
-            .fetch_optional(&mut *ctx.conn)
+            .bind(len - max))
             .await?;
             match cut {
                 Some(row) => {
                     let (ms, seq): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
-                    ctx.exec(
-                        sqlx::query(
-                            "DELETE FROM hf_stream WHERE key = $1 AND (ms, seq) < ($2, $3)",
-                        )
-                        .bind(key)
-                        .bind(ms)
-                        .bind(seq),
+                    ctx.execute(
+                        stmt("DELETE FROM hf_stream WHERE key = $1 AND (ms, seq) < ($2, $3)")
+                            .bind(key)
+                            .bind(ms)
+                            .bind(seq),
                     )
                     .await?
                 }
                 None => {
-                    ctx.exec(sqlx::query("DELETE FROM hf_stream WHERE key = $1").bind(key))
+                    ctx.execute(stmt("DELETE FROM hf_stream WHERE key = $1").bind(key))
                         .await?
                 }
             }
         }
         Trim::MinId(id) => {
-            ctx.exec(
-                sqlx::query("DELETE FROM hf_stream WHERE key = $1 AND (ms, seq) < ($2, $3)")
+            ctx.execute(
+                stmt("DELETE FROM hf_stream WHERE key = $1 AND (ms, seq) < ($2, $3)")
                     .bind(key)
                     .bind(col(id.ms))
                     .bind(col(id.seq)),
@@ -214,8 +210,8 @@ pub async fn xadd(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
         Err(error) => return fail(error),
     };
     ctx.create(key, Kind::Stream, None).await?;
-    ctx.exec(
-        sqlx::query("INSERT INTO hf_stream (key, ms, seq, fields) VALUES ($1, $2, $3, $4)")
+    ctx.execute(
+        stmt("INSERT INTO hf_stream (key, ms, seq, fields) VALUES ($1, $2, $3, $4)")
             .bind(key)
             .bind(col(id.ms))
             .bind(col(id.seq))
@@ -345,11 +341,11 @@ pub async fn xadd_run(
             "INSERT INTO hf_keys (key, kind, value) VALUES {rows} \
              ON CONFLICT (key) DO UPDATE SET value = excluded.value WHERE hf_keys.kind = {code}"
         );
-        let mut query = sqlx::query(&sql);
+        let mut query = stmt(&sql);
         for (key, head) in chunk.iter().chain(std::iter::repeat(last)).take(written) {
             query = query.bind(*key).bind(code).bind(&head[..]);
         }
-        if ctx.exec(query).await?.rows_affected() != written as u64 {
+        if ctx.execute(query).await?.rows_affected() != written as u64 {
             return fail("ERR holdfast: a stream of the run changed kind");
         }
     }
@@ -364,7 +360,7 @@ pub async fn xadd_run(
             "INSERT INTO hf_stream (key, ms, seq, fields) VALUES {rows} \
              ON CONFLICT (key, ms, seq) DO NOTHING"
         );
-        let mut query = sqlx::query(&sql);
+        let mut query = stmt(&sql);
         for (key, id, fields) in chunk.iter().chain(std::iter::repeat(last)).take(written) {
             query = query
                 .bind(*key)
@@ -372,7 +368,7 @@ pub async fn xadd_run(
                 .bind(col(id.seq))
                 .bind(fields.as_slice());
         }
-        if ctx.exec(query).await?.rows_affected() != chunk.len() as u64 {
+        if ctx.execute(query).await?.rows_affected() != chunk.len() as u64 {
             return fail("ERR holdfast: a stream entry of the run exists already");
         }
     }
@@ -411,8 +407,8 @@ pub async fn xdel(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     let mut n = 0;
     for id in ids {
         let done = ctx
-            .exec(
-                sqlx::query("DELETE FROM hf_stream WHERE key = $1 AND ms = $2 AND seq = $3")
+            .execute(
+                stmt("DELETE FROM hf_stream WHERE key = $1 AND ms = $2 AND seq = $3")
                     .bind(key)
                     .bind(col(id.ms))
                     .bind(col(id.seq)),
@@ -471,12 +467,16 @@ pub async fn xsetid(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
             "ERR The entries_added specified in XSETID is smaller than the target stream length",
         );
     }
-    let top: Option<(i64, i64)> = sqlx::query_as(
-        "SELECT ms, seq FROM hf_stream WHERE key = $1 ORDER BY ms DESC, seq DESC LIMIT 1",
-    )
-    .bind(key)
-    .fetch_optional(&mut *ctx.conn)
-    .await?;
+    let top = ctx
+        .opt(
+            stmt("SELECT ms, seq FROM hf_stream WHERE key = $1 ORDER BY ms DESC, seq DESC LIMIT 1")
+                .bind(key),
+        )
+        .await?;
+    let top: Option<(i64, i64)> = match top {
+        Some(row) => Some((row.try_get(0)?, row.try_get(1)?)),
+        None => None,
+    };
     if let Some((ms, seq)) = top {
         let top = Id {
             ms: uncol(ms),

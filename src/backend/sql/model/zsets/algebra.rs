@@ -30,9 +30,8 @@ async fn input(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Vec<(Bytes, f64)>, Fail>
         None => Ok(Vec::new()),
         Some(Kind::ZSet) => by_rank(ctx, key, 0, -1, false).await,
         Some(Kind::Set) => {
-            let rows = sqlx::query("SELECT member FROM hf_set WHERE key = $1")
-                .bind(key)
-                .fetch_all(&mut *ctx.conn)
+            let rows = ctx
+                .all(stmt("SELECT member FROM hf_set WHERE key = $1").bind(key))
                 .await?;
             rows.iter()
                 .map(|row| Ok((bytes_at(row, 0)?, 1.0)))

@@ -15,7 +15,6 @@ use super::strings::arg;
 use crate::backend::Proto;
 use bytes::Bytes;
 use redis_protocol::resp3::types::BytesFrame as Frame;
-use sqlx::Row;
 
 pub(crate) async fn zset(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<bool, Fail> {
     Ok(ctx.typed(key, Kind::ZSet).await?.is_some())
@@ -26,12 +25,13 @@ pub(crate) async fn score(
     key: &[u8],
     member: &[u8],
 ) -> Result<Option<f64>, Fail> {
-    let s: Option<f64> =
-        sqlx::query_scalar("SELECT score FROM hf_zset WHERE key = $1 AND member = $2")
-            .bind(key)
-            .bind(member)
-            .fetch_optional(&mut *ctx.conn)
-            .await?;
+    let s: Option<f64> = ctx
+        .scalar_opt(
+            stmt("SELECT score FROM hf_zset WHERE key = $1 AND member = $2")
+                .bind(key)
+                .bind(member),
+        )
+        .await?;
     Ok(s)
 }
 
@@ -41,7 +41,7 @@ async fn put(ctx: &mut Ctx<'_>, key: &[u8], member: &[u8], s: f64, new: bool) ->
     } else {
         "UPDATE hf_zset SET score = $3 WHERE key = $1 AND member = $2"
     };
-    ctx.exec(sqlx::query(sql).bind(key).bind(member).bind(s))
+    ctx.execute(stmt(sql).bind(key).bind(member).bind(s))
         .await?;
     Ok(())
 }
@@ -213,12 +213,7 @@ pub async fn zrank(ctx: &mut Ctx<'_>, a: &[Bytes], rev: bool) -> Out {
     } else {
         "SELECT COUNT(*) FROM hf_zset WHERE key = $1 AND (score, member) < ($2, $3)"
     };
-    let n: i64 = sqlx::query_scalar(sql)
-        .bind(key)
-        .bind(s)
-        .bind(member)
-        .fetch_one(&mut *ctx.conn)
-        .await?;
+    let n: i64 = ctx.scalar(stmt(sql).bind(key).bind(s).bind(member)).await?;
     Ok(int(n))
 }
 
@@ -243,14 +238,16 @@ async fn by_rank(
     let end = end.min(len - 1);
     let (offset, flip) = nearer_end(start, end, len);
     let order = if rev != flip { DESC } else { ASC };
-    let mut rows = sqlx::query(&format!(
+    let mut rows = ctx
+        .all(
+            stmt(format!(
         "SELECT member, score FROM hf_zset WHERE key = $1 ORDER BY {order} LIMIT $2 OFFSET $3"
     ))
-    .bind(key)
-    .bind(end - start + 1)
-    .bind(offset)
-    .fetch_all(&mut *ctx.conn)
-    .await?;
+            .bind(key)
+            .bind(end - start + 1)
+            .bind(offset),
+        )
+        .await?;
     if flip {
         rows.reverse();
     }

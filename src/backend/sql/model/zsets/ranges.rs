@@ -9,8 +9,6 @@ use super::{by_rank, replace_with, score, zset};
 use crate::backend::Proto;
 use bytes::Bytes;
 use redis_protocol::resp3::types::BytesFrame as Frame;
-use sqlx::any::AnyRow;
-use sqlx::Row;
 
 /// One end of a score range: `(1.5` is exclusive.
 #[derive(Clone, Copy)]
@@ -49,15 +47,17 @@ pub async fn zcount(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     if !zset(ctx, key).await? {
         return Ok(int(0));
     }
-    let n: i64 = sqlx::query_scalar(&format!(
-        "SELECT COUNT(*) FROM hf_zset WHERE key = $1 AND {}",
-        score_where(lo, hi)
-    ))
-    .bind(key)
-    .bind(lo.value)
-    .bind(hi.value)
-    .fetch_one(&mut *ctx.conn)
-    .await?;
+    let n: i64 = ctx
+        .scalar(
+            stmt(format!(
+                "SELECT COUNT(*) FROM hf_zset WHERE key = $1 AND {}",
+                score_where(lo, hi)
+            ))
+            .bind(key)
+            .bind(lo.value)
+            .bind(hi.value),
+        )
+        .await?;
     Ok(int(n))
 }
 
@@ -127,23 +127,22 @@ pub async fn zrange(ctx: &mut Ctx<'_>, a: &[Bytes], form: Form) -> Out {
     } else {
         (arg(a, 2), arg(a, 3))
     };
-    let order = if rev { super::DESC } else { super::ASC };
     let rows = if by_score {
+        let order = if rev { super::DESC } else { super::ASC };
         score_rows(ctx, key, (first, second), order, limit).await?
     } else {
-        rank_rows(ctx, key, (first, second), order).await?
+        rank_rows(ctx, key, (first, second), rev).await?
     };
     let Some(rows) = rows else {
         return Ok(array(Vec::new()));
     };
     let mut out = Vec::with_capacity(rows.len() * if withscores { 2 } else { 1 });
-    for row in &rows {
-        let member = bulk(bytes_at(row, 0)?);
+    for (member, s) in rows {
+        let member = bulk(member);
         if !withscores {
             out.push(member);
             continue;
         }
-        let s: f64 = row.try_get(1)?;
         match ctx.proto {
             Proto::Resp2 => {
                 out.push(member);
@@ -164,7 +163,7 @@ async fn score_rows(
     (first, second): (&[u8], &[u8]),
     order: &str,
     limit: Option<(i64, i64)>,
-) -> Result<Option<Vec<AnyRow>>, Fail> {
+) -> Result<Option<Vec<(Bytes, f64)>>, Fail> {
     let (lo, hi) = score_range(first, second)?;
     if !zset(ctx, key).await? {
         return Ok(None);
@@ -174,7 +173,7 @@ async fn score_rows(
         return Ok(None);
     }
     let count = if count < 0 { i64::MAX } else { count };
-    let rows = sqlx::query(&format!(
+    let rows = ctx.all(stmt(format!(
         "SELECT member, score FROM hf_zset WHERE key = $1 AND {} ORDER BY {order} LIMIT $4 OFFSET $5",
         score_where(lo, hi)
     ))
@@ -182,54 +181,28 @@ async fn score_rows(
     .bind(lo.value)
     .bind(hi.value)
     .bind(count)
-    .bind(offset)
-    .fetch_all(&mut *ctx.conn)
+    .bind(offset))
     .await?;
-    Ok(Some(rows))
+    let mut out = Vec::with_capacity(rows.len());
+    for row in &rows {
+        out.push((bytes_at(row, 0)?, row.try_get(1)?));
+    }
+    Ok(Some(out))
 }
 
-/// `ZRANGE`'s rows of the ranks `first` to `second` (Redis's negative indices), in `order`;
-/// None when the answer is empty (no set, or no rank of the set in the range).
+/// `ZRANGE`'s (member, score) pairs of the ranks `first` to `second` (Redis's negative
+/// indices), from the top when `rev`; None when there is no set.
 async fn rank_rows(
     ctx: &mut Ctx<'_>,
     key: &[u8],
     (first, second): (&[u8], &[u8]),
-    order: &str,
-) -> Result<Option<Vec<AnyRow>>, Fail> {
-    let (mut start, mut end) = (args::int(first)?, args::int(second)?);
+    rev: bool,
+) -> Result<Option<Vec<(Bytes, f64)>>, Fail> {
+    let (start, end) = (args::int(first)?, args::int(second)?);
     if !zset(ctx, key).await? {
         return Ok(None);
     }
-    let len = ctx.count(key, Kind::ZSet).await?;
-    if start < 0 {
-        start += len;
-    }
-    if end < 0 {
-        end += len;
-    }
-    start = start.max(0);
-    if start > end || start >= len {
-        return Ok(None);
-    }
-    end = end.min(len - 1);
-    let (offset, flip) = nearer_end(start, end, len);
-    let order = match (flip, order == super::ASC) {
-        (false, _) => order,
-        (true, true) => super::DESC,
-        (true, false) => super::ASC,
-    };
-    let mut rows = sqlx::query(&format!(
-        "SELECT member, score FROM hf_zset WHERE key = $1 ORDER BY {order} LIMIT $2 OFFSET $3"
-    ))
-    .bind(key)
-    .bind(end - start + 1)
-    .bind(offset)
-    .fetch_all(&mut *ctx.conn)
-    .await?;
-    if flip {
-        rows.reverse();
-    }
-    Ok(Some(rows))
+    Ok(Some(by_rank(ctx, key, start, end, rev).await?))
 }
 
 pub async fn zremrangebyscore(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
@@ -240,8 +213,8 @@ pub async fn zremrangebyscore(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
         return Ok(int(0));
     }
     let done = ctx
-        .exec(
-            sqlx::query(&format!(
+        .execute(
+            stmt(format!(
                 "DELETE FROM hf_zset WHERE key = $1 AND {}",
                 score_where(lo, hi)
             ))
@@ -333,15 +306,11 @@ async fn lex_range(
         n + 2,
         n + 3
     );
-    let mut query = sqlx::query(&sql).bind(key);
+    let mut query = stmt(&sql).bind(key);
     for b in binds {
         query = query.bind(b);
     }
-    let rows = query
-        .bind(count)
-        .bind(offset)
-        .fetch_all(&mut *ctx.conn)
-        .await?;
+    let rows = ctx.all(query.bind(count).bind(offset)).await?;
     let mut out = Vec::with_capacity(rows.len());
     for row in &rows {
         out.push(bulk(bytes_at(row, 0)?));
@@ -384,11 +353,11 @@ pub async fn zlexcount(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     }
     let (clause, binds) = lex_where(&lo, &hi);
     let sql = format!("SELECT COUNT(*) FROM hf_zset WHERE key = $1{clause}");
-    let mut query = sqlx::query_scalar(&sql).bind(key);
+    let mut query = stmt(&sql).bind(key);
     for b in binds {
         query = query.bind(b);
     }
-    let n: i64 = query.fetch_one(&mut *ctx.conn).await?;
+    let n: i64 = ctx.scalar(query).await?;
     Ok(int(n))
 }
 
@@ -405,11 +374,11 @@ pub async fn zremrangebylex(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     };
     let (clause, binds) = lex_where(&lo, &hi);
     let sql = format!("DELETE FROM hf_zset WHERE key = $1{clause}");
-    let mut query = sqlx::query(&sql).bind(key);
+    let mut query = stmt(&sql).bind(key);
     for b in binds {
         query = query.bind(b);
     }
-    let done = ctx.exec(query).await?;
+    let done = ctx.execute(query).await?;
     ctx.drop_if_empty(key, Kind::ZSet).await?;
     Ok(int(done.rows_affected() as i64))
 }
