@@ -25,6 +25,8 @@ import subprocess
 import sys
 import time
 
+# No __pycache__ beside the benchmarks: the image's build context is checked file by file.
+sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import load  # noqa: E402  (the servers' helpers, shared with the load benchmark)
 

@@ -154,6 +154,16 @@ pub enum BackendError {
         #[source]
         source: sqlx::Error,
     },
+    /// A SQLite database failed on a connection holdfast drives itself (`rusqlite`); the
+    /// stage says whether COMMIT had been sent.
+    #[error("the database failed ({stage:?})")]
+    Lite {
+        /// Where in the command's transaction it failed.
+        stage: SqlStage,
+        /// rusqlite's error, with SQLite's extended result code.
+        #[source]
+        source: rusqlite::Error,
+    },
     /// A SQL operation got no answer within the backend's `response_timeout`; its connection
     /// was closed, never reused. The stage says whether COMMIT had been sent.
     #[error("no answer from the database within {waited:?} ({stage:?})")]
@@ -305,6 +315,7 @@ fn classify_backend(error: &BackendError) -> ErrorClass {
         BackendError::Reply { prefix, .. } => reply_prefix(prefix),
         BackendError::Unsupported { .. } | BackendError::Watched => ErrorClass::Other,
         BackendError::Sql { stage, source } => sql_error(*stage, source),
+        BackendError::Lite { stage, source } => lite_error(*stage, source),
         // The connection it was cut short on is closed: before COMMIT was sent the database
         // rolls the transaction back, as for a broken connection.
         BackendError::SqlTimeout { stage, .. } => match stage {
@@ -334,6 +345,20 @@ fn sql_error(stage: SqlStage, error: &sqlx::Error) -> ErrorClass {
         | sqlx::Error::Tls(_)
         | sqlx::Error::Protocol(_)
         | sqlx::Error::WorkerCrashed => ErrorClass::Transient,
+        _ => ErrorClass::Other,
+    };
+    if class == ErrorClass::Transient && stage != SqlStage::Commit {
+        ErrorClass::NotAttempted
+    } else {
+        class
+    }
+}
+
+/// A SQLite failure on a connection holdfast drives itself: its result code, as through sqlx
+/// (and NotAttempted before COMMIT for what would be in doubt at it).
+fn lite_error(stage: SqlStage, error: &rusqlite::Error) -> ErrorClass {
+    let class = match error {
+        rusqlite::Error::SqliteFailure(failure, _) => sqlite_code(i64::from(failure.extended_code)),
         _ => ErrorClass::Other,
     };
     if class == ErrorClass::Transient && stage != SqlStage::Commit {
@@ -625,6 +650,38 @@ mod tests {
 
     fn io() -> sqlx::Error {
         sqlx::Error::Io(std::io::Error::from(std::io::ErrorKind::ConnectionReset))
+    }
+
+    #[test]
+    fn sqlite_codes_classify_alike_through_either_driver() {
+        let lite = |stage, code: i32| {
+            classify(&BackendError::Lite {
+                stage,
+                source: rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None),
+            })
+        };
+        // BUSY, LOCKED (and their extended codes): turned away, whatever the stage.
+        assert_eq!(lite(SqlStage::Work, 5), ErrorClass::NotAttempted);
+        assert_eq!(
+            lite(SqlStage::Commit, 5 | (2 << 8)),
+            ErrorClass::NotAttempted
+        );
+        assert_eq!(lite(SqlStage::Work, 6), ErrorClass::NotAttempted);
+        // IOERR_FSYNC: in doubt at COMMIT, never applied before it.
+        assert_eq!(lite(SqlStage::Commit, 10 | (4 << 8)), ErrorClass::Transient);
+        assert_eq!(
+            lite(SqlStage::Work, 10 | (4 << 8)),
+            ErrorClass::NotAttempted
+        );
+        // A constraint, or anything but a result code: Other.
+        assert_eq!(lite(SqlStage::Work, 19), ErrorClass::Other);
+        assert_eq!(
+            classify(&BackendError::Lite {
+                stage: SqlStage::Work,
+                source: rusqlite::Error::QueryReturnedNoRows,
+            }),
+            ErrorClass::Other
+        );
     }
 
     #[test]

@@ -26,7 +26,7 @@ fn cmd(args: &[&str]) -> Cmd {
 
 /// How two replies to one command are compared.
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum Cmp {
+pub(crate) enum Cmp {
     Exact,
     /// Hash-table order in Redis: same elements, any order.
     Sorted,
@@ -42,7 +42,7 @@ enum Cmp {
     Timed,
 }
 
-fn cmp_for(c: &Cmd) -> Cmp {
+pub(crate) fn cmp_for(c: &Cmd) -> Cmp {
     let name = String::from_utf8_lossy(&c[0]).to_ascii_uppercase();
     match name.as_str() {
         "KEYS" | "SMEMBERS" | "SINTER" | "SUNION" | "SDIFF" | "SPOP" | "SRANDMEMBER" => Cmp::Sorted,
@@ -146,7 +146,7 @@ fn agree_timed(a: &[u8], b: &[u8]) -> bool {
     })
 }
 
-fn agree(cmp: Cmp, a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn agree(cmp: Cmp, a: &[u8], b: &[u8]) -> bool {
     match cmp {
         Cmp::Exact => a == b,
         Cmp::Timed => agree_timed(a, b),
@@ -323,7 +323,7 @@ pub(crate) async fn differences_as(
 
 /// The commands SQL backends serve (the README's "Served" list under "SQL backends"), kind
 /// by kind, and the malformed requests that must get Redis's error with nothing written.
-fn fixed_script() -> Vec<Cmd> {
+pub(crate) fn fixed_script() -> Vec<Cmd> {
     let lines: &[&[&str]] = &[
         // Strings and expiry.
         &["SET", "s", "v"],

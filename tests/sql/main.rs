@@ -6,6 +6,7 @@
 mod support;
 
 mod differential;
+mod drivers;
 mod encodings;
 mod faults;
 mod queues;

@@ -5,7 +5,10 @@
 //! blocked clients and Pub/Sub). The model never uses the engine (`tests/offline/layout.rs`).
 
 mod engine;
-mod model;
+// Public for `tests/sql/drivers.rs`, which runs the model on both SQLite drivers; not an
+// interface of the crate.
+#[doc(hidden)]
+pub mod model;
 
 pub use engine::{broker, postgres_hosts, SqlBackend, SqlDedicated, SqlStage};
 pub use model::harmless_setting;

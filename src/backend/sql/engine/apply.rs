@@ -123,13 +123,15 @@ impl Inner {
         let keys = lock_keys(args);
         let recorded = async {
             ctx.lock(&keys).await?;
-            let found: Option<Vec<u8>> = sqlx::query_scalar(
-                "SELECT reply FROM hf_tokens WHERE token = $1 AND expires_at > $2",
-            )
-            .bind(token)
-            .bind(now)
-            .fetch_optional(&mut *ctx.conn)
-            .await?;
+            let found: Option<Vec<u8>> = ctx
+                .scalar_opt(
+                    model::store::stmt(
+                        "SELECT reply FROM hf_tokens WHERE token = $1 AND expires_at > $2",
+                    )
+                    .bind(token)
+                    .bind(now),
+                )
+                .await?;
             Ok::<_, Fail>(found)
         }
         .await;
@@ -240,6 +242,15 @@ pub(super) fn failure(
             *dirty = true;
             abandon(conn, e)
         }
+        // Not from this sqlx connection (a rusqlite connection's): the transaction is
+        // undone all the same.
+        Fail::Lite(e) => {
+            *dirty = true;
+            BackendError::Lite {
+                stage: SqlStage::Work,
+                source: e,
+            }
+        }
         Fail::Reply(text) => {
             *dirty |= wrote;
             BackendError::reply(Bytes::from(text))
@@ -281,6 +292,10 @@ pub(super) fn recorded_reply(raw: Vec<u8>) -> Result<Vec<Frame>, BackendError> {
 pub(super) fn work_error(f: Fail) -> BackendError {
     match f {
         Fail::Sql(e) => BackendError::Sql {
+            stage: SqlStage::Work,
+            source: e,
+        },
+        Fail::Lite(e) => BackendError::Lite {
             stage: SqlStage::Work,
             source: e,
         },

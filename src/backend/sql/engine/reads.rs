@@ -305,6 +305,12 @@ async fn read_batch(inner: &Inner, batch: Vec<Get>, held: &mut Held) {
                     Err(Fail::Reply(text)) => Err(BackendError::reply(Bytes::from(text))),
                     // The connection's, or the database's: the batch's.
                     Err(Fail::Sql(e)) => return Err(work_error(e)),
+                    Err(Fail::Lite(e)) => {
+                        return Err(BackendError::Lite {
+                            stage: SqlStage::Work,
+                            source: e,
+                        })
+                    }
                     Err(Fail::Watched) => Err(BackendError::Watched),
                 },
             );

@@ -5,13 +5,12 @@
 //! and the sessions that listen are the engine's (`engine/broker.rs`, `engine/inbox.rs`).
 
 use super::args::glob;
-use super::store::{self, fail, Ctx, Dialect, Out, SYNTAX};
+use super::store::{self, fail, stmt, Ctx, Dialect, Fail, Out, SYNTAX};
 use crate::backend::pubsub::SubKind;
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use bytes::Bytes;
 use redis_protocol::resp3::types::BytesFrame as Frame;
-use sqlx::AnyConnection;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -34,7 +33,7 @@ pub async fn publish(ctx: &mut Ctx<'_>, a: &[Bytes], shard: bool) -> Out {
     };
     if ctx.dialect == Dialect::Sqlite {
         let (now, origin) = (ctx.now, ctx.origin);
-        let count = publish_sqlite(&mut *ctx.conn, (now, origin), shard, channel, message).await?;
+        let count = publish_sqlite(ctx, (now, origin), shard, channel, message).await?;
         return Ok(Frame::Number {
             data: count,
             attributes: None,
@@ -44,7 +43,7 @@ pub async fn publish(ctx: &mut Ctx<'_>, a: &[Bytes], shard: bool) -> Out {
         Ok(text) => text,
         Err(reply) => return fail(reply),
     };
-    let count = publish_postgres(&mut *ctx.conn, shard, channel, &text).await?;
+    let count = publish_postgres(ctx, shard, channel, &text).await?;
     Ok(Frame::Number {
         data: count,
         attributes: None,
@@ -72,28 +71,33 @@ fn kinds(shard: bool) -> (i64, i64) {
 ///
 /// # Errors
 /// The database's.
-pub async fn publish_sqlite(
-    conn: &mut AnyConnection,
+async fn publish_sqlite(
+    ctx: &mut Ctx<'_>,
     (now, origin): (i64, i64),
     shard: bool,
     channel: &[u8],
     payload: &[u8],
-) -> Result<i64, sqlx::Error> {
+) -> Result<i64, Fail> {
     let (kind, patterns) = kinds(shard);
-    let rows: Vec<(i64, i64, Vec<u8>, i64)> = sqlx::query_as(
-        "SELECT listener, kind, name, clients FROM hf_pubsub \
-         WHERE ((kind = ? AND name = ?) OR kind = ?) \
-         AND listener IN (SELECT listener FROM hf_listeners WHERE seen > ?)",
-    )
-    .bind(kind)
-    .bind(channel.to_vec())
-    .bind(patterns)
-    .bind(now - HEARTBEAT_ALIVE.as_millis() as i64)
-    .fetch_all(&mut *conn)
-    .await?;
+    let rows = ctx
+        .all(
+            stmt(
+                "SELECT listener, kind, name, clients FROM hf_pubsub \
+                 WHERE ((kind = ? AND name = ?) OR kind = ?) \
+                 AND listener IN (SELECT listener FROM hf_listeners WHERE seen > ?)",
+            )
+            .bind(kind)
+            .bind(channel)
+            .bind(patterns)
+            .bind(now - HEARTBEAT_ALIVE.as_millis() as i64),
+        )
+        .await?;
     let (mut total, mut elsewhere) = (0, 0);
-    for (listener, k, name, clients) in rows {
-        if k == kind || glob(&name, channel) {
+    for row in &rows {
+        let (listener, k, clients): (i64, i64, i64) =
+            (row.try_get(0)?, row.try_get(1)?, row.try_get(3)?);
+        let name: &[u8] = row.try_get(2)?;
+        if k == kind || glob(name, channel) {
             total += clients;
             if listener != origin {
                 elsewhere += clients;
@@ -101,15 +105,17 @@ pub async fn publish_sqlite(
         }
     }
     if elsewhere > 0 {
-        sqlx::query(
-            "INSERT INTO hf_messages (origin, shard, channel, payload, at) VALUES (?, ?, ?, ?, ?)",
+        ctx.run(
+            stmt(
+                "INSERT INTO hf_messages (origin, shard, channel, payload, at) \
+                 VALUES (?, ?, ?, ?, ?)",
+            )
+            .bind(origin)
+            .bind(i64::from(shard))
+            .bind(channel)
+            .bind(payload)
+            .bind(now),
         )
-        .bind(origin)
-        .bind(i64::from(shard))
-        .bind(channel.to_vec())
-        .bind(payload.to_vec())
-        .bind(now)
-        .execute(&mut *conn)
         .await?;
     }
     Ok(total)
@@ -135,13 +141,12 @@ pub const LIVE: &str = "NOT pg_try_advisory_xact_lock_shared(1751535699, listene
 ///
 /// # Errors
 /// The database's.
-pub async fn publish_postgres(
-    conn: &mut sqlx::AnyConnection,
+async fn publish_postgres(
+    ctx: &mut Ctx<'_>,
     shard: bool,
     channel: &[u8],
     text: &str,
-) -> Result<i64, sqlx::Error> {
-    use sqlx::Row;
+) -> Result<i64, Fail> {
     let (kind, patterns) = kinds(shard);
     let sql = format!(
         "SELECT (SELECT COALESCE(SUM(clients), 0) FROM hf_pubsub \
@@ -149,29 +154,29 @@ pub async fn publish_postgres(
                 (SELECT COUNT(*) FROM hf_pubsub WHERE kind = $5)::bigint \
          FROM pg_notify($1, $2)"
     );
-    let row = sqlx::query(&sql)
-        .bind(PG_CHANNEL)
-        .bind(text)
-        .bind(kind)
-        .bind(channel.to_vec())
-        .bind(patterns)
-        .fetch_one(&mut *conn)
+    let row = ctx
+        .one(
+            stmt(sql)
+                .bind(PG_CHANNEL)
+                .bind(text)
+                .bind(kind)
+                .bind(channel)
+                .bind(patterns),
+        )
         .await?;
     let (direct, pattern_rows): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
     if pattern_rows == 0 {
         return Ok(direct);
     }
     let sql = format!("SELECT name, clients FROM hf_pubsub WHERE kind = $1 AND {LIVE}");
-    let rows: Vec<(Vec<u8>, i64)> = sqlx::query_as(&sql)
-        .bind(patterns)
-        .fetch_all(&mut *conn)
-        .await?;
-    Ok(direct
-        + rows
-            .into_iter()
-            .filter(|(pattern, _)| glob(pattern, channel))
-            .map(|(_, clients)| clients)
-            .sum::<i64>())
+    let mut matched = 0;
+    for row in &ctx.all(stmt(sql).bind(patterns)).await? {
+        let pattern: &[u8] = row.try_get(0)?;
+        if glob(pattern, channel) {
+            matched += row.try_get::<i64>(1)?;
+        }
+    }
+    Ok(direct + matched)
 }
 
 /// `PUBSUB CHANNELS | NUMSUB | NUMPAT | SHARDCHANNELS | SHARDNUMSUB` (arity was checked)
@@ -180,26 +185,31 @@ pub async fn publish_postgres(
 ///
 /// # Errors
 /// The database's.
-pub async fn pubsub(ctx: &mut store::Ctx<'_>, args: &[Bytes]) -> Result<Frame, sqlx::Error> {
-    let rows: Vec<(i64, Vec<u8>, i64)> = match ctx.dialect {
+pub async fn pubsub(ctx: &mut store::Ctx<'_>, args: &[Bytes]) -> Result<Frame, Fail> {
+    let found = match ctx.dialect {
         store::Dialect::Postgres => {
-            sqlx::query_as(&format!(
+            ctx.all(stmt(format!(
                 "SELECT kind, name, SUM(clients)::bigint FROM hf_pubsub \
                  WHERE {LIVE} GROUP BY kind, name"
-            ))
-            .fetch_all(&mut *ctx.conn)
+            )))
             .await?
         }
         store::Dialect::Sqlite => {
-            sqlx::query_as(
-                "SELECT kind, name, SUM(clients) FROM hf_pubsub WHERE listener IN \
-                 (SELECT listener FROM hf_listeners WHERE seen > ?) GROUP BY kind, name",
+            let alive = ctx.now - HEARTBEAT_ALIVE.as_millis() as i64;
+            ctx.all(
+                stmt(
+                    "SELECT kind, name, SUM(clients) FROM hf_pubsub WHERE listener IN \
+                     (SELECT listener FROM hf_listeners WHERE seen > ?) GROUP BY kind, name",
+                )
+                .bind(alive),
             )
-            .bind(ctx.now - HEARTBEAT_ALIVE.as_millis() as i64)
-            .fetch_all(&mut *ctx.conn)
             .await?
         }
     };
+    let mut rows: Vec<(i64, Vec<u8>, i64)> = Vec::with_capacity(found.len());
+    for row in &found {
+        rows.push((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?));
+    }
     let kind = |k: i64| {
         SubKind::ALL
             .into_iter()

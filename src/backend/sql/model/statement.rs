@@ -1,7 +1,11 @@
 //! The one small interface between the data model and a database: a statement with its
 //! parameters ([`Stmt`]), and the rows it returns ([`Row`]), in holdfast's own types, so the
 //! model's SQL is written once and never names a driver. [`Ctx`](super::store::Ctx) runs a
-//! statement on the command's connection (sqlx's `Any` driver: PostgreSQL, and SQLite).
+//! statement on the command's connection, a [`Db`]: sqlx's `Any` driver (PostgreSQL, and
+//! SQLite), or a `rusqlite` connection owned by the caller, on which a statement runs
+//! synchronously (prepared once and cached by the connection), with no worker thread between.
+//! The same model code runs on either: `tests/sql/drivers.rs` runs every command of the
+//! differential script through both SQLite drivers and compares the replies.
 //!
 //! The SQL itself is shared: `$n` placeholders (anonymous `?` on SQLite where a statement's
 //! parameters are each bound once, see [`placeholders`]), `ON CONFLICT`, `RETURNING`, row
@@ -9,6 +13,7 @@
 //! text (placeholders, the padding of multi-row lists) is built here too.
 
 use bytes::Bytes;
+use rusqlite::types::{Value, ValueRef};
 use sqlx::any::{AnyArguments, AnyRow};
 use sqlx::query::Query;
 use sqlx::Any;
@@ -21,6 +26,135 @@ pub enum Dialect {
     Sqlite,
     /// PostgreSQL: concurrent writers, serialised per key by advisory locks.
     Postgres,
+}
+
+/// Why a command did not produce its reply: an answer for the client (an error reply, which
+/// also rolls the command back), or a database failure for `classify`.
+#[derive(Debug)]
+pub enum Fail {
+    /// An error reply, without the leading `-`.
+    Reply(String),
+    /// The database failed, through sqlx.
+    Sql(sqlx::Error),
+    /// The database failed, through a `rusqlite` connection.
+    Lite(rusqlite::Error),
+    /// A key watched before `EXEC` changed: the transaction applies nothing.
+    Watched,
+}
+
+impl From<sqlx::Error> for Fail {
+    fn from(e: sqlx::Error) -> Fail {
+        Fail::Sql(e)
+    }
+}
+
+impl From<rusqlite::Error> for Fail {
+    fn from(e: rusqlite::Error) -> Fail {
+        Fail::Lite(e)
+    }
+}
+
+/// The connection a command's statements run on.
+pub enum Db<'c> {
+    /// sqlx's `Any` driver: PostgreSQL, or SQLite through sqlx's worker thread.
+    Any(&'c mut sqlx::AnyConnection),
+    /// A SQLite connection the calling thread owns: each statement runs in the call.
+    Lite(&'c mut rusqlite::Connection),
+}
+
+impl<'c> From<&'c mut sqlx::AnyConnection> for Db<'c> {
+    fn from(conn: &'c mut sqlx::AnyConnection) -> Db<'c> {
+        Db::Any(conn)
+    }
+}
+
+impl<'c> From<&'c mut rusqlite::Connection> for Db<'c> {
+    fn from(conn: &'c mut rusqlite::Connection) -> Db<'c> {
+        Db::Lite(conn)
+    }
+}
+
+impl Db<'_> {
+    /// Runs `statement`, reading every row it returns; the rows, and how many rows it
+    /// changed.
+    pub(super) async fn rows(&mut self, statement: &Stmt<'_>) -> Result<Vec<Row>, Fail> {
+        match self {
+            Db::Any(conn) => {
+                let rows = statement.any().fetch_all(&mut **conn).await?;
+                Ok(rows.into_iter().map(Row::Any).collect())
+            }
+            Db::Lite(conn) => Ok(lite(conn, statement, true)?.0),
+        }
+    }
+
+    /// Runs `statement` for its changes; the rows it returns are read and dropped.
+    pub(super) async fn changes(&mut self, statement: &Stmt<'_>) -> Result<Affected, Fail> {
+        match self {
+            Db::Any(conn) => {
+                let done = statement.any().execute(&mut **conn).await?;
+                Ok(Affected(done.rows_affected()))
+            }
+            Db::Lite(conn) => Ok(Affected(lite(conn, statement, false)?.1)),
+        }
+    }
+
+    /// The first row `statement` returns, if any.
+    pub(super) async fn first(&mut self, statement: &Stmt<'_>) -> Result<Option<Row>, Fail> {
+        match self {
+            Db::Any(conn) => {
+                let row = statement.any().fetch_optional(&mut **conn).await?;
+                Ok(row.map(Row::Any))
+            }
+            Db::Lite(conn) => Ok(lite(conn, statement, true)?.0.into_iter().next()),
+        }
+    }
+}
+
+/// Runs `statement` on a `rusqlite` connection, with the statement prepared once per
+/// connection (its cache); the rows when `keep`, and the rows changed.
+fn lite(
+    conn: &rusqlite::Connection,
+    statement: &Stmt<'_>,
+    keep: bool,
+) -> Result<(Vec<Row>, u64), rusqlite::Error> {
+    let mut prepared = conn.prepare_cached(&statement.sql)?;
+    // A `$n` or `?n` parameter takes the n-th value wherever it stands (SQLite numbers named
+    // parameters in the order they first appear); an anonymous `?`, the next one in order.
+    let mut next = 0;
+    for index in 1..=prepared.parameter_count() {
+        let n = match prepared.parameter_name(index) {
+            Some(name) => name
+                .get(1..)
+                .and_then(|n| n.parse::<usize>().ok())
+                .ok_or_else(|| rusqlite::Error::InvalidParameterName(name.to_string()))?,
+            None => {
+                next += 1;
+                next
+            }
+        };
+        match statement.params.get(n.wrapping_sub(1)) {
+            Some(Param::Int(v)) => prepared.raw_bind_parameter(index, v)?,
+            Some(Param::Float(v)) => prepared.raw_bind_parameter(index, v)?,
+            Some(Param::Bytes(v)) => prepared.raw_bind_parameter(index, v.as_deref())?,
+            Some(Param::Text(v)) => prepared.raw_bind_parameter(index, v.as_ref())?,
+            // An unbound parameter is NULL, as sqlx leaves it.
+            None => prepared.raw_bind_parameter(index, rusqlite::types::Null)?,
+        }
+    }
+    let width = prepared.column_count();
+    let mut rows = Vec::new();
+    let mut stepping = prepared.raw_query();
+    while let Some(row) = stepping.next()? {
+        if keep {
+            let mut values = Vec::with_capacity(width);
+            for i in 0..width {
+                values.push(Value::from(row.get_ref(i)?));
+            }
+            rows.push(Row::Lite(values));
+        }
+    }
+    drop(stepping);
+    Ok((rows, conn.changes()))
 }
 
 /// What a statement that changes rows reports.
@@ -65,6 +199,7 @@ impl<'q> Stmt<'q> {
                 Param::Int(v) => query.bind(*v),
                 Param::Float(v) => query.bind(*v),
                 Param::Bytes(v) => query.bind(v.as_deref()),
+                Param::Text(v) => query.bind(v.as_ref()),
             };
         }
         query
@@ -76,6 +211,7 @@ pub enum Param<'q> {
     Int(Option<i64>),
     Float(Option<f64>),
     Bytes(Option<Cow<'q, [u8]>>),
+    Text(Cow<'q, str>),
 }
 
 /// What can be bound as a parameter.
@@ -143,57 +279,108 @@ impl<'q> Bind<'q> for &'q Bytes {
     }
 }
 
+impl<'q> Bind<'q> for &'q str {
+    fn param(self) -> Param<'q> {
+        Param::Text(Cow::Borrowed(self))
+    }
+}
+
 impl<'q, const N: usize> Bind<'q> for &'q [u8; N] {
     fn param(self) -> Param<'q> {
         Param::Bytes(Some(Cow::Borrowed(self.as_slice())))
     }
 }
 
-/// A row a statement returned.
-pub struct Row(AnyRow);
+/// A row a statement returned: sqlx's, or the values `rusqlite` read.
+pub enum Row {
+    Any(AnyRow),
+    Lite(Vec<Value>),
+}
 
 impl Row {
-    pub(super) fn any(row: AnyRow) -> Row {
-        Row(row)
-    }
-
     /// The column at `index`, as `T`; a database failure (for `classify`) when it is not one.
     ///
     /// # Errors
     /// The driver's decoding error.
-    pub fn try_get<'r, T: Column<'r>>(&'r self, index: usize) -> Result<T, sqlx::Error> {
-        T::from_any(&self.0, index)
+    pub fn try_get<'r, T: Column<'r>>(&'r self, index: usize) -> Result<T, Fail> {
+        match self {
+            Row::Any(row) => Ok(T::from_any(row, index)?),
+            Row::Lite(values) => {
+                let value = values
+                    .get(index)
+                    .ok_or(rusqlite::Error::InvalidColumnIndex(index))?;
+                T::from_lite(ValueRef::from(value)).ok_or(Fail::Lite(
+                    rusqlite::Error::InvalidColumnType(
+                        index,
+                        String::new(),
+                        ValueRef::from(value).data_type(),
+                    ),
+                ))
+            }
+        }
     }
 }
 
-/// What a column can be read as.
+/// What a column can be read as: by sqlx's own `Any` decoding, or from a SQLite value (an
+/// integer read as a float where a float is asked for, text as bytes where bytes are, as
+/// SQLite's own conversions do).
 pub trait Column<'r>: Sized {
     fn from_any(row: &'r AnyRow, index: usize) -> Result<Self, sqlx::Error>;
+    fn from_lite(value: ValueRef<'r>) -> Option<Self>;
 }
 
-/// Each type the model reads, decoded by sqlx's own `Any` decoding.
+/// The non-null form of each type, and its `Option`.
 macro_rules! column {
-    ($($t:ty),*) => {$(
+    ($($t:ty => |$v:ident| $lite:expr;)*) => {$(
         impl<'r> Column<'r> for $t {
             fn from_any(row: &'r AnyRow, index: usize) -> Result<Self, sqlx::Error> {
                 sqlx::Row::try_get(row, index)
+            }
+            fn from_lite($v: ValueRef<'r>) -> Option<Self> {
+                $lite
+            }
+        }
+        impl<'r> Column<'r> for Option<$t> {
+            fn from_any(row: &'r AnyRow, index: usize) -> Result<Self, sqlx::Error> {
+                sqlx::Row::try_get(row, index)
+            }
+            fn from_lite($v: ValueRef<'r>) -> Option<Self> {
+                match $v {
+                    ValueRef::Null => Some(None),
+                    _ => $lite.map(Some),
+                }
             }
         }
     )*};
 }
 
-column!(
-    i64,
-    Option<i64>,
-    f64,
-    Option<f64>,
-    Vec<u8>,
-    Option<Vec<u8>>,
-    &'r [u8],
-    Option<&'r [u8]>,
-    String,
-    bool
-);
+column! {
+    i64 => |v| match v {
+        ValueRef::Integer(n) => Some(n),
+        _ => None,
+    };
+    f64 => |v| match v {
+        ValueRef::Real(x) => Some(x),
+        ValueRef::Integer(n) => Some(n as f64),
+        _ => None,
+    };
+    Vec<u8> => |v| match v {
+        ValueRef::Blob(b) | ValueRef::Text(b) => Some(b.to_vec()),
+        _ => None,
+    };
+    &'r [u8] => |v| match v {
+        ValueRef::Blob(b) | ValueRef::Text(b) => Some(b),
+        _ => None,
+    };
+    String => |v| match v {
+        ValueRef::Text(b) | ValueRef::Blob(b) => String::from_utf8(b.to_vec()).ok(),
+        _ => None,
+    };
+    bool => |v| match v {
+        ValueRef::Integer(n) => Some(n != 0),
+        _ => None,
+    };
+}
 
 /// `rows` parenthesised rows of `width` parameters each, numbered in order: a multi-row
 /// `VALUES` list.

@@ -5,12 +5,12 @@
 //! placeholders, `ON CONFLICT`, byte-wise ordering of BLOB/bytea); only the schema differs.
 
 pub use super::statement::{
-    placeholders, stmt, string_upsert, upsert_rows, value_rows, Affected, Dialect, Row, Stmt,
+    placeholders, stmt, string_upsert, upsert_rows, value_rows, Affected, Db, Dialect, Fail, Row,
+    Stmt,
 };
 use crate::backend::Proto;
 use bytes::Bytes;
 use redis_protocol::resp3::types::BytesFrame as Frame;
-use sqlx::AnyConnection;
 
 /// What a key holds, as stored in `hf_keys.kind`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,24 +88,6 @@ impl Kind {
     }
 }
 
-/// Why a command did not produce its reply: an answer for the client (an error reply, which
-/// also rolls the command back), or a database failure for `classify`.
-#[derive(Debug)]
-pub enum Fail {
-    /// An error reply, without the leading `-`.
-    Reply(String),
-    /// The database failed.
-    Sql(sqlx::Error),
-    /// A key watched before `EXEC` changed: the transaction applies nothing.
-    Watched,
-}
-
-impl From<sqlx::Error> for Fail {
-    fn from(e: sqlx::Error) -> Fail {
-        Fail::Sql(e)
-    }
-}
-
 /// A command's result.
 pub type Out = Result<Frame, Fail>;
 
@@ -146,7 +128,7 @@ pub struct ScriptEnv<'c> {
 
 /// One command's view of the database.
 pub struct Ctx<'c> {
-    pub conn: &'c mut AnyConnection,
+    pub conn: Db<'c>,
     /// Unix milliseconds, read once per command so one command sees one instant.
     pub now: i64,
     pub proto: Proto,
@@ -165,14 +147,19 @@ pub struct Ctx<'c> {
 }
 
 impl<'c> Ctx<'c> {
-    /// A command's context on `conn`, nothing written yet.
+    /// A command's context on an sqlx connection, nothing written yet.
     pub fn new(
-        conn: &'c mut AnyConnection,
+        conn: &'c mut sqlx::AnyConnection,
         now: i64,
         proto: Proto,
         dialect: Dialect,
         write: bool,
     ) -> Ctx<'c> {
+        Ctx::on(Db::Any(conn), now, proto, dialect, write)
+    }
+
+    /// A command's context on `conn`, nothing written yet.
+    pub fn on(conn: Db<'c>, now: i64, proto: Proto, dialect: Dialect, write: bool) -> Ctx<'c> {
         Ctx {
             conn,
             now,
@@ -193,26 +180,25 @@ impl<'c> Ctx<'c> {
 
     /// Runs a statement that changes nothing the command answers from (a lock).
     pub async fn run(&mut self, statement: Stmt<'_>) -> Result<Affected, Fail> {
-        let done = statement.any().execute(&mut *self.conn).await?;
-        Ok(Affected(done.rows_affected()))
+        self.conn.changes(&statement).await
     }
 
     /// Every row a statement returns.
     pub async fn all(&mut self, statement: Stmt<'_>) -> Result<Vec<Row>, Fail> {
-        let rows = statement.any().fetch_all(&mut *self.conn).await?;
-        Ok(rows.into_iter().map(Row::any).collect())
+        self.conn.rows(&statement).await
     }
 
     /// The first row a statement returns, if any.
     pub async fn opt(&mut self, statement: Stmt<'_>) -> Result<Option<Row>, Fail> {
-        let row = statement.any().fetch_optional(&mut *self.conn).await?;
-        Ok(row.map(Row::any))
+        self.conn.first(&statement).await
     }
 
     /// The row a statement returns; a database failure when it returns none.
     pub async fn one(&mut self, statement: Stmt<'_>) -> Result<Row, Fail> {
-        let row = statement.any().fetch_one(&mut *self.conn).await?;
-        Ok(Row::any(row))
+        match self.conn.first(&statement).await? {
+            Some(row) => Ok(row),
+            None => Err(Fail::Sql(sqlx::Error::RowNotFound)),
+        }
     }
 
     /// The first column of the row a statement returns.
@@ -220,7 +206,7 @@ impl<'c> Ctx<'c> {
     where
         T: for<'r> super::statement::Column<'r>,
     {
-        Ok(self.one(statement).await?.try_get(0)?)
+        self.one(statement).await?.try_get(0)
     }
 
     /// The first column of the first row a statement returns, if any.
