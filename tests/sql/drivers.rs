@@ -44,10 +44,15 @@ fn now_ms() -> i64 {
 }
 
 /// `args` in a transaction of its own on the rusqlite connection.
-async fn on_rusqlite(conn: &mut rusqlite::Connection, args: &[Bytes], proto: Proto) -> Vec<u8> {
+async fn on_rusqlite(
+    conn: &mut rusqlite::Connection,
+    args: &[Bytes],
+    proto: Proto,
+    now: i64,
+) -> Vec<u8> {
     conn.execute_batch("BEGIN IMMEDIATE").expect("begin");
     let result = {
-        let mut ctx = Ctx::on(Db::Lite(conn), now_ms(), proto, Dialect::Sqlite, true);
+        let mut ctx = Ctx::on(Db::Lite(conn), now, proto, Dialect::Sqlite, true);
         model::run(&mut ctx, args, true).await
     };
     let end = if result.is_ok() { "COMMIT" } else { "ROLLBACK" };
@@ -56,10 +61,15 @@ async fn on_rusqlite(conn: &mut rusqlite::Connection, args: &[Bytes], proto: Pro
 }
 
 /// `args` in a transaction of its own on the sqlx connection.
-async fn on_sqlx(conn: &mut sqlx::AnyConnection, args: &[Bytes], proto: Proto) -> Vec<u8> {
+async fn on_sqlx(
+    conn: &mut sqlx::AnyConnection,
+    args: &[Bytes],
+    proto: Proto,
+    now: i64,
+) -> Vec<u8> {
     conn.execute("BEGIN IMMEDIATE").await.expect("begin");
     let result = {
-        let mut ctx = Ctx::new(conn, now_ms(), proto, Dialect::Sqlite, true);
+        let mut ctx = Ctx::new(conn, now, proto, Dialect::Sqlite, true);
         model::run(&mut ctx, args, true).await
     };
     let end = if result.is_ok() { "COMMIT" } else { "ROLLBACK" };
@@ -93,12 +103,14 @@ fn the_model_answers_alike_on_rusqlite_and_on_sqlx() {
         let mut differences = Vec::new();
         for proto in [Proto::Resp2, Proto::Resp3] {
             let flush = [Bytes::from_static(b"FLUSHALL")];
-            on_rusqlite(&mut lite, &flush, proto).await;
-            on_sqlx(&mut any, &flush, proto).await;
+            on_rusqlite(&mut lite, &flush, proto, now_ms()).await;
+            on_sqlx(&mut any, &flush, proto, now_ms()).await;
             for (i, cmd) in fixed_script().iter().enumerate() {
                 let args: Vec<Bytes> = cmd.iter().map(|a| Bytes::from(a.clone())).collect();
-                let a = on_rusqlite(&mut lite, &args, proto).await;
-                let b = on_sqlx(&mut any, &args, proto).await;
+                // One instant for both: an expiry falls on the same side of it on each.
+                let now = now_ms();
+                let a = on_rusqlite(&mut lite, &args, proto, now).await;
+                let b = on_sqlx(&mut any, &args, proto, now).await;
                 if !agree(cmp_for(cmd), &a, &b) {
                     let shown: Vec<String> = cmd.iter().map(|x| show(x)).collect();
                     differences.push(format!(

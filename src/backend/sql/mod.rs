@@ -5,10 +5,13 @@
 //! blocked clients and Pub/Sub). The model never uses the engine (`tests/offline/layout.rs`).
 
 mod engine;
-// Public for `tests/sql/drivers.rs`, which runs the model on both SQLite drivers; not an
-// interface of the crate.
+// Public for `tests/sql/drivers.rs` and `benches/sqlite_drivers.rs`, which run the model on
+// both SQLite drivers; not an interface of the crate.
 #[doc(hidden)]
 pub mod model;
 
+/// The schema's migrations, for a database a benchmark or test prepares itself.
+#[doc(hidden)]
+pub use engine::migrate;
 pub use engine::{broker, postgres_hosts, SqlBackend, SqlDedicated, SqlStage};
 pub use model::harmless_setting;

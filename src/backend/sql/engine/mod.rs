@@ -59,6 +59,7 @@ use tokio::sync::OnceCell;
 pub use crate::config::postgres_hosts;
 pub use crate::error::SqlStage;
 pub use dedicated::SqlDedicated;
+pub use schema::migrate;
 
 /// What one request asks of a transaction.
 #[derive(Clone, Copy)]
