@@ -16,11 +16,12 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY .cargo ./.cargo
 # cargo reads every target the manifest names, so each needs a file: the binary, the library
-# and the [[bench]] (benches/hot_path.rs). The stubs' own artifacts are then removed, or cargo
-# could take them for up to date when the real sources come in.
+# and the [[bench]]es (benches/hot_path.rs, benches/sqlite_drivers.rs). The stubs' own
+# artifacts are then removed, or cargo could take them for up to date when the real sources
+# come in.
 RUN mkdir -p src benches \
     && echo 'fn main() {}' > src/main.rs \
-    && touch src/lib.rs benches/hot_path.rs \
+    && touch src/lib.rs benches/hot_path.rs benches/sqlite_drivers.rs \
     && cargo build --release --locked --bin holdfast \
     && rm -rf src benches target/release/holdfast \
         target/release/.fingerprint/holdfast-* \

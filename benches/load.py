@@ -17,7 +17,8 @@ workloads also split into user and system time), peak RSS, and the memory 10,000
 client connections add.
 
 With --instructions it counts holdfast's instructions per request under callgrind instead
-(SET and GET, 50 connections, without pipelining and 16-deep): repeatable where throughput
+(SET and GET, 50 connections, without pipelining and 16-deep; with --sql too, holdfast on
+SQLite: SET, GET, INCR, LPUSH, HSET, SADD, ZADD, and SET and GET 16-deep): repeatable where throughput
 is not.
 
 With --sql it also starts PostgreSQL (initdb into a temporary directory, as the `postgres`
@@ -236,14 +237,15 @@ def main():
         BINARY = os.path.abspath(args.binary)
     if args.quick:
         args.rounds, args.requests = 1, 50_000
+    # Before --sql: `--instructions --sql` counts holdfast on SQLite.
+    if args.instructions:
+        return instructions_main(args)
     if args.sql:
         return sql_main(args)
     if args.scripts:
         return scripts_main(args)
     if args.modes:
         return modes_main(args)
-    if args.instructions:
-        return instructions_main(args)
     if args.ha:
         return ha_main(args)
 
@@ -847,20 +849,40 @@ def instructions_main(args):
     if subprocess.run(["which", "valgrind"], capture_output=True).returncode != 0:
         sys.exit("--instructions needs valgrind (apt-get install valgrind)")
     with servers() as (binary, tmp, log, procs, redis_port):
-        for name, test, pipeline, requests in [
+        workloads = [
             ("GET 100B", "get", 1, 100_000),
             ("SET 100B", "set", 1, 100_000),
             ("GET 100B P16", "get", 16, 400_000),
             ("SET 100B P16", "set", 16, 400_000),
-        ]:
+        ]
+        backend = redis_backend(redis_port)
+        if args.sql:
+            # holdfast on SQLite (synchronous = normal): the SQL comparison's workloads, fewer
+            # requests (SQLite under callgrind is slow); a fresh file for each holdfast.
+            workloads = [
+                ("SET", "set", 1, 20_000),
+                ("GET", "get", 1, 20_000),
+                ("INCR", ["INCR", "counter:__rand_int__"], 1, 20_000),
+                ("LPUSH", ["LPUSH", "list:__rand_int__", "v"], 1, 20_000),
+                ("HSET", ["HSET", "hash:__rand_int__", "f:__rand_int__", "v"], 1, 20_000),
+                ("SADD", ["SADD", "set:__rand_int__", "m:__rand_int__"], 1, 20_000),
+                ("ZADD", ["ZADD", "zset:__rand_int__", "1", "m:__rand_int__"], 1, 20_000),
+                ("SET P16", "set", 16, 40_000),
+                ("GET P16", "get", 16, 40_000),
+            ]
+        for name, test, pipeline, requests in workloads:
             if not only(args, name):
                 continue
             builds = [("holdfast", binary)]
             if args.against:
                 builds.append(("baseline", os.path.abspath(args.against)))
             for label, build in builds:
-                out = os.path.join(tmp, f"callgrind-{label}-{test}-{pipeline}.out")
-                proc, port = holdfast_on(build, tmp, "callgrind", redis_backend(redis_port), log,
+                tag = name.replace(" ", "-")
+                out = os.path.join(tmp, f"callgrind-{label}-{tag}.out")
+                if args.sql:
+                    backend = (f'kind = "sqlite"\npath = "{tmp}/callgrind-{label}-{tag}.db"\n'
+                               'synchronous = "normal"')
+                proc, port = holdfast_on(build, tmp, "callgrind", backend, log,
                                          wrap=("valgrind", "--tool=callgrind",
                                                f"--callgrind-out-file={out}"))
                 procs.append(proc)
