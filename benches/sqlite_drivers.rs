@@ -56,6 +56,7 @@ fn drivers(c: &mut Criterion) {
         conn
     });
     let mut lite = rusqlite::Connection::open(&path).expect("open");
+    lite.set_prepared_statement_cache_capacity(512);
     lite.execute_batch("PRAGMA synchronous = NORMAL")
         .expect("pragma");
     let commands = commands();

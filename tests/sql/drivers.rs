@@ -96,6 +96,7 @@ fn the_model_answers_alike_on_rusqlite_and_on_sqlx() {
             drop(proxy);
         }
         let mut lite = rusqlite::Connection::open(&lite_path).expect("open");
+        lite.set_prepared_statement_cache_capacity(512);
         sqlx::any::install_default_drivers();
         let mut any = sqlx::AnyConnection::connect(&format!("sqlite://{}", any_path.display()))
             .await

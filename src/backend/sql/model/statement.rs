@@ -58,7 +58,9 @@ impl From<rusqlite::Error> for Fail {
 pub enum Db<'c> {
     /// sqlx's `Any` driver: PostgreSQL, or SQLite through sqlx's worker thread.
     Any(&'c mut sqlx::AnyConnection),
-    /// A SQLite connection the calling thread owns: each statement runs in the call.
+    /// A SQLite connection the calling thread owns: each statement runs in the call. Its
+    /// owner sizes its statement cache (`set_prepared_statement_cache_capacity`: rusqlite's
+    /// default of 16 is fewer than the model's statements).
     Lite(&'c mut rusqlite::Connection),
 }
 
@@ -75,8 +77,7 @@ impl<'c> From<&'c mut rusqlite::Connection> for Db<'c> {
 }
 
 impl Db<'_> {
-    /// Runs `statement`, reading every row it returns; the rows, and how many rows it
-    /// changed.
+    /// Runs `statement`; every row it returns.
     pub(super) async fn rows(&mut self, statement: &Stmt<'_>) -> Result<Vec<Row>, Fail> {
         match self {
             Db::Any(conn) => {
