@@ -228,18 +228,8 @@ async fn intersect(ctx: &mut Ctx<'_>, keys: &[Bytes]) -> Result<Vec<Bytes>, Fail
             let Some(last) = chunk.last() else { continue };
             // Padded with the last member: a few sizes, each prepared once.
             let padded = chunk.len().next_power_of_two();
-            // Anonymous on SQLite throughout (see `placeholders`; sqlx would bind a `?`
-            // after a `$1` to the first argument again).
-            let (first, list) = match ctx.dialect {
-                Dialect::Sqlite => ("?", vec!["?"; padded].join(", ")),
-                Dialect::Postgres => (
-                    "$1",
-                    (2..padded + 2)
-                        .map(|i| format!("${i}"))
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                ),
-            };
+            let first = placeholders_from(ctx.dialect, 1, 1);
+            let list = placeholders_from(ctx.dialect, 2, padded);
             let sql =
                 format!("SELECT member FROM hf_set WHERE key = {first} AND member IN ({list})");
             let mut query = stmt(&sql).bind(key.as_ref());

@@ -434,11 +434,18 @@ pub fn value_rows(dialect: Dialect, rows: usize, width: usize) -> String {
 
 /// `count` parameters, each bound once, in order: a statement's only ones.
 pub fn placeholders(dialect: Dialect, count: usize) -> String {
+    placeholders_from(dialect, 1, count)
+}
+
+/// `count` parameters numbered from `first`, after `first - 1` others, each bound once, in
+/// order. Anonymous on SQLite like every other parameter of the statement: sqlx binds a `?`
+/// that follows a `$1` to the first argument again.
+pub fn placeholders_from(dialect: Dialect, first: usize, count: usize) -> String {
     match dialect {
         // Anonymous: SQLite looks a numbered parameter's name up in a list, and sqlx asks for
         // every parameter's name when it binds, so a statement of n `$i` takes n² steps.
         Dialect::Sqlite => vec!["?"; count].join(", "),
-        Dialect::Postgres => (1..=count)
+        Dialect::Postgres => (first..first + count)
             .map(|i| format!("${i}"))
             .collect::<Vec<_>>()
             .join(", "),

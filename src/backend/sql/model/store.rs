@@ -5,8 +5,8 @@
 //! placeholders, `ON CONFLICT`, byte-wise ordering of BLOB/bytea); only the schema differs.
 
 pub use super::statement::{
-    placeholders, stmt, string_upsert, upsert_rows, value_rows, Affected, Db, Dialect, Fail, Row,
-    Stmt,
+    placeholders, placeholders_from, stmt, string_upsert, upsert_rows, value_rows, Affected, Db,
+    Dialect, Fail, Row, Stmt,
 };
 use crate::backend::Proto;
 use bytes::Bytes;
