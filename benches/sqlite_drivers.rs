@@ -52,7 +52,9 @@ fn drivers(c: &mut Criterion) {
         for pragma in ["PRAGMA journal_mode = WAL", "PRAGMA synchronous = NORMAL"] {
             conn.execute(pragma).await.expect("pragma");
         }
-        migrate(&mut conn, Dialect::Sqlite).await.expect("schema");
+        migrate(Db::Any(&mut conn), Dialect::Sqlite)
+            .await
+            .expect("schema");
         conn
     });
     let mut lite = rusqlite::Connection::open(&path).expect("open");

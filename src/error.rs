@@ -371,6 +371,7 @@ fn lite_error(stage: SqlStage, error: &rusqlite::Error) -> ErrorClass {
 /// SQLite result codes (primary, the low byte of an extended code).
 const SQLITE_BUSY: i64 = 5;
 const SQLITE_LOCKED: i64 = 6;
+const SQLITE_INTERRUPT: i64 = 9;
 const SQLITE_IOERR: i64 = 10;
 
 fn database_code(db: &dyn sqlx::error::DatabaseError) -> ErrorClass {
@@ -396,6 +397,9 @@ fn sqlite_code(code: i64) -> ErrorClass {
         // replays, so it may have been applied (before COMMIT, `sql_error` makes it
         // NotAttempted: the transaction was never committed).
         SQLITE_IOERR => ErrorClass::Transient,
+        // Past the backend's deadline holdfast interrupts its own statement: the transaction
+        // is rolled back, unless it was COMMIT, which may have finished first.
+        SQLITE_INTERRUPT => ErrorClass::Transient,
         _ => ErrorClass::Other,
     }
 }
@@ -673,6 +677,9 @@ mod tests {
             lite(SqlStage::Work, 10 | (4 << 8)),
             ErrorClass::NotAttempted
         );
+        // INTERRUPT (the deadline): rolled back before COMMIT, in doubt at it.
+        assert_eq!(lite(SqlStage::Work, 9), ErrorClass::NotAttempted);
+        assert_eq!(lite(SqlStage::Commit, 9), ErrorClass::Transient);
         // A constraint, or anything but a result code: Other.
         assert_eq!(lite(SqlStage::Work, 19), ErrorClass::Other);
         assert_eq!(
@@ -782,6 +789,7 @@ mod tests {
             (10, ErrorClass::Transient),     // IOERR
             (778, ErrorClass::Transient),    // IOERR_WRITE
             (1034, ErrorClass::Transient),   // IOERR_FSYNC
+            (9, ErrorClass::Transient),      // INTERRUPT
             (13, ErrorClass::Other),         // FULL
             (19, ErrorClass::Other),         // CONSTRAINT
             (2067, ErrorClass::Other),       // CONSTRAINT_UNIQUE

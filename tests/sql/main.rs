@@ -5,6 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod crash;
 mod differential;
 mod drivers;
 mod encodings;

@@ -2,13 +2,11 @@
 //! MULTI's with a savepoint each; exact mode's recorded replies; the keys a request locks; and
 //! a command's failure as its transaction's.
 
-use super::conn::abandon;
-use super::{blocking, model, now_ms, unchanged, watch, Ctx, Fail, Inner, SqlStage, Work};
+use super::conn::{abandon, TxConn};
+use super::{blocking, model, now_ms, unchanged, watch, Fail, Inner, SqlStage, Work};
 use crate::backend::{BackendError, Proto};
 use bytes::Bytes;
 use redis_protocol::resp3::types::BytesFrame as Frame;
-use sqlx::pool::PoolConnection;
-use sqlx::{Any, Executor};
 
 impl Inner {
     /// Runs a job's commands on `conn`, inside a transaction the caller opened. Alone
@@ -18,7 +16,7 @@ impl Inner {
     /// when a failure may have left changes behind that only a rollback undoes.
     pub(super) async fn apply(
         &self,
-        conn: &mut PoolConnection<Any>,
+        conn: &mut TxConn,
         work: Work<'_>,
         dirty: &mut bool,
     ) -> Result<Vec<Frame>, BackendError> {
@@ -49,46 +47,42 @@ impl Inner {
             // A MULTI locks every key it names first (PostgreSQL), in a fixed order, so its
             // reads see no other writer's commits half-way.
             let keys: Vec<&[u8]> = commands.iter().flat_map(|c| lock_keys(c)).collect();
-            let mut ctx = Ctx::new(&mut *conn, now, proto, self.dialect, write);
+            let mut ctx = conn.ctx(now, proto, self.dialect, write);
             if let Err(f) = ctx.lock(&keys).await {
                 return Err(failure(conn, f, true, dirty));
             }
         }
         for args in commands {
             if batch {
-                conn.execute("SAVEPOINT hf_cmd").await.map_err(|e| {
+                conn.exec("SAVEPOINT hf_cmd").await.map_err(|e| {
                     *dirty = true;
                     abandon(conn, e)
                 })?;
             }
-            let mut ctx = Ctx::new(&mut *conn, now, proto, self.dialect, write);
+            let mut ctx = conn.ctx(now, proto, self.dialect, write);
             ctx.origin = self.broker.origin();
             ctx.script = script;
             match model::run(&mut ctx, args, self.allow_flush).await {
                 Ok(frame) => {
                     if batch {
-                        conn.execute("RELEASE SAVEPOINT hf_cmd")
-                            .await
-                            .map_err(|e| {
-                                *dirty = true;
-                                abandon(conn, e)
-                            })?;
+                        conn.exec("RELEASE SAVEPOINT hf_cmd").await.map_err(|e| {
+                            *dirty = true;
+                            abandon(conn, e)
+                        })?;
                     }
                     replies.push(frame);
                 }
                 Err(Fail::Reply(text)) if batch => {
-                    conn.execute("ROLLBACK TO SAVEPOINT hf_cmd")
+                    conn.exec("ROLLBACK TO SAVEPOINT hf_cmd")
                         .await
                         .map_err(|e| {
                             *dirty = true;
                             abandon(conn, e)
                         })?;
-                    conn.execute("RELEASE SAVEPOINT hf_cmd")
-                        .await
-                        .map_err(|e| {
-                            *dirty = true;
-                            abandon(conn, e)
-                        })?;
+                    conn.exec("RELEASE SAVEPOINT hf_cmd").await.map_err(|e| {
+                        *dirty = true;
+                        abandon(conn, e)
+                    })?;
                     replies.push(error_frame(text));
                 }
                 Err(f) => {
@@ -106,7 +100,7 @@ impl Inner {
     /// connection the client lost finishes before the retry looks for the token.
     async fn apply_exact(
         &self,
-        conn: &mut PoolConnection<Any>,
+        conn: &mut TxConn,
         args: &[Bytes],
         exact: Exact<'_>,
         dirty: &mut bool,
@@ -117,7 +111,7 @@ impl Inner {
             now,
             script,
         } = exact;
-        let mut ctx = Ctx::new(&mut *conn, now, proto, self.dialect, true);
+        let mut ctx = conn.ctx(now, proto, self.dialect, true);
         ctx.origin = self.broker.origin();
         ctx.script = script;
         let keys = lock_keys(args);
@@ -231,25 +225,11 @@ pub(super) fn lock_keys(args: &[Bytes]) -> Vec<&[u8]> {
 
 /// A command's failure as its transaction's: a database error abandons the connection and
 /// the transaction; an error reply needs a rollback only when something was written first.
-pub(super) fn failure(
-    conn: &mut PoolConnection<Any>,
-    f: Fail,
-    wrote: bool,
-    dirty: &mut bool,
-) -> BackendError {
+pub(super) fn failure(conn: &mut TxConn, f: Fail, wrote: bool, dirty: &mut bool) -> BackendError {
     match f {
-        Fail::Sql(e) => {
+        Fail::Sql(_) | Fail::Lite(_) => {
             *dirty = true;
-            abandon(conn, e)
-        }
-        // Not from this sqlx connection (a rusqlite connection's): the transaction is
-        // undone all the same.
-        Fail::Lite(e) => {
-            *dirty = true;
-            BackendError::Lite {
-                stage: SqlStage::Work,
-                source: e,
-            }
+            abandon(conn, f)
         }
         Fail::Reply(text) => {
             *dirty |= wrote;
@@ -290,18 +270,7 @@ pub(super) fn recorded_reply(raw: Vec<u8>) -> Result<Vec<Frame>, BackendError> {
 }
 
 pub(super) fn work_error(f: Fail) -> BackendError {
-    match f {
-        Fail::Sql(e) => BackendError::Sql {
-            stage: SqlStage::Work,
-            source: e,
-        },
-        Fail::Lite(e) => BackendError::Lite {
-            stage: SqlStage::Work,
-            source: e,
-        },
-        Fail::Reply(text) => BackendError::reply(Bytes::from(text)),
-        Fail::Watched => BackendError::Watched,
-    }
+    super::conn::at(SqlStage::Work, f)
 }
 
 fn error_frame(text: String) -> Frame {

@@ -1,28 +1,65 @@
-//! A pooled connection in a transaction ([`TxConn`]: closed, never pooled, when dropped before
-//! its transaction ended) and the one a batching task keeps from batch to batch ([`Held`]),
-//! with the two ways a transaction ends without a commit (`rollback`, `abandon`).
+//! A connection in a transaction ([`TxConn`]: closed, never pooled, when dropped before
+//! its transaction ended) on either driver ([`Link`]: sqlx's pooled connection for
+//! PostgreSQL, holdfast's own for SQLite, `lite`), the one a batching task keeps from batch
+//! to batch ([`Held`]), and the two ways a transaction ends without a commit (`rollback`,
+//! `abandon`).
 
+use super::lite::{Lease, LitePool};
+use super::store::{Ctx, Db, Dialect, Fail};
 use super::{Pools, SqlStage};
-use crate::backend::BackendError;
+use crate::backend::{BackendError, Proto};
 use sqlx::pool::PoolConnection;
-use sqlx::{Any, Executor};
+use sqlx::{Any, AnyPool};
 use std::sync::Arc;
+use std::time::Duration;
+
+/// Where a backend's connections come from.
+pub(super) enum Pool {
+    /// sqlx's pool: PostgreSQL.
+    Any(AnyPool),
+    /// holdfast's own SQLite connections.
+    Lite(Arc<LitePool>),
+}
+
+impl Pool {
+    /// A connection, opened if need be.
+    pub(super) async fn acquire(&self) -> Result<Link, Fail> {
+        match self {
+            Pool::Any(pool) => Ok(Link::Any(pool.acquire().await?)),
+            Pool::Lite(pool) => Ok(Link::Lite(pool.acquire().await?)),
+        }
+    }
+
+    /// How many connections it may hold.
+    pub(super) fn size(&self) -> usize {
+        match self {
+            Pool::Any(pool) => pool.options().get_max_connections() as usize,
+            Pool::Lite(pool) => pool.size(),
+        }
+    }
+}
+
+/// One connection of either kind.
+pub(super) enum Link {
+    Any(PoolConnection<Any>),
+    Lite(Lease),
+}
 
 /// A pooled connection that may be inside a transaction or a statement. Dropped before its
 /// user finished it (a COMMIT or ROLLBACK, or a lone statement, that answered) — an acquire
 /// timeout during BEGIN, a deadline that fired mid-statement (`deadline`), a request abandoned
 /// at shutdown — it is closed, never handed back to the pool mid-transaction.
 pub(super) struct TxConn {
-    conn: PoolConnection<Any>,
+    link: Link,
     open: bool,
     /// The pools it came from: a connection held across a failover is not reused.
     pools: Arc<Pools>,
 }
 
 impl TxConn {
-    pub(super) fn new(conn: PoolConnection<Any>, pools: &Arc<Pools>) -> TxConn {
+    pub(super) fn new(link: Link, pools: &Arc<Pools>) -> TxConn {
         TxConn {
-            conn,
+            link,
             open: true,
             pools: pools.clone(),
         }
@@ -32,26 +69,57 @@ impl TxConn {
     pub(super) fn finish(&mut self) {
         self.open = false;
     }
-}
 
-impl std::ops::Deref for TxConn {
-    type Target = PoolConnection<Any>;
-    fn deref(&self) -> &PoolConnection<Any> {
-        &self.conn
+    /// The connection, for the data model's statements.
+    pub(super) fn db(&mut self) -> Db<'_> {
+        match &mut self.link {
+            Link::Any(conn) => Db::Any(conn),
+            Link::Lite(lease) => Db::Lite(lease.conn()),
+        }
     }
-}
 
-impl std::ops::DerefMut for TxConn {
-    fn deref_mut(&mut self) -> &mut PoolConnection<Any> {
-        &mut self.conn
+    /// A command's context on this connection, nothing written yet.
+    pub(super) fn ctx(&mut self, now: i64, proto: Proto, dialect: Dialect, write: bool) -> Ctx<'_> {
+        Ctx::on(self.db(), now, proto, dialect, write)
+    }
+
+    /// Runs statements without parameters (`BEGIN`, `COMMIT`, `SAVEPOINT`...).
+    pub(super) async fn exec(&mut self, sql: &str) -> Result<(), Fail> {
+        self.db().batch(sql).await
+    }
+
+    /// Statements run on it from now on end within `limit` (SQLite's: interrupted past it;
+    /// sqlx's are dropped by the caller's own timeout).
+    pub(super) fn bound(&self, limit: Duration) {
+        if let Link::Lite(lease) = &self.link {
+            lease.bound(limit);
+        }
+    }
+
+    /// Closed rather than pooled once dropped: its state is in doubt.
+    pub(super) fn close_on_drop(&mut self) {
+        match &mut self.link {
+            Link::Any(conn) => conn.close_on_drop(),
+            Link::Lite(lease) => lease.close_on_drop(),
+        }
     }
 }
 
 impl Drop for TxConn {
     fn drop(&mut self) {
         if self.open {
-            self.conn.close_on_drop();
+            self.close_on_drop();
         }
+    }
+}
+
+/// A failure of the connection or the database in `stage`, for `classify`.
+pub(super) fn at(stage: SqlStage, f: Fail) -> BackendError {
+    match f {
+        Fail::Sql(source) => BackendError::Sql { stage, source },
+        Fail::Lite(source) => BackendError::Lite { stage, source },
+        Fail::Reply(text) => BackendError::reply(bytes::Bytes::from(text)),
+        Fail::Watched => BackendError::Watched,
     }
 }
 
@@ -103,17 +171,14 @@ impl Held {
 
 /// Ends a transaction that must not commit; a connection whose ROLLBACK fails is closed.
 pub(super) async fn rollback(conn: &mut TxConn) {
-    match conn.execute("ROLLBACK").await {
-        Ok(_) => conn.finish(),
+    match conn.exec("ROLLBACK").await {
+        Ok(()) => conn.finish(),
         Err(_) => conn.close_on_drop(),
     }
 }
 
 /// A failure inside the transaction: roll back, and never reuse a connection in doubt.
-pub(super) fn abandon(conn: &mut PoolConnection<Any>, e: sqlx::Error) -> BackendError {
+pub(super) fn abandon(conn: &mut TxConn, f: impl Into<Fail>) -> BackendError {
     conn.close_on_drop();
-    BackendError::Sql {
-        stage: SqlStage::Work,
-        source: e,
-    }
+    at(SqlStage::Work, f.into())
 }

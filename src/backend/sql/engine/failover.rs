@@ -1,6 +1,7 @@
 //! PostgreSQL with several hosts: after a failure that may mean the primary moved, every host
 //! is probed and the pools move to the one that accepts writes.
 
+use super::conn::Pool;
 use super::{Inner, Pools};
 use crate::backend::BackendError;
 use sqlx::AnyPool;
@@ -71,12 +72,15 @@ impl Inner {
                 return;
             };
             let old = self.pools.swap(Arc::new(Pools {
-                writer: pool.clone(),
-                reader: pool,
+                writer: Pool::Any(pool.clone()),
+                reader: Pool::Any(pool),
             }));
             failover.current.store(index, Ordering::Release);
             tracing::warn!(backend = %self.name, host = index, "the primary moved; following it");
-            tokio::spawn(async move { old.writer.close().await });
+            if let Pool::Any(old) = &old.writer {
+                let old = old.clone();
+                tokio::spawn(async move { old.close().await });
+            }
             return;
         }
     }

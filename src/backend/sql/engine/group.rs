@@ -29,13 +29,11 @@ use super::apply::{failure, lock_keys, work_error};
 use super::conn::{abandon, rollback, Held, TxConn};
 use super::deadline::{self, Progress, GRACE};
 use super::queue::Queue;
-use super::store::Ctx;
 use super::{Inner, SqlStage, Work};
 use crate::backend::{BackendError, Proto};
 use bytes::Bytes;
 use changed::Changed;
 use redis_protocol::resp3::types::BytesFrame as Frame;
-use sqlx::Executor;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -84,11 +82,22 @@ pub struct GroupWriter {
 }
 
 impl GroupWriter {
-    /// Starts the writer task for `inner`; it ends when the backend is dropped.
-    pub fn start(inner: Weak<Inner>, writers: usize, response_timeout: Duration) -> GroupWriter {
+    /// Starts the writer tasks for `inner` (SQLite's one on a thread of its own, `lite`);
+    /// they end when the backend is dropped.
+    pub fn start(
+        inner: Weak<Inner>,
+        writers: usize,
+        lite: bool,
+        response_timeout: Duration,
+    ) -> GroupWriter {
         let (queue, jobs) = Queue::new(QUEUE);
         for _ in 0..writers.max(1) {
-            tokio::spawn(run(inner.clone(), jobs.clone()));
+            let task = run(inner.clone(), jobs.clone());
+            if lite {
+                super::lite::on_thread("holdfast-sqlite-writer", task);
+            } else {
+                tokio::spawn(task);
+            }
         }
         GroupWriter {
             queue,
@@ -492,7 +501,8 @@ async fn write_sets(
     conn: &mut TxConn,
     sets: &[(&[u8], &[u8])],
 ) -> Option<Vec<GroupOutcome>> {
-    let written = Ctx::new(conn, super::now_ms(), Proto::Resp2, inner.dialect, true)
+    let written = conn
+        .ctx(super::now_ms(), Proto::Resp2, inner.dialect, true)
         .put_strings(sets)
         .await;
     if let Err(f) = written {
@@ -513,7 +523,7 @@ async fn write_run(
     ran: &[Job],
     run: &[&[Bytes]],
 ) -> Option<Vec<GroupOutcome>> {
-    let mut ctx = Ctx::new(conn, super::now_ms(), Proto::Resp2, inner.dialect, true);
+    let mut ctx = conn.ctx(super::now_ms(), Proto::Resp2, inner.dialect, true);
     let keyed = || -> Vec<(&[u8], &[Bytes])> {
         // A SADD or HSET of the run has a key (`shape`).
         run.iter()
@@ -572,8 +582,8 @@ async fn write_run(
 /// A run whose statements failed: its connection abandoned on a database error, and the
 /// group's transaction rolled back.
 async fn undo_run(conn: &mut TxConn, f: super::store::Fail) {
-    if let super::store::Fail::Sql(e) = f {
-        let _ = abandon(conn, e);
+    if let super::store::Fail::Sql(_) | super::store::Fail::Lite(_) = f {
+        let _ = abandon(conn, f);
     }
     rollback(conn).await;
 }
@@ -637,7 +647,7 @@ async fn lock_all(inner: &Inner, conn: &mut TxConn, group: &[Job]) -> Result<(),
         .iter()
         .flat_map(|job| job.commands.iter().flat_map(|c| lock_keys(c)))
         .collect();
-    let mut ctx = Ctx::new(&mut *conn, 0, Proto::Resp2, inner.dialect, true);
+    let mut ctx = conn.ctx(0, Proto::Resp2, inner.dialect, true);
     ctx.lock(&keys)
         .await
         .map_err(|f| failure(conn, f, true, &mut false))
@@ -654,7 +664,7 @@ async fn commit_outcomes(
 ) -> Vec<GroupOutcome> {
     if let Err(e) = changed.touch(inner, conn).await {
         let e = match e {
-            super::store::Fail::Sql(e) => abandon(conn, e),
+            super::store::Fail::Sql(_) | super::store::Fail::Lite(_) => abandon(conn, e),
             other => work_error(other),
         };
         return rollback_all(conn, outcomes.len(), e).await;
@@ -702,20 +712,20 @@ async fn careful(
             outcomes.push(Err(BackendError::Watched));
             continue;
         }
-        if let Err(e) = conn.execute("SAVEPOINT hf_job").await {
+        if let Err(e) = conn.exec("SAVEPOINT hf_job").await {
             let e = abandon(&mut conn, e);
             return rollback_all(&mut conn, group.len(), e).await;
         }
         let outcome = job.apply(inner, &mut conn, &mut false).await;
         let undo = outcome.is_err();
         if undo {
-            if let Err(e) = conn.execute("ROLLBACK TO SAVEPOINT hf_job").await {
+            if let Err(e) = conn.exec("ROLLBACK TO SAVEPOINT hf_job").await {
                 // The connection failed: the group's transaction is lost, not answered.
                 let e = abandon(&mut conn, e);
                 return rollback_all(&mut conn, group.len(), e).await;
             }
         }
-        if let Err(e) = conn.execute("RELEASE SAVEPOINT hf_job").await {
+        if let Err(e) = conn.exec("RELEASE SAVEPOINT hf_job").await {
             let e = abandon(&mut conn, e);
             return rollback_all(&mut conn, group.len(), e).await;
         }

@@ -1,5 +1,6 @@
-//! PostgreSQL and SQLite backends: the Redis data model on tables, through sqlx's `Any`
-//! driver so one body of SQL serves both.
+//! PostgreSQL and SQLite backends: the Redis data model on tables, one body of SQL for both
+//! (`model::statement`), run on PostgreSQL through sqlx and on SQLite through holdfast's own
+//! connections (`lite`: `rusqlite`, statements run where the task runs, no worker thread).
 //!
 //! Each command runs in a transaction of its own (a MULTI/EXEC in one transaction, with a
 //! savepoint per command, because Redis applies the rest of a transaction when one of its
@@ -9,7 +10,8 @@
 //!
 //! SQLite runs one writer connection (a single writer is what SQLite allows anyway; one
 //! connection means no `database is locked` between holdfast's own writers) beside a pool
-//! of readers, in WAL mode with a busy timeout. PostgreSQL serialises writers of the same
+//! of readers, in WAL mode with a busy timeout; the group-commit writer and each batched
+//! reader run on a thread of their own. PostgreSQL serialises writers of the same
 //! key with transaction-scoped advisory locks.
 //!
 //! Statements are the cost (each is a round trip to the database's thread or server), so
@@ -18,7 +20,7 @@
 //!
 //! This file is the backend's front: its types and what a namespace calls. Its rooms: `open`
 //! (pools from the configuration), `run` (a request's transaction), `apply` (its commands
-//! inside it), `conn` (a connection in a transaction), `dedicated` (a client's own MULTI,
+//! inside it), `conn` (a connection in a transaction, of either driver), `lite` (SQLite's), `dedicated` (a client's own MULTI,
 //! WATCH and blocking wait), `failover`, `upkeep` (schema and expiry), and the batching ones
 //! above.
 
@@ -30,6 +32,7 @@ mod dedicated;
 mod failover;
 mod group;
 mod inbox;
+mod lite;
 mod open;
 mod queue;
 mod ranges;
@@ -50,10 +53,9 @@ use bytes::Bytes;
 use conn::TxConn;
 use failover::Failover;
 use redis_protocol::resp3::types::BytesFrame as Frame;
-use sqlx::{AnyPool, Executor};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use store::{simple, Ctx, Dialect, Fail};
+use store::{simple, Dialect, Fail};
 use tokio::sync::OnceCell;
 
 pub use crate::config::postgres_hosts;
@@ -94,9 +96,9 @@ pub struct SqlBackend {
 /// The pools in use: SQLite's for good; PostgreSQL's for the host that accepts writes now.
 struct Pools {
     /// Write transactions (SQLite: exactly one connection).
-    writer: AnyPool,
+    writer: conn::Pool,
     /// Read transactions (PostgreSQL: the same pool as `writer`).
-    reader: AnyPool,
+    reader: conn::Pool,
 }
 
 struct Inner {
@@ -127,11 +129,8 @@ fn now_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-fn connect_error(e: sqlx::Error) -> BackendError {
-    BackendError::Sql {
-        stage: SqlStage::Connect,
-        source: e,
-    }
+fn connect_error(e: impl Into<Fail>) -> BackendError {
+    conn::at(SqlStage::Connect, e.into())
 }
 
 impl SqlBackend {
@@ -276,7 +275,7 @@ impl SqlBackend {
             let pools = self.inner.pools.load_full();
             // Closed, not pooled, if the probe is cut short mid-statement.
             let mut conn = TxConn::new(pools.reader.acquire().await.ok()?, &pools);
-            conn.execute("SELECT 1").await.ok()?;
+            conn.exec("SELECT 1").await.ok()?;
             conn.finish();
             Some(())
         };

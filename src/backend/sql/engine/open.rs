@@ -2,14 +2,15 @@
 //! pragmas, PostgreSQL's pool (per host, for failover) with its session settings, and the
 //! tasks every backend starts (group commit, batched reads, the schema and the reaper).
 
+use super::conn::Pool;
 use super::failover::{Failover, PoolBuilder};
-use super::{broker, group, inbox, reads, waiters};
+use super::{broker, group, inbox, lite, reads, waiters};
 use super::{postgres_hosts, Dialect, Inner, Pools, SqlBackend};
 use crate::backend::BackendError;
 use crate::config::{PostgresConfig, SqliteConfig, Synchronous};
 use arc_swap::ArcSwap;
 use sqlx::any::AnyPoolOptions;
-use sqlx::{AnyPool, Executor};
+use sqlx::Executor;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::OnceCell;
@@ -35,8 +36,9 @@ impl SqlBackend {
                 what: format!("backends.{name}.path: cannot create {}: {e}", dir.display()),
             })?;
         }
-        let url = format!("sqlite://{}?mode=rwc", config.path);
-        let busy = config.busy_timeout.as_millis();
+        // Another process's lock is waited for at most the deadline: a statement cannot be
+        // dropped half-way as a future can (`lite`).
+        let busy = config.busy_timeout.min(config.response_timeout).as_millis();
         let sync = match config.synchronous {
             Synchronous::Full => "FULL",
             Synchronous::Normal => "NORMAL",
@@ -49,7 +51,7 @@ impl SqlBackend {
             // of 1,000: a page changed by many groups in between is copied once.
             "PRAGMA wal_autocheckpoint = 10000".to_string(),
         ];
-        let pool = |size: usize, writer: bool| -> Result<AnyPool, BackendError> {
+        let opener = |writer: bool| {
             let mut pragmas = pragmas.to_vec();
             if writer {
                 // The writer's statement journals (what undoes a multi-row statement that
@@ -59,31 +61,34 @@ impl SqlBackend {
                 // to a file.
                 pragmas.push("PRAGMA temp_store = MEMORY".to_string());
             }
-            AnyPoolOptions::new()
-                .max_connections(size as u32)
-                .min_connections(0)
-                // Bounds the connect (a file on a hung disk), and the wait for the writer
-                // connection another bounded transaction holds.
-                .acquire_timeout(config.response_timeout)
-                .test_before_acquire(false)
-                .after_connect(move |conn, _| {
-                    let pragmas = pragmas.clone();
-                    Box::pin(async move {
-                        for pragma in &pragmas {
-                            conn.execute(pragma.as_str()).await?;
-                        }
-                        Ok(())
-                    })
-                })
-                .connect_lazy(&url)
-                .map_err(|e| BackendError::Unsupported {
-                    what: format!("backends.{name}.path: {e}"),
-                })
+            Arc::new(lite::Opener {
+                path: path.to_path_buf(),
+                pragmas,
+            })
         };
-        let writer = pool(1, true)?;
-        let reader = pool(config.readers, false)?;
-        // Pub/Sub's own connection (`inbox.rs`), opened at the first subscription.
-        let messages = pool(1, true)?;
+        let writer = Pool::Lite(Arc::new(lite::LitePool::new(1, opener(true))));
+        let reader = Pool::Lite(Arc::new(lite::LitePool::new(config.readers, opener(false))));
+        // Pub/Sub's own connection (`inbox.rs`), opened at the first subscription, through
+        // sqlx: it polls, and a poll is not worth a thread of its own.
+        let url = format!("sqlite://{}?mode=rwc", config.path);
+        let messages = AnyPoolOptions::new()
+            .max_connections(1)
+            .min_connections(0)
+            .acquire_timeout(config.response_timeout)
+            .test_before_acquire(false)
+            .after_connect(move |conn, _| {
+                let pragmas = pragmas.clone();
+                Box::pin(async move {
+                    for pragma in &pragmas {
+                        conn.execute(pragma.as_str()).await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect_lazy(&url)
+            .map_err(|e| BackendError::Unsupported {
+                what: format!("backends.{name}.path: {e}"),
+            })?;
         Ok(SqlBackend::start(
             1,
             name,
@@ -173,7 +178,7 @@ impl SqlBackend {
             (config.pool_size / 2).max(1),
             name,
             Dialect::Postgres,
-            (pool.clone(), pool),
+            (Pool::Any(pool.clone()), Pool::Any(pool)),
             (failover, broker::Carrier::Notify(listen_on)),
             (
                 config.allow_flush,
@@ -187,11 +192,11 @@ impl SqlBackend {
         writers: usize,
         name: &str,
         dialect: Dialect,
-        (writer, reader): (AnyPool, AnyPool),
+        (writer, reader): (Pool, Pool),
         (failover, carrier): (Option<Failover>, broker::Carrier),
         (allow_flush, response_timeout, blocking_poll): (bool, Duration, Duration),
     ) -> SqlBackend {
-        let readers = reader.options().get_max_connections() as usize;
+        let readers = reader.size();
         let inner = Arc::new_cyclic(|weak| Inner {
             name: name.to_string(),
             dialect,
@@ -203,6 +208,7 @@ impl SqlBackend {
             group: Some(group::GroupWriter::start(
                 weak.clone(),
                 writers,
+                dialect == Dialect::Sqlite,
                 response_timeout,
             )),
             reads: Some(reads::GetBatcher::start(

@@ -15,10 +15,9 @@ use super::store::{array, null, placeholders, Dialect, Kind, WRONGTYPE};
 use super::streams::read::{range_args, Range};
 use super::streams::{col, entry, uncol, Id};
 use super::Inner;
-use crate::backend::BackendError;
+use crate::backend::{BackendError, Proto};
 use bytes::Bytes;
 use redis_protocol::resp3::types::BytesFrame as Frame;
-use sqlx::Row;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -113,7 +112,7 @@ async fn statement(
         return Ok(Vec::new());
     }
     let text = sql(ranges.len(), rev, dialect);
-    let mut query = sqlx::query(&text);
+    let mut query = super::store::stmt(text);
     for range in ranges {
         query = query.bind(range.key);
     }
@@ -133,7 +132,7 @@ async fn statement(
             .bind(col(hi.seq))
             .bind(count);
     }
-    let rows = bounded(limit, query.fetch_all(&mut ***conn)).await?;
+    let rows = bounded(limit, conn.ctx(0, Proto::Resp2, dialect, false).all(query)).await?;
     // Each key's kind when it is live; each request's entries.
     let mut kinds: HashMap<&[u8], i64> = HashMap::with_capacity(ranges.len());
     let mut entries: Vec<Vec<Frame>> = vec![Vec::new(); ranges.len()];

@@ -15,12 +15,11 @@
 use super::conn::{Held, TxConn};
 use super::deadline::{self, GRACE};
 use super::queue::Queue;
-use super::store::{placeholders, Ctx, Dialect, Fail, Kind, WRONGTYPE};
+use super::store::{placeholders, stmt, Dialect, Fail, Kind, Stmt, WRONGTYPE};
 use super::{Inner, SqlStage};
 use crate::backend::{BackendError, Proto};
 use bytes::Bytes;
 use redis_protocol::resp3::types::BytesFrame as Frame;
-use sqlx::{Executor as _, Row};
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -110,7 +109,14 @@ impl GetBatcher {
     ) -> GetBatcher {
         let (queue, gets) = Queue::new(QUEUE);
         for _ in 0..readers.max(1) {
-            tokio::spawn(run(inner.clone(), gets.clone(), max_batch(dialect)));
+            let task = run(inner.clone(), gets.clone(), max_batch(dialect));
+            // SQLite's readers each on a thread of their own, as its writer (`lite`).
+            match dialect {
+                Dialect::Sqlite => super::lite::on_thread("holdfast-sqlite-reader", task),
+                Dialect::Postgres => {
+                    tokio::spawn(task);
+                }
+            }
         }
         GetBatcher {
             queue,
@@ -204,7 +210,7 @@ pub(super) async fn in_parts<T: Sync>(
             answers.extend(statement(part, &mut conn, now_ms, limit).await?);
         }
         if split {
-            bounded(limit, conn.execute("COMMIT")).await?;
+            bounded(limit, conn.exec("COMMIT")).await?;
         }
         Ok::<_, BackendError>(answers)
     };
@@ -297,26 +303,20 @@ async fn read_batch(inner: &Inner, batch: Vec<Get>, held: &mut Held) {
         let now_ms = super::now_ms();
         let mut points = Vec::with_capacity(point.len());
         for &(args, proto) in &point {
-            let mut ctx = Ctx::new(&mut conn, now_ms, proto, inner.dialect, false);
+            let mut ctx = conn.ctx(now_ms, proto, inner.dialect, false);
             points.push(
                 match super::model::run(&mut ctx, args, inner.allow_flush).await {
                     Ok(frame) => Ok(frame),
                     // The command's own error (`WRONGTYPE`, a bad argument): its answer alone.
                     Err(Fail::Reply(text)) => Err(BackendError::reply(Bytes::from(text))),
                     // The connection's, or the database's: the batch's.
-                    Err(Fail::Sql(e)) => return Err(work_error(e)),
-                    Err(Fail::Lite(e)) => {
-                        return Err(BackendError::Lite {
-                            stage: SqlStage::Work,
-                            source: e,
-                        })
-                    }
+                    Err(e @ (Fail::Sql(_) | Fail::Lite(_))) => return Err(work_error(e)),
                     Err(Fail::Watched) => Err(BackendError::Watched),
                 },
             );
         }
         if begun {
-            conn.execute("COMMIT").await.map_err(work_error)?;
+            conn.exec("COMMIT").await.map_err(work_error)?;
         }
         Ok::<_, BackendError>((values, points))
     });
@@ -386,7 +386,7 @@ enum Value {
 /// attempted).
 pub(super) async fn bounded<T>(
     limit: Duration,
-    statement: impl std::future::Future<Output = Result<T, sqlx::Error>>,
+    statement: impl std::future::Future<Output = Result<T, Fail>>,
 ) -> Result<T, BackendError> {
     let deadline = Instant::now() + limit;
     deadline::within(deadline, limit, SqlStage::Work, async {
@@ -395,11 +395,8 @@ pub(super) async fn bounded<T>(
     .await
 }
 
-pub(super) fn work_error(source: sqlx::Error) -> BackendError {
-    BackendError::Sql {
-        stage: SqlStage::Work,
-        source,
-    }
+pub(super) fn work_error(source: impl Into<Fail>) -> BackendError {
+    super::conn::at(SqlStage::Work, source.into())
 }
 
 /// SQLite: every key's answer in one value of one row, so the batch crosses from the
@@ -421,28 +418,24 @@ async fn one_row(keys: &[&[u8]], conn: &mut TxConn) -> Result<Vec<Value>, Backen
         return Ok(Vec::new());
     };
     let size = keys.len().div_ceil(STEP) * STEP;
-    fn bound<'q>(
-        sql: &'q str,
-        keys: &[&'q [u8]],
-        last: &'q [u8],
-        size: usize,
-    ) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
-        let mut query = sqlx::query(sql);
+    fn bound<'q>(sql: &'q str, keys: &[&'q [u8]], last: &'q [u8], size: usize) -> Stmt<'q> {
+        let mut query = stmt(sql);
         for key in keys.iter().chain(std::iter::repeat(&last)).take(size) {
             query = query.bind(*key);
         }
         query.bind(super::now_ms())
     }
+    let mut ctx = conn.ctx(0, Proto::Resp2, Dialect::Sqlite, false);
     // The usual batch, nothing large: the records alone, one pass.
     let sql = sqlite_statement(size, false);
-    let row = bound(&sql, keys, last, size)
-        .fetch_one(&mut ***conn)
+    let row = ctx
+        .one(bound(&sql, keys, last, size))
         .await
         .map_err(work_error)?;
     let any_large: Option<i64> = row.try_get(1).map_err(work_error)?;
     if any_large != Some(1) {
         let mut found = HashMap::with_capacity(keys.len());
-        if let Some(records) = row.try_get::<Option<&[u8]>, _>(0).map_err(work_error)? {
+        if let Some(records) = row.try_get::<Option<&[u8]>>(0).map_err(work_error)? {
             parse_into(records, &mut found)?;
         }
         return Ok(answers(keys, &found));
@@ -450,15 +443,15 @@ async fn one_row(keys: &[&[u8]], conn: &mut TxConn) -> Result<Vec<Value>, Backen
     // Something large: the whole batch again, its records and its large rows from one
     // statement (one snapshot), the first one's answers dropped.
     let sql = sqlite_statement(size, true);
-    let rows = bound(&sql, keys, last, size)
-        .fetch_all(&mut ***conn)
+    let rows = ctx
+        .all(bound(&sql, keys, last, size))
         .await
         .map_err(work_error)?;
     // The aggregate's row holds the records (NULL when none); each large one is a row of
     // its own: key, kind, and the value of a string.
     let mut found: HashMap<&[u8], Value> = HashMap::with_capacity(keys.len());
     for row in &rows {
-        if let Some(records) = row.try_get::<Option<&[u8]>, _>(0).map_err(work_error)? {
+        if let Some(records) = row.try_get::<Option<&[u8]>>(0).map_err(work_error)? {
             parse_into(records, &mut found)?;
             continue;
         }
@@ -606,11 +599,15 @@ async fn row_per_key(keys: &[&[u8]], conn: &mut TxConn) -> Result<Vec<Value>, Ba
     let size = keys.len().next_power_of_two();
     let list = placeholders(Dialect::Postgres, size);
     let sql = format!("SELECT key, kind, expires_at, value FROM hf_keys WHERE key IN ({list})");
-    let mut query = sqlx::query(&sql);
+    let mut query = stmt(sql);
     for key in keys.iter().chain(std::iter::repeat(&last)).take(size) {
         query = query.bind(*key);
     }
-    let rows = query.fetch_all(&mut ***conn).await.map_err(work_error)?;
+    let rows = conn
+        .ctx(0, Proto::Resp2, Dialect::Postgres, false)
+        .all(query)
+        .await
+        .map_err(work_error)?;
     // Each key's row: its value, or None when it holds another kind. Expired keys and
     // missing ones answer nil alike.
     let now_ms = super::now_ms();

@@ -3,14 +3,13 @@
 //! anything else in a transaction of its own under the deadline; then what follows its
 //! outcome (publishes delivered, blocked clients woken, a failover looked for).
 
-use super::conn::{rollback, Held, TxConn};
+use super::conn::{at, rollback, Held, TxConn};
 use super::{blocking, connect_error, deadline, model, reads};
-use super::{Dialect, Inner, SqlStage, Token, Work};
+use super::{Dialect, Fail, Inner, SqlStage, Token, Work};
 use crate::backend::lua::Gate;
 use crate::backend::{BackendError, Proto};
 use bytes::Bytes;
 use redis_protocol::resp3::types::BytesFrame as Frame;
-use sqlx::Executor;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,17 +22,14 @@ impl Inner {
         progress: &deadline::Progress,
     ) -> Result<(), BackendError> {
         progress.committing();
-        match conn.execute("COMMIT").await {
-            Ok(_) => {
+        match conn.exec("COMMIT").await {
+            Ok(()) => {
                 conn.finish();
                 Ok(())
             }
             Err(e) => {
                 conn.close_on_drop();
-                Err(BackendError::Sql {
-                    stage: SqlStage::Commit,
-                    source: e,
-                })
+                Err(at(SqlStage::Commit, e))
             }
         }
     }
@@ -72,19 +68,23 @@ impl Inner {
                     Some(conn) => conn,
                     None => TxConn::new(pool.acquire().await.map_err(connect_error)?, &pools),
                 };
+                // SQLite's statements stop at the deadline themselves (`lite`).
+                conn.bound(self.response_timeout);
                 let Some(statement) = first else {
                     // No transaction: a single statement, which its caller finishes once
                     // answered.
                     return Ok(conn);
                 };
-                match conn.execute(statement).await {
-                    Ok(_) => return Ok(conn),
-                    Err(e @ sqlx::Error::Database(_)) => {
+                match conn.exec(statement).await {
+                    Ok(()) => return Ok(conn),
+                    // A dead connection: try the next one (a new one once the pool is empty).
+                    Err(Fail::Sql(e)) if !matches!(e, sqlx::Error::Database(_)) => {
+                        conn.close_on_drop()
+                    }
+                    Err(e) => {
                         conn.close_on_drop();
                         return Err(connect_error(e));
                     }
-                    // A dead connection: try the next one (a new one once the pool is empty).
-                    Err(_) => conn.close_on_drop(),
                 }
             }
         };
@@ -264,6 +264,8 @@ impl Inner {
         }
         let begin = self.begin_statement(write);
         let mut conn = self.acquire(write, Some(begin), acquire_timeout).await?;
+        let limit = self.response_timeout + script.map_or(Duration::ZERO, |g| g.limit());
+        conn.bound(limit);
         // Outside the group writer every dispatch looks for its token (`apply_exact`).
         let work = Work {
             commands,
@@ -274,7 +276,6 @@ impl Inner {
             script,
         };
         let progress = deadline::Progress::default();
-        let limit = self.response_timeout + script.map_or(Duration::ZERO, |g| g.limit());
         let until = tokio::time::Instant::now() + limit;
         deadline::transaction(until, limit, &progress, async {
             match self.apply(&mut conn, work, &mut false).await {

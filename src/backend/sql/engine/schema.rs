@@ -5,7 +5,8 @@
 //! transaction under a lock, so two holdfast processes starting together migrate once.
 
 use super::store::Dialect;
-use sqlx::{AnyConnection, Executor};
+use super::store::{stmt, Ctx, Db, Fail};
+use crate::backend::Proto;
 
 /// Migration `n` is `SQLITE[n - 1]` / `POSTGRES[n - 1]`: 1 the data model, 2 exact mode's
 /// recorded replies, 3 the versions of watched keys (`WATCH`), 4 stream consumer groups;
@@ -319,41 +320,44 @@ CREATE INDEX hf_set_by_id ON hf_set (key, id);
 ///
 /// # Errors
 /// The database's error, unchanged, for `classify`.
-pub async fn migrate(conn: &mut AnyConnection, dialect: Dialect) -> Result<(), sqlx::Error> {
+pub async fn migrate(conn: Db<'_>, dialect: Dialect) -> Result<(), Fail> {
     let (begin, steps) = match dialect {
         Dialect::Sqlite => ("BEGIN IMMEDIATE", SQLITE),
         Dialect::Postgres => ("BEGIN", POSTGRES),
     };
-    conn.execute(begin).await?;
+    let mut ctx = Ctx::on(conn, 0, Proto::Resp2, dialect, true);
+    ctx.conn.batch(begin).await?;
     let result = async {
         if dialect == Dialect::Postgres {
             // Any constant will do: it only has to be the same for every holdfast.
-            conn.execute("SELECT pg_advisory_xact_lock(7361626)")
+            ctx.conn
+                .batch("SELECT pg_advisory_xact_lock(7361626)")
                 .await?;
         }
-        conn.execute("CREATE TABLE IF NOT EXISTS hf_schema (version BIGINT NOT NULL)")
+        ctx.conn
+            .batch("CREATE TABLE IF NOT EXISTS hf_schema (version BIGINT NOT NULL)")
             .await?;
-        let version: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM hf_schema")
-            .fetch_one(&mut *conn)
+        let version: Option<i64> = ctx
+            .scalar(stmt("SELECT MAX(version) FROM hf_schema"))
             .await?;
         let version = usize::try_from(version.unwrap_or(0)).unwrap_or(0);
         for (index, step) in steps.iter().enumerate().skip(version) {
             // One statement at a time, each ending a line with `;`.
             for statement in step.split(";\n").filter(|s| !s.trim().is_empty()) {
-                conn.execute(statement).await?;
+                ctx.conn.batch(statement).await?;
             }
-            sqlx::query("INSERT INTO hf_schema (version) VALUES ($1)")
-                .bind((index + 1) as i64)
-                .execute(&mut *conn)
-                .await?;
+            ctx.execute(
+                stmt("INSERT INTO hf_schema (version) VALUES ($1)").bind((index + 1) as i64),
+            )
+            .await?;
         }
-        Ok::<(), sqlx::Error>(())
+        Ok::<(), Fail>(())
     }
     .await;
     match result {
-        Ok(()) => conn.execute("COMMIT").await.map(|_| ()),
+        Ok(()) => ctx.conn.batch("COMMIT").await,
         Err(e) => {
-            let _ = conn.execute("ROLLBACK").await;
+            let _ = ctx.conn.batch("ROLLBACK").await;
             Err(e)
         }
     }

@@ -3,9 +3,9 @@
 
 use super::apply::work_error;
 use super::conn::{abandon, rollback, TxConn};
-use super::{connect_error, deadline, now_ms, schema, Ctx, Inner, SqlStage};
+use super::store::stmt;
+use super::{connect_error, deadline, now_ms, schema, Inner, SqlStage};
 use crate::backend::{BackendError, Proto};
-use sqlx::Executor;
 
 impl Inner {
     /// Brings the schema up to date, once: every later call answers at once.
@@ -16,11 +16,12 @@ impl Inner {
                 let limit = self.response_timeout;
                 let deadline = tokio::time::Instant::now() + limit;
                 deadline::within(deadline, limit, SqlStage::Connect, async {
-                    let mut conn = pools.writer.acquire().await.map_err(connect_error)?;
+                    let link = pools.writer.acquire().await.map_err(connect_error)?;
                     // Not reused: a migration cut short by a timeout must not leave its
                     // transaction (and its lock) on a pooled connection.
-                    conn.close_on_drop();
-                    schema::migrate(&mut conn, self.dialect)
+                    let mut conn = TxConn::new(link, &pools);
+                    conn.bound(limit);
+                    schema::migrate(conn.db(), self.dialect)
                         .await
                         .map_err(connect_error)
                 })
@@ -42,27 +43,26 @@ impl Inner {
     async fn reap_expired(&self, progress: &deadline::Progress) -> Result<(), BackendError> {
         let pools = self.pools.load_full();
         let mut conn = TxConn::new(pools.writer.acquire().await.map_err(connect_error)?, &pools);
-        sqlx::query("DELETE FROM hf_tokens WHERE expires_at <= $1")
-            .bind(now_ms())
-            .execute(&mut **conn)
+        conn.bound(self.response_timeout);
+        let mut ctx = conn.ctx(now_ms(), Proto::Resp2, self.dialect, true);
+        ctx.execute(stmt("DELETE FROM hf_tokens WHERE expires_at <= $1").bind(now_ms()))
             .await
             .map_err(connect_error)?;
-        let expired: Vec<(Vec<u8>, i64)> =
-            sqlx::query_as("SELECT key, kind FROM hf_keys WHERE expires_at <= $1 LIMIT 1000")
-                .bind(now_ms())
-                .fetch_all(&mut **conn)
-                .await
-                .map_err(connect_error)?;
+        let expired: Vec<Vec<u8>> = ctx
+            .scalars(
+                stmt("SELECT key FROM hf_keys WHERE expires_at <= $1 LIMIT 1000").bind(now_ms()),
+            )
+            .await
+            .map_err(connect_error)?;
         if expired.is_empty() {
             conn.finish();
             return Ok(());
         }
-        conn.execute(self.begin_statement(true))
-            .await
-            .map_err(|e| abandon(&mut conn, e))?;
-        let mut ctx = Ctx::new(&mut conn, now_ms(), Proto::Resp2, self.dialect, true);
+        let begun = conn.exec(self.begin_statement(true)).await;
+        begun.map_err(|e| abandon(&mut conn, e))?;
+        let mut ctx = conn.ctx(now_ms(), Proto::Resp2, self.dialect, true);
         let mut purged = Ok(());
-        for (key, _) in &expired {
+        for key in &expired {
             // `meta` purges a key it finds expired.
             purged = ctx.lock(&[key]).await;
             if purged.is_ok() {

@@ -15,7 +15,6 @@ use super::Inner;
 use crate::backend::{BackendError, Proto};
 use bytes::Bytes;
 use redis_protocol::resp3::types::{BytesFrame as Frame, FrameMap};
-use sqlx::Row;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -152,11 +151,11 @@ async fn statement(
         "SELECT k.key, k.kind, k.expires_at, {second} FROM hf_keys k LEFT JOIN {joined} \
          WHERE k.key IN ({list}) ORDER BY c.id"
     );
-    let mut query = sqlx::query(&sql);
+    let mut query = super::store::stmt(sql);
     for key in keys.iter().chain(std::iter::repeat(&last)).take(size) {
         query = query.bind(*key);
     }
-    let rows = bounded(limit, query.fetch_all(&mut ***conn)).await?;
+    let rows = bounded(limit, conn.ctx(0, Proto::Resp2, dialect, false).all(query)).await?;
     let mut found: HashMap<&[u8], Found> = HashMap::with_capacity(keys.len());
     for row in &rows {
         let key: &[u8] = row.try_get(0).map_err(work_error)?;

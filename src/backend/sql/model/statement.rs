@@ -2,8 +2,9 @@
 //! parameters ([`Stmt`]), and the rows it returns ([`Row`]), in holdfast's own types, so the
 //! model's SQL is written once and never names a driver. [`Ctx`](super::store::Ctx) runs a
 //! statement on the command's connection, a [`Db`]: sqlx's `Any` driver (PostgreSQL, and
-//! SQLite), or a `rusqlite` connection owned by the caller, on which a statement runs
-//! synchronously (prepared once and cached by the connection), with no worker thread between.
+//! SQLite's Pub/Sub poller), or a `rusqlite` connection owned by the caller (the SQLite
+//! backend's, `engine/lite.rs`), on which a statement runs synchronously (prepared once and
+//! cached by the connection), with no worker thread between.
 //! The same model code runs on either: `tests/sql/drivers.rs` runs every command of the
 //! differential script through both SQLite drivers and compares the replies.
 //!
@@ -77,6 +78,21 @@ impl<'c> From<&'c mut rusqlite::Connection> for Db<'c> {
 }
 
 impl Db<'_> {
+    /// Runs `sql`, statements without parameters (`BEGIN`, `COMMIT`, a migration's DDL), as
+    /// they are: sqlx's simple query protocol, or SQLite's own batch execution.
+    ///
+    /// # Errors
+    /// The driver's error.
+    pub async fn batch(&mut self, sql: &str) -> Result<(), Fail> {
+        match self {
+            Db::Any(conn) => {
+                sqlx::Executor::execute(&mut **conn, sql).await?;
+                Ok(())
+            }
+            Db::Lite(conn) => Ok(conn.execute_batch(sql)?),
+        }
+    }
+
     /// Runs `statement`; every row it returns.
     pub(super) async fn rows(&mut self, statement: &Stmt<'_>) -> Result<Vec<Row>, Fail> {
         match self {

@@ -2,7 +2,7 @@
 //! same group that watched one of them, and whose versions the group raises before COMMIT.
 
 use super::super::conn::TxConn;
-use super::super::{blocking, store, watch, Ctx, Inner};
+use super::super::{blocking, store, watch, Inner};
 use super::{GroupOutcome, Job};
 use crate::backend::Proto;
 use redis_protocol::resp3::types::BytesFrame as Frame;
@@ -52,7 +52,7 @@ impl Changed {
         if !self.all && self.keys.is_empty() {
             return Ok(());
         }
-        let mut ctx = Ctx::new(conn, 0, Proto::Resp2, inner.dialect, true);
+        let mut ctx = conn.ctx(0, Proto::Resp2, inner.dialect, true);
         if self.all {
             return watch::touch(&mut ctx, None).await;
         }

@@ -6,7 +6,7 @@ use super::super::apply::{record_reply, recorded_reply};
 use super::super::conn::{abandon, TxConn};
 use super::super::{now_ms, store, unchanged, Inner};
 use super::{GroupOutcome, Job};
-use crate::backend::BackendError;
+use crate::backend::{BackendError, Proto};
 use redis_protocol::resp3::types::BytesFrame as Frame;
 
 /// Exact mode's tokens for a whole group: the replies recorded under them read with one
@@ -50,17 +50,16 @@ impl GroupTokens {
         let sql = format!(
             "SELECT token, reply FROM hf_tokens WHERE token IN ({list}) AND expires_at > {now}"
         );
-        let mut query = sqlx::query(&sql);
+        let mut query = store::stmt(sql);
         for token in wanted.iter().chain(std::iter::repeat(&last)).take(padded) {
             query = query.bind(*token);
         }
-        let rows = query
-            .bind(now_ms())
-            .fetch_all(&mut ***conn)
-            .await
-            .map_err(|e| abandon(conn, e))?;
+        let rows = conn
+            .ctx(0, Proto::Resp2, inner.dialect, false)
+            .all(query.bind(now_ms()))
+            .await;
+        let rows = rows.map_err(|e| abandon(conn, e))?;
         for row in rows {
-            use sqlx::Row;
             let token: Vec<u8> = row.try_get(0).map_err(|e| abandon(conn, e))?;
             let reply: Vec<u8> = row.try_get(1).map_err(|e| abandon(conn, e))?;
             tokens.recorded.insert(token, reply);
@@ -129,15 +128,16 @@ impl GroupTokens {
              ON CONFLICT (token) DO UPDATE SET reply = excluded.reply, \
              expires_at = excluded.expires_at"
         );
-        let mut query = sqlx::query(&sql);
+        let mut query = store::stmt(sql);
         for token in self.new.iter().chain(std::iter::repeat(last)).take(rows) {
             let reply = self.recorded.get(token).cloned().unwrap_or_default();
-            query = query.bind(token.clone()).bind(reply).bind(expires);
+            query = query.bind(token).bind(reply).bind(expires);
         }
-        query
-            .execute(&mut ***conn)
-            .await
-            .map_err(|e| abandon(conn, e))?;
+        let written = conn
+            .ctx(0, Proto::Resp2, inner.dialect, true)
+            .execute(query)
+            .await;
+        written.map_err(|e| abandon(conn, e))?;
         Ok(())
     }
 }
