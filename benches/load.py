@@ -500,25 +500,28 @@ def sql_main(args):
 def sql_runs(args, binary, tmp, log, procs, redis_port, pg_port):
     """The SQL comparison's workloads, on servers `sql_main` started."""
     targets = [("direct", redis_port)]
-    for name, backend in [
+    normal = f'kind = "sqlite"\npath = "{tmp}/normal.db"\nsynchronous = "normal"'
+    for name, backend, mode in [
         # holdfast on the same Redis: the proxy's own ceiling on this machine, in the same
         # rounds, beside which the SQL backends' ratios are read too.
-        ("hf-redis", redis_backend(redis_port)),
-        ("sqlite-full", f'kind = "sqlite"\npath = "{tmp}/full.db"\nsynchronous = "full"'),
-        ("sqlite-normal", f'kind = "sqlite"\npath = "{tmp}/normal.db"\nsynchronous = "normal"'),
+        ("hf-redis", redis_backend(redis_port), "fast"),
+        ("sqlite-full", f'kind = "sqlite"\npath = "{tmp}/full.db"\nsynchronous = "full"', "fast"),
+        ("sqlite-normal", normal, "fast"),
+        # Exact mode on the same settings (its own file): a token written with each write.
+        ("sqlite-exact", normal.replace("normal.db", "exact.db"), "exact"),
         # Two connections (one group-commit writer): on 2 cores shared with PostgreSQL and
         # the client, fewer connections batch better (SET 21,600/s with 2, 16,700 with 4,
         # 14,800 with 16; GET 58,300/s with 2, 44,000 with 16).
-        ("postgres", f'kind = "postgres"\nurl = "postgres://holdfast@127.0.0.1:{pg_port}/holdfast"\npool_size = 2'),
+        ("postgres", f'kind = "postgres"\nurl = "postgres://holdfast@127.0.0.1:{pg_port}/holdfast"\npool_size = 2', "fast"),
     ]:
-        proc, port = holdfast_on(binary, tmp, name, backend, log)
+        proc, port = holdfast_on(binary, tmp, name, backend, log, mode=mode)
         procs.append(proc)
         targets.append((name, port))
         if args.against:
             # The baseline on the same kind of backend (its own SQLite file), in the same
             # rounds: "name@base".
             proc, port = holdfast_on(os.path.abspath(args.against), tmp, name + "-base",
-                                     backend.replace(".db", "-base.db"), log)
+                                     backend.replace(".db", "-base.db"), log, mode=mode)
             procs.append(proc)
             targets.append((name + "@base", port))
     for _, port in targets:
@@ -535,6 +538,13 @@ def sql_runs(args, binary, tmp, log, procs, redis_port, pg_port):
     workloads = [
         ("SET", "set", 50, 1),
         ("GET", "get", 50, 1),
+        # redis-benchmark's own shapes: INCR of the keyspace's counters; LPUSH to one list;
+        # HSET, SADD and ZADD of the keyspace's members into one hash, set and sorted set.
+        ("INCR", "incr", 50, 1),
+        ("LPUSH", "lpush", 50, 1),
+        ("HSET", "hset", 50, 1),
+        ("SADD", "sadd", 50, 1),
+        ("ZADD", "zadd", 50, 1),
         ("SET P16", "set", 50, 16),
         ("GET P16", "get", 50, 16),
         ("SADD P16", sadd, 50, 16),
@@ -563,7 +573,10 @@ def sql_runs(args, binary, tmp, log, procs, redis_port, pg_port):
         for name, test, clients, pipeline in workloads:
             for target, port in targets:
                 before = group_commits(port)
-                row = bench(port, test, clients, pipeline, 100, args.sql_requests, 10_000)
+                # As many round trips whatever the depth: a pipelined run of the unpipelined
+                # count ends within 0.1 s, before the proxy's batches reach their size.
+                row = bench(port, test, clients, pipeline, 100, args.sql_requests * pipeline,
+                            10_000)
                 after = group_commits(port)
                 group = ""
                 if before and after and after[1] > before[1]:
@@ -599,6 +612,14 @@ def sql_runs(args, binary, tmp, log, procs, redis_port, pg_port):
         ceiling = [p / d for p, d in zip(proxy, direct)]
         print(f"  {name:9} hf-redis={statistics.median(ceiling):.2f} ({min(ceiling):.2f}-"
               f"{max(ceiling):.2f})  " + "  ".join(parts))
+    # Exact mode against fast on the same SQLite settings, round by round.
+    if "sqlite-exact" in names:
+        print()
+        print("exact mode / fast on SQLite (synchronous normal), median (min-max) of rounds:")
+        for name, *_ in workloads:
+            each = [e / f for e, f in zip(results[(name, "sqlite-exact")],
+                                          results[(name, "sqlite-normal")])]
+            print(f"  {name:9} {statistics.median(each):.2f} ({min(each):.2f}-{max(each):.2f})")
     # Requests per group-commit transaction (holdfast_group_commit_requests), median of the
     # rounds: how much each workload batched.
     print()

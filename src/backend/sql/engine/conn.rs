@@ -1,5 +1,5 @@
 //! A connection in a transaction ([`TxConn`]: closed, never pooled, when dropped before
-//! its transaction ended) on either driver ([`Link`]: sqlx's pooled connection for
+//! its transaction ended) on either driver ([`SqlLink`]: sqlx's pooled connection for
 //! PostgreSQL, holdfast's own for SQLite, `lite`), the one a batching task keeps from batch
 //! to batch ([`Held`]), and the two ways a transaction ends without a commit (`rollback`,
 //! `abandon`).
@@ -14,33 +14,33 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Where a backend's connections come from.
-pub(super) enum Pool {
+pub(super) enum SqlPool {
     /// sqlx's pool: PostgreSQL.
     Any(AnyPool),
     /// holdfast's own SQLite connections.
     Lite(Arc<LitePool>),
 }
 
-impl Pool {
+impl SqlPool {
     /// A connection, opened if need be.
-    pub(super) async fn acquire(&self) -> Result<Link, Fail> {
+    pub(super) async fn acquire(&self) -> Result<SqlLink, Fail> {
         match self {
-            Pool::Any(pool) => Ok(Link::Any(pool.acquire().await?)),
-            Pool::Lite(pool) => Ok(Link::Lite(pool.acquire().await?)),
+            SqlPool::Any(pool) => Ok(SqlLink::Any(pool.acquire().await?)),
+            SqlPool::Lite(pool) => Ok(SqlLink::Lite(pool.acquire().await?)),
         }
     }
 
     /// How many connections it may hold.
     pub(super) fn size(&self) -> usize {
         match self {
-            Pool::Any(pool) => pool.options().get_max_connections() as usize,
-            Pool::Lite(pool) => pool.size(),
+            SqlPool::Any(pool) => pool.options().get_max_connections() as usize,
+            SqlPool::Lite(pool) => pool.size(),
         }
     }
 }
 
 /// One connection of either kind.
-pub(super) enum Link {
+pub(super) enum SqlLink {
     Any(PoolConnection<Any>),
     Lite(Lease),
 }
@@ -50,14 +50,14 @@ pub(super) enum Link {
 /// timeout during BEGIN, a deadline that fired mid-statement (`deadline`), a request abandoned
 /// at shutdown — it is closed, never handed back to the pool mid-transaction.
 pub(super) struct TxConn {
-    link: Link,
+    link: SqlLink,
     open: bool,
     /// The pools it came from: a connection held across a failover is not reused.
     pools: Arc<Pools>,
 }
 
 impl TxConn {
-    pub(super) fn new(link: Link, pools: &Arc<Pools>) -> TxConn {
+    pub(super) fn new(link: SqlLink, pools: &Arc<Pools>) -> TxConn {
         TxConn {
             link,
             open: true,
@@ -73,8 +73,8 @@ impl TxConn {
     /// The connection, for the data model's statements.
     pub(super) fn db(&mut self) -> Db<'_> {
         match &mut self.link {
-            Link::Any(conn) => Db::Any(conn),
-            Link::Lite(lease) => Db::Lite(lease.conn()),
+            SqlLink::Any(conn) => Db::Any(conn),
+            SqlLink::Lite(lease) => Db::Lite(lease.conn()),
         }
     }
 
@@ -91,7 +91,7 @@ impl TxConn {
     /// Statements run on it from now on end within `limit` (SQLite's: interrupted past it;
     /// sqlx's are dropped by the caller's own timeout).
     pub(super) fn bound(&self, limit: Duration) {
-        if let Link::Lite(lease) = &self.link {
+        if let SqlLink::Lite(lease) = &self.link {
             lease.bound(limit);
         }
     }
@@ -99,8 +99,8 @@ impl TxConn {
     /// Closed rather than pooled once dropped: its state is in doubt.
     pub(super) fn close_on_drop(&mut self) {
         match &mut self.link {
-            Link::Any(conn) => conn.close_on_drop(),
-            Link::Lite(lease) => lease.close_on_drop(),
+            SqlLink::Any(conn) => conn.close_on_drop(),
+            SqlLink::Lite(lease) => lease.close_on_drop(),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! PostgreSQL with several hosts: after a failure that may mean the primary moved, every host
 //! is probed and the pools move to the one that accepts writes.
 
-use super::conn::Pool;
+use super::conn::SqlPool;
 use super::{Inner, Pools};
 use crate::backend::BackendError;
 use sqlx::AnyPool;
@@ -72,12 +72,12 @@ impl Inner {
                 return;
             };
             let old = self.pools.swap(Arc::new(Pools {
-                writer: Pool::Any(pool.clone()),
-                reader: Pool::Any(pool),
+                writer: SqlPool::Any(pool.clone()),
+                reader: SqlPool::Any(pool),
             }));
             failover.current.store(index, Ordering::Release);
             tracing::warn!(backend = %self.name, host = index, "the primary moved; following it");
-            if let Pool::Any(old) = &old.writer {
+            if let SqlPool::Any(old) = &old.writer {
                 let old = old.clone();
                 tokio::spawn(async move { old.close().await });
             }

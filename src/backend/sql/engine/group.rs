@@ -28,6 +28,7 @@ mod tokens;
 use super::apply::{failure, lock_keys, work_error};
 use super::conn::{abandon, rollback, Held, TxConn};
 use super::deadline::{self, Progress, GRACE};
+use super::lite::LiteWorker;
 use super::queue::Queue;
 use super::{Inner, SqlStage, Work};
 use crate::backend::{BackendError, Proto};
@@ -92,12 +93,10 @@ impl GroupWriter {
     ) -> GroupWriter {
         let (queue, jobs) = Queue::new(QUEUE);
         for _ in 0..writers.max(1) {
-            let task = run(inner.clone(), jobs.clone());
-            if lite {
-                super::lite::on_thread("holdfast-sqlite-writer", task);
-            } else {
-                tokio::spawn(task);
-            }
+            let worker = lite
+                .then(|| LiteWorker::start("holdfast-sqlite-writer"))
+                .flatten();
+            tokio::spawn(run(inner.clone(), jobs.clone(), worker));
         }
         GroupWriter {
             queue,
@@ -240,7 +239,9 @@ fn lost() -> BackendError {
     }
 }
 
-async fn run(inner: Weak<Inner>, entries: Arc<Queue<Entry>>) {
+/// Takes groups from the queue and commits each: on `worker`'s thread when there is one
+/// (SQLite), the group and the connection it holds sent there and back as one message.
+async fn run(inner: Weak<Inner>, entries: Arc<Queue<Entry>>, worker: Option<LiteWorker>) {
     let mut held = Held::default();
     let jobs_of = |entry: &Entry| entry.jobs.len();
     while let Some(mut taken) = entries
@@ -266,16 +267,21 @@ async fn run(inner: Weak<Inner>, entries: Arc<Queue<Entry>>) {
         }
         let Some(inner) = inner.upgrade() else { return };
         crate::metrics::group_commit(&inner.name, group.len());
-        let progress = Progress::default();
-        let limit = inner.response_timeout;
-        let until = tokio::time::Instant::now() + limit;
-        let bounded = commit_group(&inner, &group, &states, &mut held, &progress);
-        let outcomes = match tokio::time::timeout_at(until, bounded).await {
-            Ok(outcomes) => outcomes,
-            Err(elapsed) => {
-                // Its connection, dropped mid-transaction, is closed (`TxConn`).
-                let shared = Arc::new(progress.cut_short(limit, elapsed));
-                group.iter().map(|_| Err(share(&shared))).collect()
+        let jobs = group.len();
+        let work = bounded_group(inner, group, states, std::mem::take(&mut held));
+        let outcomes = match &worker {
+            Some(worker) => match worker.run(work).await {
+                Some((outcomes, back)) => {
+                    held = back;
+                    outcomes
+                }
+                // The thread is gone, and the group with it: it may have committed.
+                None => (0..jobs).map(|_| Err(lost())).collect(),
+            },
+            None => {
+                let (outcomes, back) = work.await;
+                held = back;
+                outcomes
             }
         };
         let mut outcomes = outcomes.into_iter();
@@ -283,6 +289,29 @@ async fn run(inner: Weak<Inner>, entries: Arc<Queue<Entry>>) {
             let _ = reply.send(outcomes.by_ref().take(count).collect());
         }
     }
+}
+
+/// The group's transaction under the backend's deadline, on the connection `held` keeps (if
+/// any): an outcome per job, and what to hold for the next group.
+async fn bounded_group(
+    inner: Arc<Inner>,
+    group: Vec<Job>,
+    states: Vec<Arc<AtomicU8>>,
+    mut held: Held,
+) -> (Vec<GroupOutcome>, Held) {
+    let progress = Progress::default();
+    let limit = inner.response_timeout;
+    let until = tokio::time::Instant::now() + limit;
+    let bounded = commit_group(&inner, &group, &states, &mut held, &progress);
+    let outcomes = match tokio::time::timeout_at(until, bounded).await {
+        Ok(outcomes) => outcomes,
+        Err(elapsed) => {
+            // Its connection, dropped mid-transaction, is closed (`TxConn`).
+            let shared = Arc::new(progress.cut_short(limit, elapsed));
+            group.iter().map(|_| Err(share(&shared))).collect()
+        }
+    };
+    (outcomes, held)
 }
 
 /// One transaction for the whole group; returns an outcome per job.

@@ -4,8 +4,8 @@
 //!
 //! sqlx drives SQLite through a worker thread per connection: a statement is a message to
 //! it and a wake-up back, and that hop costs more than the statement. Here the group-commit
-//! writer and the batched readers each run on a thread of their own (`on_thread`), where a
-//! whole group is one task: its statements run one after the other, prepared once per
+//! writer and the batched readers each hand a whole group (or batch) to a thread of their own
+//! ([`LiteWorker`]) as one message: its statements run one after the other, prepared once per
 //! connection (its cache), and the replies go back to the runtime once per group.
 //!
 //! A statement cannot be dropped half-way as an `await` can, so the backend's deadline is
@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
-use tokio::sync::{Mutex, OwnedMappedMutexGuard, OwnedMutexGuard};
+use tokio::sync::{mpsc, oneshot, Mutex, OwnedMappedMutexGuard, OwnedMutexGuard};
 
 /// Statements each connection keeps prepared: every shape the model and the engine run,
 /// with the few padded sizes of their multi-row forms.
@@ -166,37 +166,63 @@ impl Drop for Lease {
     }
 }
 
-/// Runs `task` on a thread of its own, on a runtime of its own, until it ends: the SQLite
-/// connections it uses run their statements there, not on the runtime's workers. Should no
-/// thread start (never expected), it runs on the caller's runtime instead.
-pub(super) fn on_thread<F>(name: &str, task: F)
-where
-    F: std::future::Future<Output = ()> + Send + 'static,
-{
-    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    else {
-        tokio::spawn(task);
-        return;
-    };
-    let (hand, take) = std::sync::mpsc::channel::<F>();
-    let started = std::thread::Builder::new()
-        .name(name.to_string())
-        .spawn(move || {
-            if let Ok(task) = take.recv() {
-                runtime.block_on(task);
+/// A thread of its own, with a runtime of its own, that runs the work it is sent one piece at
+/// a time: a whole group commit, or a whole batch of reads, per message. The SQLite statements
+/// of a piece run there, not on the runtime's workers, and its answer goes back once. The
+/// batch itself is gathered on the runtime, as the requests arrive, while the previous one
+/// runs here.
+pub(super) struct LiteWorker {
+    tasks: mpsc::UnboundedSender<Task>,
+}
+
+type Task = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+impl LiteWorker {
+    /// Starts the thread; None when it cannot be (never expected: the work then runs where
+    /// it is asked for).
+    pub(super) fn start(name: &str) -> Option<LiteWorker> {
+        // Timers only (the deadline): no I/O driver, so an idle worker parks on a condition
+        // variable, cheaper to wake than a poller.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build();
+        let runtime = match runtime {
+            Ok(runtime) => runtime,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start a SQLite worker's runtime");
+                return None;
             }
+        };
+        let (tasks, mut queue) = mpsc::unbounded_channel::<Task>();
+        let started = std::thread::Builder::new()
+            .name(name.to_string())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    // Ends once every sender is gone: the backend was dropped.
+                    while let Some(task) = queue.recv().await {
+                        task.await;
+                    }
+                });
+            });
+        match started {
+            Ok(_) => Some(LiteWorker { tasks }),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start a SQLite worker thread");
+                None
+            }
+        }
+    }
+
+    /// Runs `work` on the thread; None when the thread is gone.
+    pub(super) async fn run<T: Send + 'static>(
+        &self,
+        work: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> Option<T> {
+        let (done, answer) = oneshot::channel();
+        let task: Task = Box::pin(async move {
+            let _ = done.send(work.await);
         });
-    match started {
-        Ok(_) => {
-            if let Err(std::sync::mpsc::SendError(task)) = hand.send(task) {
-                tokio::spawn(task);
-            }
-        }
-        Err(e) => {
-            tracing::error!(error = %e, "cannot start a SQLite thread; running on the runtime");
-            tokio::spawn(task);
-        }
+        self.tasks.send(task).ok()?;
+        answer.await.ok()
     }
 }

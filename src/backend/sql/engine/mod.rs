@@ -96,9 +96,9 @@ pub struct SqlBackend {
 /// The pools in use: SQLite's for good; PostgreSQL's for the host that accepts writes now.
 struct Pools {
     /// Write transactions (SQLite: exactly one connection).
-    writer: conn::Pool,
+    writer: conn::SqlPool,
     /// Read transactions (PostgreSQL: the same pool as `writer`).
-    reader: conn::Pool,
+    reader: conn::SqlPool,
 }
 
 struct Inner {

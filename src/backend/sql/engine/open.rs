@@ -2,7 +2,7 @@
 //! pragmas, PostgreSQL's pool (per host, for failover) with its session settings, and the
 //! tasks every backend starts (group commit, batched reads, the schema and the reaper).
 
-use super::conn::Pool;
+use super::conn::SqlPool;
 use super::failover::{Failover, PoolBuilder};
 use super::{broker, group, inbox, lite, reads, waiters};
 use super::{postgres_hosts, Dialect, Inner, Pools, SqlBackend};
@@ -66,8 +66,8 @@ impl SqlBackend {
                 pragmas,
             })
         };
-        let writer = Pool::Lite(Arc::new(lite::LitePool::new(1, opener(true))));
-        let reader = Pool::Lite(Arc::new(lite::LitePool::new(config.readers, opener(false))));
+        let writer = SqlPool::Lite(Arc::new(lite::LitePool::new(1, opener(true))));
+        let reader = SqlPool::Lite(Arc::new(lite::LitePool::new(config.readers, opener(false))));
         // Pub/Sub's own connection (`inbox.rs`), opened at the first subscription, through
         // sqlx: it polls, and a poll is not worth a thread of its own.
         let url = format!("sqlite://{}?mode=rwc", config.path);
@@ -178,7 +178,7 @@ impl SqlBackend {
             (config.pool_size / 2).max(1),
             name,
             Dialect::Postgres,
-            (Pool::Any(pool.clone()), Pool::Any(pool)),
+            (SqlPool::Any(pool.clone()), SqlPool::Any(pool)),
             (failover, broker::Carrier::Notify(listen_on)),
             (
                 config.allow_flush,
@@ -192,7 +192,7 @@ impl SqlBackend {
         writers: usize,
         name: &str,
         dialect: Dialect,
-        (writer, reader): (Pool, Pool),
+        (writer, reader): (SqlPool, SqlPool),
         (failover, carrier): (Option<Failover>, broker::Carrier),
         (allow_flush, response_timeout, blocking_poll): (bool, Duration, Duration),
     ) -> SqlBackend {

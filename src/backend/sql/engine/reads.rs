@@ -14,6 +14,7 @@
 
 use super::conn::{Held, TxConn};
 use super::deadline::{self, GRACE};
+use super::lite::LiteWorker;
 use super::queue::Queue;
 use super::store::{placeholders, stmt, Dialect, Fail, Kind, Stmt, WRONGTYPE};
 use super::{Inner, SqlStage};
@@ -109,14 +110,11 @@ impl GetBatcher {
     ) -> GetBatcher {
         let (queue, gets) = Queue::new(QUEUE);
         for _ in 0..readers.max(1) {
-            let task = run(inner.clone(), gets.clone(), max_batch(dialect));
-            // SQLite's readers each on a thread of their own, as its writer (`lite`).
-            match dialect {
-                Dialect::Sqlite => super::lite::on_thread("holdfast-sqlite-reader", task),
-                Dialect::Postgres => {
-                    tokio::spawn(task);
-                }
-            }
+            // SQLite's readers each with a thread of their own, as its writer (`lite`).
+            let worker = (dialect == Dialect::Sqlite)
+                .then(|| LiteWorker::start("holdfast-sqlite-reader"))
+                .flatten();
+            tokio::spawn(run(inner.clone(), gets.clone(), max_batch(dialect), worker));
         }
         GetBatcher {
             queue,
@@ -231,28 +229,52 @@ pub(super) fn shared(error: &Arc<BackendError>, count: usize) -> Vec<ReadAnswer>
         .collect()
 }
 
-async fn run(inner: Weak<Inner>, gets: Arc<Queue<Get>>, max: usize) {
+/// Takes batches from the queue and reads each: on `worker`'s thread when there is one
+/// (SQLite), the batch and the connection it holds sent there and back as one message; the
+/// answers are sent from here, on the runtime the requests wait on.
+async fn run(inner: Weak<Inner>, gets: Arc<Queue<Get>>, max: usize, worker: Option<LiteWorker>) {
     let mut held = Held::default();
     while let Some(batch) = gets
         .next_batch_holding(max, |g| g.keys.len(), &mut held)
         .await
     {
         let Some(inner) = inner.upgrade() else { return };
-        read_batch(&inner, batch, &mut held).await;
+        let work = read_batch(inner, batch, std::mem::take(&mut held));
+        let (answers, back) = match &worker {
+            Some(worker) => match worker.run(work).await {
+                Some(done) => done,
+                // The thread is gone with the batch: its requests hear that (`read_many`).
+                None => continue,
+            },
+            None => work.await,
+        };
+        held = back;
+        for (reply, each) in answers {
+            let _ = reply.send(each);
+        }
     }
 }
 
-/// Reads every key of `batch` in one statement and answers each request.
-async fn read_batch(inner: &Inner, batch: Vec<Get>, held: &mut Held) {
+/// Where a request's answers go, and the answers.
+type Answered = (oneshot::Sender<Vec<ReadAnswer>>, Vec<ReadAnswer>);
+
+/// Reads every key of `batch` in one statement: each request's answers, and what to hold
+/// for the next batch.
+async fn read_batch(inner: Arc<Inner>, batch: Vec<Get>, mut held: Held) -> (Vec<Answered>, Held) {
+    let mut out = Vec::with_capacity(batch.len());
+    read_into(&inner, batch, &mut held, &mut out).await;
+    (out, held)
+}
+
+/// [`read_batch`], its answers into `out`.
+async fn read_into(inner: &Inner, batch: Vec<Get>, held: &mut Held, out: &mut Vec<Answered>) {
     let now = Instant::now();
     let (live, late): (Vec<Get>, Vec<Get>) = batch.into_iter().partition(|g| g.deadline > now);
     for get in late {
         let waited = || BackendError::AcquireTimeout {
             waited: Duration::ZERO,
         };
-        let _ = get
-            .reply
-            .send(get.asks.iter().map(|_| Err(waited())).collect());
+        out.push((get.reply, get.asks.iter().map(|_| Err(waited())).collect()));
     }
     let Some(latest) = live.iter().map(|g| g.deadline).max() else {
         return;
@@ -272,10 +294,11 @@ async fn read_batch(inner: &Inner, batch: Vec<Get>, held: &mut Held) {
             }
         }
     }
-    let fail = |live: Vec<Get>, e: BackendError| {
+    let fail = |live: Vec<Get>, e: BackendError, out: &mut Vec<Answered>| {
         let e = Arc::new(e);
         for get in live {
-            let _ = get.reply.send(shared(&e, get.asks.len()));
+            let each = shared(&e, get.asks.len());
+            out.push((get.reply, each));
         }
     };
     // A batch larger than one statement takes (a client's run may be up to
@@ -286,7 +309,7 @@ async fn read_batch(inner: &Inner, batch: Vec<Get>, held: &mut Held) {
     let begin = begun.then(|| inner.begin_statement(false));
     let mut conn = match inner.acquire_held(held, false, begin, latest - now).await {
         Ok(conn) => conn,
-        Err(e) => return fail(live, e),
+        Err(e) => return fail(live, e, out),
     };
     let limit = inner.response_timeout;
     // One deadline for the batch, its statements and point reads included: what a batch may
@@ -329,7 +352,7 @@ async fn read_batch(inner: &Inner, batch: Vec<Get>, held: &mut Held) {
         Err(e) => {
             // Unfinished or failed, the connection is closed as it is dropped.
             conn.close_on_drop();
-            return fail(live, e);
+            return fail(live, e, out);
         }
     };
     let mut values = values.into_iter();
@@ -343,7 +366,7 @@ async fn read_batch(inner: &Inner, batch: Vec<Get>, held: &mut Held) {
                 Ask::Get | Ask::Exists => answer(ask, values.by_ref().take(keys)),
             })
             .collect();
-        let _ = get.reply.send(answers);
+        out.push((get.reply, answers));
     }
 }
 
