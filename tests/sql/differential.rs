@@ -3013,6 +3013,92 @@ fn single_random_draws_reach_every_element_and_only_live_ones() {
     });
 }
 
+/// Counted draws (`SRANDMEMBER`, `HRANDFIELD`, `SPOP` with a count small beside the
+/// collection: index probes, `model/draws.rs`): distinct where the count is positive, every
+/// one a live element, a hash's values its own; an expired collection draws nothing.
+#[test]
+fn counted_random_draws_are_live_elements_and_distinct_when_asked() {
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Targets::start().await;
+        for addr in [&t.sqlite.addr, &t.postgres.addr] {
+            let mut c = RawConn::connect(addr).await;
+            c.command(&["FLUSHALL"]).await;
+            let mut live = std::collections::BTreeSet::new();
+            for i in 0..100 {
+                let (m, f, v) = (format!("m{i}"), format!("f{i}"), format!("v{i}"));
+                c.command(&["SADD", "s", &m]).await;
+                c.command(&["HSET", "h", &f, &v]).await;
+                if i % 3 == 0 {
+                    c.command(&["SREM", "s", &m]).await;
+                    c.command(&["HDEL", "h", &f]).await;
+                } else {
+                    live.insert(i);
+                }
+            }
+            let number = |item: &str| item[1..].parse::<i32>().unwrap();
+            let mut reached = std::collections::BTreeSet::new();
+            for _ in 0..200 {
+                let drawn = items(&c.command(&["SRANDMEMBER", "s", "10"]).await);
+                let distinct: std::collections::BTreeSet<i32> =
+                    drawn.iter().map(|m| number(m)).collect();
+                assert_eq!((drawn.len(), distinct.len()), (10, 10), "{addr}: {drawn:?}");
+                assert!(distinct.is_subset(&live), "{addr}: {drawn:?}");
+                reached.extend(distinct);
+                let repeats = items(&c.command(&["SRANDMEMBER", "s", "-10"]).await);
+                assert_eq!(repeats.len(), 10, "{addr}");
+                assert!(repeats.iter().all(|m| live.contains(&number(m))), "{addr}");
+            }
+            assert_eq!(reached, live, "{addr}: every live member can be drawn");
+            for _ in 0..20 {
+                let flat = items(&c.command(&["HRANDFIELD", "h", "5", "WITHVALUES"]).await);
+                assert_eq!(flat.len(), 10, "{addr}: {flat:?}");
+                let fields: std::collections::BTreeSet<i32> =
+                    flat.chunks(2).map(|p| number(&p[0])).collect();
+                assert_eq!(fields.len(), 5, "{addr}: {flat:?}");
+                for pair in flat.chunks(2) {
+                    assert!(live.contains(&number(&pair[0])), "{addr}: {pair:?}");
+                    assert_eq!(number(&pair[0]), number(&pair[1]), "{addr}: {pair:?}");
+                }
+            }
+            let popped = items(&c.command(&["SPOP", "s", "10"]).await);
+            let gone: std::collections::BTreeSet<i32> = popped.iter().map(|m| number(m)).collect();
+            assert_eq!(gone.len(), 10, "{addr}: {popped:?}");
+            assert!(gone.is_subset(&live), "{addr}");
+            let left = format!(":{}\r\n", live.len() - 10);
+            assert_eq!(c.command(&["SCARD", "s"]).await, left.as_bytes(), "{addr}");
+            for m in &popped {
+                assert_eq!(c.command(&["SISMEMBER", "s", m]).await, b":0\r\n", "{addr}");
+            }
+            // Expired: its stored count is not an answer.
+            c.command(&["PEXPIRE", "s", "1"]).await;
+            c.command(&["PEXPIRE", "h", "1"]).await;
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            assert_eq!(
+                c.command(&["SRANDMEMBER", "s", "10"]).await,
+                b"*0\r\n",
+                "{addr}"
+            );
+            assert_eq!(c.command(&["SPOP", "s", "3"]).await, b"*0\r\n", "{addr}");
+            assert_eq!(
+                c.command(&["HRANDFIELD", "h", "-3"]).await,
+                b"*0\r\n",
+                "{addr}"
+            );
+        }
+    });
+}
+
+/// An array reply's bulk strings, in order (none of them starting with `*` or `$`).
+fn items(raw: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(raw)
+        .split("\r\n")
+        .skip(1)
+        .filter(|l| !l.is_empty() && !l.starts_with('$') && !l.starts_with('*'))
+        .map(String::from)
+        .collect()
+}
+
 /// A bulk reply's text.
 fn payload(raw: &[u8]) -> String {
     let text = String::from_utf8_lossy(raw);

@@ -2,6 +2,7 @@
 //! Redis hash keeps them.
 
 use super::args::{self, scan_args};
+use super::draws;
 use super::store::*;
 use super::strings::arg;
 use bytes::Bytes;
@@ -319,10 +320,27 @@ pub async fn hrandfield(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
         if !hash(ctx, key).await? {
             return Ok(null());
         }
-        return Ok(bulk_or_null(ctx.random_element(key, Kind::Hash).await?));
+        return Ok(bulk_or_null(draws::one(ctx, key, Kind::Hash).await?));
     };
-    let all = pairs(ctx, key).await?;
-    let chosen = draw(all, count)?;
+    // Live and a hash (an expired key's stored count is not its answer), or nothing drawn.
+    if !hash(ctx, key).await? {
+        return Ok(array(Vec::new()));
+    }
+    // By index probes while the count is small beside the hash, else from the whole hash.
+    let len = ctx.count(key, Kind::Hash).await?;
+    let probed = match draws::plan(len, count) {
+        draws::Plan::Probes { draws, distinct } => {
+            draws::probes(ctx, key, Kind::Hash, draws, distinct).await?
+        }
+        draws::Plan::Whole => None,
+    };
+    let chosen: Vec<(Bytes, Bytes)> = match probed {
+        Some(found) => found
+            .into_iter()
+            .map(|(field, value)| (field, value.unwrap_or_default()))
+            .collect(),
+        None => draws::from_whole(pairs(ctx, key).await?, count)?,
+    };
     let resp3 = ctx.proto == crate::backend::Proto::Resp3;
     let mut out = Vec::with_capacity(chosen.len() * 2);
     for (field, value) in chosen {

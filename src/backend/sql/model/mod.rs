@@ -7,6 +7,7 @@ pub mod bitfield;
 pub mod bits;
 pub mod blocking;
 pub mod config;
+pub mod draws;
 pub mod functions;
 pub mod geo;
 pub mod geohash;

@@ -3,6 +3,7 @@
 //! hash table's, which no client may rely on).
 
 use super::args::is;
+use super::draws;
 use super::store::*;
 use super::strings::arg;
 use bytes::Bytes;
@@ -364,21 +365,15 @@ pub async fn spop(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
         if !set(ctx, key).await? {
             return Ok(null());
         }
-        let chosen = ctx.random_element(key, Kind::Set).await?;
+        let chosen = draws::one(ctx, key, Kind::Set).await?;
         if let Some(member) = &chosen {
             ctx.remove(key, Kind::Set, std::slice::from_ref(member))
                 .await?;
         }
         return Ok(bulk_or_null(chosen));
     }
-    let all = members(ctx, key).await?;
-    let take = count.unwrap_or(1).min(all.len());
-    let chosen: Vec<Bytes> = {
-        use rand::seq::SliceRandom;
-        all.choose_multiple(&mut rand::thread_rng(), take)
-            .cloned()
-            .collect()
-    };
+    let take = i64::try_from(count.unwrap_or(1)).unwrap_or(i64::MAX);
+    let chosen = drawn(ctx, key, take).await?;
     if !chosen.is_empty() {
         ctx.remove(key, Kind::Set, &chosen).await?;
     }
@@ -404,10 +399,27 @@ pub async fn srandmember(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
         if !set(ctx, key).await? {
             return Ok(null());
         }
-        return Ok(bulk_or_null(ctx.random_element(key, Kind::Set).await?));
+        return Ok(bulk_or_null(draws::one(ctx, key, Kind::Set).await?));
     };
-    let all = members(ctx, key).await?;
-    Ok(array(draw(all, n)?.into_iter().map(bulk).collect()))
+    Ok(array(
+        drawn(ctx, key, n).await?.into_iter().map(bulk).collect(),
+    ))
+}
+
+/// Members of the set at `key` drawn as a count draws them (`draws`): by index probes while
+/// the count is small beside the set, else from the whole set.
+async fn drawn(ctx: &mut Ctx<'_>, key: &[u8], count: i64) -> Result<Vec<Bytes>, Fail> {
+    // Live and a set (an expired key's stored count is not its answer), or nothing drawn.
+    if !set(ctx, key).await? {
+        return Ok(Vec::new());
+    }
+    let len = ctx.count(key, Kind::Set).await?;
+    if let draws::Plan::Probes { draws, distinct } = draws::plan(len, count) {
+        if let Some(found) = draws::probes(ctx, key, Kind::Set, draws, distinct).await? {
+            return Ok(found.into_iter().map(|(member, _)| member).collect());
+        }
+    }
+    draws::from_whole(members(ctx, key).await?, count)
 }
 
 /// Members past which `SSCAN` answers in pages of `COUNT`; a smaller set comes whole with

@@ -624,44 +624,6 @@ impl<'c> Ctx<'c> {
         Ok(n.unwrap_or(0))
     }
 
-    /// One element of the set or hash at `key` (its member or field), drawn at random: an id
-    /// between the key's smallest and largest (the `(key, id)` index), and the first element
-    /// from there. Index probes, however large the collection; an element after a run of
-    /// removed ones is drawn more often (Redis's draw is not uniform either). None when the
-    /// collection is empty or missing.
-    pub async fn random_element(&mut self, key: &[u8], kind: Kind) -> Result<Option<Bytes>, Fail> {
-        let (table, column) = match kind {
-            Kind::Set => ("hf_set", "member"),
-            Kind::Hash => ("hf_hash", "field"),
-            _ => return Ok(None),
-        };
-        // Two subqueries, not `MIN(id), MAX(id)` together: SQLite reads one end of an index
-        // only for a lone MIN or MAX, and scans the key's rows for the pair.
-        let row = self
-            .one(
-                stmt(format!(
-                    "SELECT (SELECT MIN(id) FROM {table} WHERE key = $1), \
-             (SELECT MAX(id) FROM {table} WHERE key = $1)"
-                ))
-                .bind(key),
-            )
-            .await?;
-        let (Some(low), Some(high)) = (
-            row.try_get::<Option<i64>>(0)?,
-            row.try_get::<Option<i64>>(1)?,
-        ) else {
-            return Ok(None);
-        };
-        let drawn = {
-            use rand::Rng;
-            rand::thread_rng().gen_range(low..=high)
-        };
-        let sql =
-            format!("SELECT {column} FROM {table} WHERE key = $1 AND id >= $2 ORDER BY id LIMIT 1");
-        let found: Option<Vec<u8>> = self.scalar_opt(stmt(&sql).bind(key).bind(drawn)).await?;
-        Ok(found.map(Bytes::from))
-    }
-
     /// HDEL, SREM and ZREM: the names after the key taken out of the `kind` at the key, under
     /// its lock; 0 when the key is missing.
     pub async fn remove_named(&mut self, a: &[Bytes], kind: Kind) -> Out {
@@ -779,32 +741,6 @@ pub fn null() -> Frame {
 
 pub fn bulk_or_null(value: Option<impl Into<Bytes>>) -> Frame {
     value.map(bulk).unwrap_or(Frame::Null)
-}
-
-/// Elements drawn at random the way `SRANDMEMBER`, `HRANDFIELD` and `ZRANDMEMBER` draw them
-/// with a count: for a positive count, distinct ones (all of them, in their order, when it
-/// reaches the size); for a negative one, that many with repeats (bounded: a reply of more
-/// than ten million elements is refused rather than built).
-pub fn draw<T: Clone>(all: Vec<T>, count: i64) -> Result<Vec<T>, Fail> {
-    use rand::seq::SliceRandom;
-    let mut rng = rand::thread_rng();
-    let n = usize::try_from(count.unsigned_abs()).unwrap_or(usize::MAX);
-    if count >= 0 {
-        return Ok(if n >= all.len() {
-            all
-        } else {
-            all.choose_multiple(&mut rng, n).cloned().collect()
-        });
-    }
-    if all.is_empty() {
-        return Ok(Vec::new());
-    }
-    if n > 10_000_000 {
-        return fail("ERR value is out of range");
-    }
-    Ok((0..n)
-        .filter_map(|_| all.choose(&mut rng).cloned())
-        .collect())
 }
 
 #[cfg(test)]

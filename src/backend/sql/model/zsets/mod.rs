@@ -359,7 +359,7 @@ pub async fn zrandmember(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     let Some(count) = count else {
         return Ok(bulk_or_null(all.choose(&mut rng).map(|(m, _)| m.clone())));
     };
-    let chosen = draw(all, count)?;
+    let chosen = super::draws::from_whole(all, count)?;
     if withscores {
         return Ok(pairs_reply(ctx, chosen, false));
     }
