@@ -2044,6 +2044,71 @@ fn a_run_of_sadds_answers_as_redis_does() {
     });
 }
 
+/// A pipelined run of plain ZADDs is a few statements on SQL backends (`zsets::zadd_run`):
+/// each still answers the members it added as if alone (a member named twice in the run, or
+/// twice in one command, counts once, for the first), scores end as the last command set
+/// them, other kinds answer WRONGTYPE, an expired key starts empty; and a ZADD with an option
+/// or a score that does not parse answers on its own in the middle of the run.
+#[test]
+fn a_run_of_zadds_answers_as_redis_does() {
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Targets::start().await;
+        let lines: &[&[&str]] = &[
+            &["ZADD", "z0", "1", "a", "2", "b"],
+            &["SET", "str", "v"],
+            &["SADD", "s", "m"],
+            &["ZADD", "ez", "1", "x"],
+            &["PEXPIREAT", "ez", "1"],
+            // The run.
+            &["ZADD", "z0", "5", "a", "3", "c"],
+            &["ZADD", "z1", "1", "x", "2", "y", "3", "x"],
+            &["ZADD", "str", "1", "m"],
+            &["ZADD", "z1", "2", "y", "4", "z"],
+            &["ZADD", "ez", "7", "n"],
+            &["ZADD", "s", "1", "f"],
+            &["ZADD", "z0", "inf", "d", "-inf", "e", "0", "c"],
+            &["ZADD", "z0", "1", "a", "nan", "b"],
+            &["ZADD", "z0", "NX", "9", "a", "9", "f"],
+            &["ZADD", "z0", "x", "a"],
+            &["ZADD", "z0", "1"],
+            &["ZADD", "z2", "-0", ""],
+            &["ZADD", "z2", "1.5e3", ""],
+        ];
+        let mut script: Vec<Cmd> = lines.iter().map(|l| cmd(l)).collect();
+        // More members than one statement takes (2,048), then one more run member over them.
+        let mut big = vec![b"ZADD".to_vec(), b"big".to_vec()];
+        for i in 0..3000 {
+            big.push(i.to_string().into_bytes());
+            big.push(format!("m{i}").into_bytes());
+        }
+        script.push(big);
+        script.push(cmd(&[
+            "ZADD", "big", "1", "m2999", "2", "m3000", "3", "m2047",
+        ]));
+        let after: &[&[&str]] = &[
+            &["ZRANGE", "z0", "0", "-1", "WITHSCORES"],
+            &["ZRANGE", "z1", "0", "-1", "WITHSCORES"],
+            &["ZRANGE", "z2", "0", "-1", "WITHSCORES"],
+            &["ZRANGE", "ez", "0", "-1", "WITHSCORES"],
+            &["TYPE", "ez"],
+            &["GET", "str"],
+            &["SMEMBERS", "s"],
+            &["ZCARD", "big"],
+            &["ZSCORE", "big", "m2999"],
+            &["ZSCORE", "big", "m3000"],
+            &["ZSCORE", "big", "m2047"],
+            &["ZRANGE", "big", "0", "9", "WITHSCORES"],
+            &["ZCARD", "z0"],
+        ];
+        script.extend(after.iter().map(|l| cmd(l)));
+        let mut all = pipelined_differences(&t, false, 64, &script).await;
+        all.extend(pipelined_differences(&t, true, 64, &script).await);
+        all.extend(differences(&t, false, &script).await);
+        assert_none(&all);
+    });
+}
+
 /// A pipelined run of INCR, DECR, INCRBY and DECRBY is two statements on SQL backends:
 /// each must still answer the value it made as if it ran alone, in order — a key counted
 /// up earlier in the run goes on from there; a key of another kind answers WRONGTYPE, a value

@@ -415,6 +415,11 @@ impl Job {
             && super::streams::write::plain_add(args).is_some()
         {
             Shape::Xadd
+        } else if name.eq_ignore_ascii_case(b"ZADD")
+            && args.len() >= 3
+            && super::zsets::plain_zadd(&args[1..]).is_some()
+        {
+            Shape::Zadd
         } else {
             return None;
         };
@@ -440,7 +445,7 @@ impl Job {
 
 /// The group without savepoints; None when it had to be rolled back. A run of plain SETs is
 /// written by one statement, a run of SADDs, HSETs, DELs or increments by a few
-/// (`sets::sadd_run`, `hashes::hset_run`, `keys::del_run`, `strings::incr_run`,
+/// (`sets::sadd_run`, `hashes::hset_run`, `zsets::zadd_run`, `keys::del_run`, `strings::incr_run`,
 /// `streams::write::xadd_run`). Only a group that committed leaves its connection to `held`: every
 /// failure on the way may have put it in doubt.
 async fn optimistic(
@@ -475,7 +480,7 @@ async fn optimistic(
             rest = &rest[sets.len()..];
             continue;
         }
-        // Runs of SADDs, HSETs, DELs, increments and XADDs: a few multi-row statements each.
+        // Runs of SADDs, HSETs, ZADDs, DELs, increments and XADDs: a few multi-row statements each.
         let shape = job.shape().map(|(shape, _)| shape);
         let run: Vec<&[Bytes]> = run_of(rest, &tokens, |j| {
             j.shape()
@@ -573,6 +578,7 @@ async fn write_run(
     let applied = match shape {
         Shape::Sadd => super::sets::sadd_run(&mut ctx, &keyed()).await.map(wrong),
         Shape::Hset => super::hashes::hset_run(&mut ctx, &keyed()).await.map(wrong),
+        Shape::Zadd => super::zsets::zadd_run(&mut ctx, &keyed()).await.map(wrong),
         Shape::Del => super::keys::del_run(&mut ctx, run).await.map(wrong),
         Shape::Incr => {
             let increments: Vec<(&[u8], i64)> = ran.iter().filter_map(Job::increment).collect();
@@ -667,6 +673,8 @@ enum Shape {
     Incr,
     /// `XADD` without trimming (`streams::write::plain_add`).
     Xadd,
+    /// `ZADD` without options (`zsets::plain_zadd`).
+    Zadd,
 }
 
 /// Takes every key lock the group's requests will take (PostgreSQL), all at once and in a

@@ -44,7 +44,7 @@ mod waiters;
 mod whole;
 
 use super::model::{
-    self, args, blocking, hashes, keys, sets, store, streams, strings, unchanged, watch,
+    self, args, blocking, hashes, keys, sets, store, streams, strings, unchanged, watch, zsets,
 };
 
 use crate::backend::{BackendError, Proto, Request};

@@ -344,6 +344,101 @@ pub async fn zmpop(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     Ok(null())
 }
 
+/// The score-member pairs of a plain `ZADD` (its arguments after the key: no option, every
+/// score a number); None for any other, which answers on its own (an option, an odd count,
+/// a score that does not parse).
+pub fn plain_zadd(rest: &[Bytes]) -> Option<Vec<(f64, &[u8])>> {
+    if rest.is_empty() || !rest.len().is_multiple_of(2) {
+        return None;
+    }
+    rest.chunks(2)
+        .map(|pair| Some((args::parse_f64(pair.first()?)?, pair.get(1)?.as_ref())))
+        .collect()
+}
+
+/// A run of plain `ZADD`s (`plain_zadd`; key, then the arguments after it), written by a few
+/// multi-row statements per [`STATEMENT_ROWS`] members instead of a score read and an upsert
+/// per member: the members new to their sorted set inserted (and counted), then the others'
+/// scores moved, each member to the last score the run gives it. Each command's reply: the
+/// members it added (one named by two commands is the first's), or None when its key holds
+/// another kind.
+pub async fn zadd_run(
+    ctx: &mut Ctx<'_>,
+    run: &[(&[u8], &[Bytes])],
+) -> Result<Vec<Option<i64>>, Fail> {
+    let keys: Vec<&[u8]> = run.iter().map(|(key, _)| *key).collect();
+    let live = ctx.collections(&keys, Kind::ZSet).await?;
+    let wrong = |key: &[u8]| live.get(key).is_some_and(|kind| *kind != Kind::ZSet);
+    // Each member once, with its last score, in the order first named.
+    let mut order: Vec<(&[u8], &[u8])> = Vec::new();
+    let mut last: std::collections::HashMap<(&[u8], &[u8]), f64> = Default::default();
+    for (key, rest) in run.iter().filter(|(key, _)| !wrong(key)) {
+        for (score, member) in plain_zadd(rest).unwrap_or_default() {
+            if last.insert((*key, member), score).is_none() {
+                order.push((*key, member));
+            }
+        }
+    }
+    let mut added: std::collections::HashSet<(Vec<u8>, Vec<u8>)> = Default::default();
+    for chunk in order.chunks(STATEMENT_ROWS) {
+        ctx.wrote = true;
+        let dialect = ctx.dialect;
+        let inserted = member_rows(dialect, chunk, &last, "DO NOTHING RETURNING key, member");
+        for row in ctx.all(inserted).await? {
+            added.insert((row.try_get(0)?, row.try_get(1)?));
+        }
+        let known: Vec<(&[u8], &[u8])> = chunk
+            .iter()
+            .copied()
+            .filter(|(key, member)| !added.contains(&(key.to_vec(), member.to_vec())))
+            .collect();
+        if !known.is_empty() {
+            let moved = member_rows(
+                dialect,
+                &known,
+                &last,
+                "DO UPDATE SET score = excluded.score WHERE hf_zset.score <> excluded.score",
+            );
+            ctx.execute(moved).await?;
+        }
+    }
+    Ok(run
+        .iter()
+        .map(|(key, rest)| {
+            (!wrong(key)).then(|| {
+                rest.chunks(2)
+                    .filter_map(|pair| pair.get(1))
+                    .filter(|m| added.remove(&(key.to_vec(), m.to_vec())))
+                    .count() as i64
+            })
+        })
+        .collect())
+}
+
+/// `zadd_run`'s statement over `pairs`, each with its score in `scores`, `conflict` its
+/// `ON CONFLICT` action. SQLite's list is padded with its last row (a few sizes, each
+/// prepared once); PostgreSQL's is not (an upsert may not name a row twice).
+fn member_rows<'q>(
+    dialect: Dialect,
+    pairs: &[(&'q [u8], &'q [u8])],
+    scores: &std::collections::HashMap<(&[u8], &[u8]), f64>,
+    conflict: &str,
+) -> Stmt<'q> {
+    let len = upsert_rows(dialect, pairs.len());
+    let sql = format!(
+        "INSERT INTO hf_zset (key, member, score) VALUES {} ON CONFLICT (key, member) {conflict}",
+        value_rows(dialect, len, 3)
+    );
+    let mut query = stmt(sql);
+    if let Some(&end) = pairs.last() {
+        for &(key, member) in pairs.iter().chain(std::iter::repeat(&end)).take(len) {
+            let score = scores.get(&(key, member)).copied().unwrap_or_default();
+            query = query.bind(key).bind(member).bind(score);
+        }
+    }
+    query
+}
+
 /// `ZRANDMEMBER key [count [WITHSCORES]]`: distinct members for a positive count (all of
 /// them when it reaches the size), with repeats for a negative one.
 pub async fn zrandmember(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
