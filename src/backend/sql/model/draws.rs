@@ -16,7 +16,7 @@ const MOST_REPEATS: u64 = 10_000_000;
 
 /// How a draw of `count` reads a collection of `len` elements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Plan {
+pub enum DrawPlan {
     /// Read it whole and draw from what was read.
     Whole,
     /// `draws` index probes; `distinct`: no element twice.
@@ -25,24 +25,24 @@ pub enum Plan {
 
 /// The plan for `count` (Redis's: positive, distinct elements, all of them once it reaches
 /// the size; negative, that many with repeats) over `len` elements.
-pub fn plan(len: i64, count: i64) -> Plan {
+pub fn plan(len: i64, count: i64) -> DrawPlan {
     let len = u64::try_from(len).unwrap_or(0);
     let n = count.unsigned_abs();
     let draws = usize::try_from(n).unwrap_or(usize::MAX);
     if count >= 0 {
         // Distinct draws past half the collection would probe on and on for the last few.
         if n.saturating_mul(2) >= len {
-            Plan::Whole
+            DrawPlan::Whole
         } else {
-            Plan::Probes {
+            DrawPlan::Probes {
                 draws,
                 distinct: true,
             }
         }
     } else if n >= len {
-        Plan::Whole
+        DrawPlan::Whole
     } else {
-        Plan::Probes {
+        DrawPlan::Probes {
             draws,
             distinct: false,
         }
@@ -170,22 +170,22 @@ mod tests {
 
     #[test]
     fn a_draw_probes_only_when_it_is_small_beside_the_collection() {
-        let probes = |draws, distinct| Plan::Probes { draws, distinct };
+        let probes = |draws, distinct| DrawPlan::Probes { draws, distinct };
         for (len, count, want) in [
             (1000, 1, probes(1, true)),
             (1000, 10, probes(10, true)),
             (1000, 499, probes(499, true)),
             // Half the collection or more: read whole.
-            (1000, 500, Plan::Whole),
-            (1000, 5000, Plan::Whole),
-            (0, 3, Plan::Whole),
+            (1000, 500, DrawPlan::Whole),
+            (1000, 5000, DrawPlan::Whole),
+            (0, 3, DrawPlan::Whole),
             (1000, 0, probes(0, true)),
             // Repeats: probes below the size, whole from there.
             (1000, -10, probes(10, false)),
             (1000, -999, probes(999, false)),
-            (1000, -1000, Plan::Whole),
-            (3, -10, Plan::Whole),
-            (1000, i64::MIN, Plan::Whole),
+            (1000, -1000, DrawPlan::Whole),
+            (3, -10, DrawPlan::Whole),
+            (1000, i64::MIN, DrawPlan::Whole),
         ] {
             assert_eq!(plan(len, count), want, "{count} of {len}");
         }

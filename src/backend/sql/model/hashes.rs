@@ -329,10 +329,10 @@ pub async fn hrandfield(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
     // By index probes while the count is small beside the hash, else from the whole hash.
     let len = ctx.count(key, Kind::Hash).await?;
     let probed = match draws::plan(len, count) {
-        draws::Plan::Probes { draws, distinct } => {
+        draws::DrawPlan::Probes { draws, distinct } => {
             draws::probes(ctx, key, Kind::Hash, draws, distinct).await?
         }
-        draws::Plan::Whole => None,
+        draws::DrawPlan::Whole => None,
     };
     let chosen: Vec<(Bytes, Bytes)> = match probed {
         Some(found) => found

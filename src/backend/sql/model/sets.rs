@@ -414,7 +414,7 @@ async fn drawn(ctx: &mut Ctx<'_>, key: &[u8], count: i64) -> Result<Vec<Bytes>, 
         return Ok(Vec::new());
     }
     let len = ctx.count(key, Kind::Set).await?;
-    if let draws::Plan::Probes { draws, distinct } = draws::plan(len, count) {
+    if let draws::DrawPlan::Probes { draws, distinct } = draws::plan(len, count) {
         if let Some(found) = draws::probes(ctx, key, Kind::Set, draws, distinct).await? {
             return Ok(found.into_iter().map(|(member, _)| member).collect());
         }
