@@ -2109,6 +2109,70 @@ fn a_run_of_zadds_answers_as_redis_does() {
     });
 }
 
+/// A pipelined run of LPUSHes and RPUSHes is a few statements on SQL backends
+/// (`lists::push_run`): each answers the list's length after it as if alone, the elements
+/// stand where Redis puts them whichever end each push took, other kinds answer WRONGTYPE,
+/// an expired list starts empty, and an LPUSHX or a push without a value answers on its own
+/// in the middle of the run.
+#[test]
+fn a_run_of_pushes_answers_as_redis_does() {
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Targets::start().await;
+        let lines: &[&[&str]] = &[
+            &["RPUSH", "l0", "a", "b"],
+            &["SET", "str", "v"],
+            &["SADD", "s", "m"],
+            &["RPUSH", "el", "old"],
+            &["PEXPIREAT", "el", "1"],
+            // The run.
+            &["LPUSH", "l0", "c", "d"],
+            &["RPUSH", "l0", "e"],
+            &["LPUSH", "l1", "x"],
+            &["RPUSH", "l1", "y", "z"],
+            &["LPUSH", "str", "m"],
+            &["RPUSH", "el", "new"],
+            &["LPUSH", "s", "f"],
+            &["RPUSH", "l2", "only"],
+            &["LPUSH", "l2", "first", "second"],
+            &["LPUSHX", "l0", "px"],
+            &["LPUSHX", "nothing", "px"],
+            &["RPUSH", "l0"],
+            &["lpush", "l0", "lower"],
+            &["RPUSH", "l3", ""],
+        ];
+        let mut script: Vec<Cmd> = lines.iter().map(|l| cmd(l)).collect();
+        // More elements than one statement takes (2,048), then more at both ends.
+        let mut big = vec![b"RPUSH".to_vec(), b"big".to_vec()];
+        big.extend((0..3000).map(|i| format!("v{i}").into_bytes()));
+        script.push(big);
+        script.push(cmd(&["LPUSH", "big", "h1", "h2"]));
+        script.push(cmd(&["RPUSH", "big", "t1"]));
+        let after: &[&[&str]] = &[
+            &["LRANGE", "l0", "0", "-1"],
+            &["LRANGE", "l1", "0", "-1"],
+            &["LRANGE", "l2", "0", "-1"],
+            &["LRANGE", "l3", "0", "-1"],
+            &["LRANGE", "el", "0", "-1"],
+            &["GET", "str"],
+            &["SMEMBERS", "s"],
+            &["EXISTS", "nothing"],
+            &["LLEN", "big"],
+            &["LRANGE", "big", "0", "3"],
+            &["LRANGE", "big", "-3", "-1"],
+            &["LINDEX", "big", "2050"],
+            &["LPOP", "l0"],
+            &["RPOP", "l0"],
+            &["LLEN", "l0"],
+        ];
+        script.extend(after.iter().map(|l| cmd(l)));
+        let mut all = pipelined_differences(&t, false, 64, &script).await;
+        all.extend(pipelined_differences(&t, true, 64, &script).await);
+        all.extend(differences(&t, false, &script).await);
+        assert_none(&all);
+    });
+}
+
 /// A pipelined run of INCR, DECR, INCRBY and DECRBY is two statements on SQL backends:
 /// each must still answer the value it made as if it ran alone, in order — a key counted
 /// up earlier in the run goes on from there; a key of another kind answers WRONGTYPE, a value

@@ -78,6 +78,8 @@ struct Entry {
 /// The handle requests are submitted through.
 pub struct GroupWriter {
     queue: mpsc::Sender<Entry>,
+    /// SQLite's writer thread (the groups', and the reaper's).
+    worker: Option<Arc<LiteWorker>>,
     /// The backend's deadline: how long a taken job's transaction may take.
     response_timeout: Duration,
 }
@@ -92,16 +94,24 @@ impl GroupWriter {
         response_timeout: Duration,
     ) -> GroupWriter {
         let (queue, jobs) = Queue::new(QUEUE);
+        // SQLite has one writer (`writers` is 1), on a thread of its own.
+        let worker = lite
+            .then(|| LiteWorker::start("holdfast-sqlite-writer"))
+            .flatten()
+            .map(Arc::new);
         for _ in 0..writers.max(1) {
-            let worker = lite
-                .then(|| LiteWorker::start("holdfast-sqlite-writer"))
-                .flatten();
-            tokio::spawn(run(inner.clone(), jobs.clone(), worker));
+            tokio::spawn(run(inner.clone(), jobs.clone(), worker.clone()));
         }
         GroupWriter {
             queue,
+            worker,
             response_timeout,
         }
+    }
+
+    /// The writer's own thread, where SQLite's other writes (the reaper's) run too.
+    pub(super) fn worker(&self) -> Option<&Arc<LiteWorker>> {
+        self.worker.as_ref()
     }
 
     /// Runs `commands` in the next group; waits at most `acquire_timeout` for the writer to
@@ -241,7 +251,7 @@ fn lost() -> BackendError {
 
 /// Takes groups from the queue and commits each: on `worker`'s thread when there is one
 /// (SQLite), the group and the connection it holds sent there and back as one message.
-async fn run(inner: Weak<Inner>, entries: Arc<Queue<Entry>>, worker: Option<LiteWorker>) {
+async fn run(inner: Weak<Inner>, entries: Arc<Queue<Entry>>, worker: Option<Arc<LiteWorker>>) {
     let mut held = Held::default();
     let jobs_of = |entry: &Entry| entry.jobs.len();
     while let Some(mut taken) = entries
@@ -411,6 +421,8 @@ impl Job {
             Shape::Del
         } else if self.increment().is_some() {
             Shape::Incr
+        } else if self.push().is_some() {
+            Shape::Push
         } else if name.eq_ignore_ascii_case(b"XADD")
             && super::streams::write::plain_add(args).is_some()
         {
@@ -424,6 +436,22 @@ impl Job {
             return None;
         };
         Some((shape, args))
+    }
+
+    /// An `LPUSH` or `RPUSH` with at least one value: at the head, its key, its values.
+    fn push(&self) -> Option<super::lists::Push<'_>> {
+        match self.single()? {
+            [name, key, values @ ..] if !values.is_empty() => {
+                if name.eq_ignore_ascii_case(b"LPUSH") {
+                    Some((true, key, values))
+                } else if name.eq_ignore_ascii_case(b"RPUSH") {
+                    Some((false, key, values))
+                } else {
+                    None
+                }
+            }
+            _ => None,
+        }
     }
 
     /// The key and increment of an `INCR`, `DECR`, `INCRBY` or `DECRBY` whose increment
@@ -445,7 +473,8 @@ impl Job {
 
 /// The group without savepoints; None when it had to be rolled back. A run of plain SETs is
 /// written by one statement, a run of SADDs, HSETs, DELs or increments by a few
-/// (`sets::sadd_run`, `hashes::hset_run`, `zsets::zadd_run`, `keys::del_run`, `strings::incr_run`,
+/// (`sets::sadd_run`, `hashes::hset_run`, `zsets::zadd_run`, `lists::push_run`, `keys::del_run`,
+/// `strings::incr_run`,
 /// `streams::write::xadd_run`). Only a group that committed leaves its connection to `held`: every
 /// failure on the way may have put it in doubt.
 async fn optimistic(
@@ -480,7 +509,8 @@ async fn optimistic(
             rest = &rest[sets.len()..];
             continue;
         }
-        // Runs of SADDs, HSETs, ZADDs, DELs, increments and XADDs: a few multi-row statements each.
+        // Runs of SADDs, HSETs, ZADDs, pushes, DELs, increments and XADDs: a few multi-row
+        // statements each.
         let shape = job.shape().map(|(shape, _)| shape);
         let run: Vec<&[Bytes]> = run_of(rest, &tokens, |j| {
             j.shape()
@@ -579,6 +609,10 @@ async fn write_run(
         Shape::Sadd => super::sets::sadd_run(&mut ctx, &keyed()).await.map(wrong),
         Shape::Hset => super::hashes::hset_run(&mut ctx, &keyed()).await.map(wrong),
         Shape::Zadd => super::zsets::zadd_run(&mut ctx, &keyed()).await.map(wrong),
+        Shape::Push => {
+            let pushes: Vec<_> = ran.iter().filter_map(Job::push).collect();
+            super::lists::push_run(&mut ctx, &pushes).await.map(wrong)
+        }
         Shape::Del => super::keys::del_run(&mut ctx, run).await.map(wrong),
         Shape::Incr => {
             let increments: Vec<(&[u8], i64)> = ran.iter().filter_map(Job::increment).collect();
@@ -675,6 +709,8 @@ enum Shape {
     Xadd,
     /// `ZADD` without options (`zsets::plain_zadd`).
     Zadd,
+    /// `LPUSH` and `RPUSH`, mixed (`Job::push`).
+    Push,
 }
 
 /// Takes every key lock the group's requests will take (PostgreSQL), all at once and in a

@@ -166,8 +166,8 @@ impl Drop for Lease {
     }
 }
 
-/// A thread of its own, with a runtime of its own, that runs the work it is sent one piece at
-/// a time: a whole group commit, or a whole batch of reads, per message. The SQLite statements
+/// A thread of its own, with a runtime of its own, that runs the work it is sent: a whole
+/// group commit, or a whole batch of reads, per message. The SQLite statements
 /// of a piece run there, not on the runtime's workers, and its answer goes back once. The
 /// batch itself is gathered on the runtime, as the requests arrive, while the previous one
 /// runs here.
@@ -183,9 +183,18 @@ impl LiteWorker {
     pub(super) fn start(name: &str) -> Option<LiteWorker> {
         // Timers only (the deadline): no I/O driver, so an idle worker parks on a condition
         // variable, cheaper to wake than a poller.
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build();
+        let mut builder = tokio::runtime::Builder::new_current_thread();
+        LiteWorker::on(name, builder.enable_time())
+    }
+
+    /// [`LiteWorker::start`], with every driver (for sqlx's pool, which may want them).
+    pub(super) fn start_with_io(name: &str) -> Option<LiteWorker> {
+        let mut builder = tokio::runtime::Builder::new_current_thread();
+        LiteWorker::on(name, builder.enable_all())
+    }
+
+    fn on(name: &str, builder: &mut tokio::runtime::Builder) -> Option<LiteWorker> {
+        let runtime = builder.build();
         let runtime = match runtime {
             Ok(runtime) => runtime,
             Err(e) => {
@@ -198,9 +207,13 @@ impl LiteWorker {
             .name(name.to_string())
             .spawn(move || {
                 runtime.block_on(async move {
-                    // Ends once every sender is gone: the backend was dropped.
+                    // Each piece a task of its own, side by side: one waiting for the
+                    // connection another holds (the reaper's, a group's) must not keep that
+                    // other from running here. Statements never yield, so two transactions
+                    // do not interleave on one connection. Ends once every sender is gone
+                    // (the backend was dropped).
                     while let Some(task) = queue.recv().await {
-                        task.await;
+                        tokio::spawn(task);
                     }
                 });
             });

@@ -44,7 +44,8 @@ mod waiters;
 mod whole;
 
 use super::model::{
-    self, args, blocking, hashes, keys, sets, store, streams, strings, unchanged, watch, zsets,
+    self, args, blocking, hashes, keys, lists, sets, store, streams, strings, unchanged, watch,
+    zsets,
 };
 
 use crate::backend::{BackendError, Proto, Request};

@@ -97,7 +97,17 @@ impl SqlBackend {
             (
                 None,
                 broker::Carrier::Table(Box::new(move |broker| {
-                    tokio::spawn(inbox::run(broker, messages.clone()))
+                    let task = inbox::run(broker, messages.clone());
+                    // On a thread of its own: its write transactions await sqlx's worker
+                    // between BEGIN and COMMIT, and a statement run in the call on the
+                    // runtime (a script's) that waits for SQLite's lock must not be what
+                    // keeps them from committing.
+                    match lite::LiteWorker::start_with_io("holdfast-sqlite-pubsub") {
+                        Some(worker) => tokio::spawn(async move {
+                            let _ = worker.run(task).await;
+                        }),
+                        None => tokio::spawn(task),
+                    }
                 })),
             ),
             (

@@ -6,6 +6,7 @@ use super::conn::{abandon, rollback, TxConn};
 use super::store::stmt;
 use super::{connect_error, deadline, now_ms, schema, Inner, SqlStage};
 use crate::backend::{BackendError, Proto};
+use std::sync::Arc;
 
 impl Inner {
     /// Brings the schema up to date, once: every later call answers at once.
@@ -32,17 +33,34 @@ impl Inner {
     }
 
     /// Deletes keys whose expiry has passed (readers already skip them), within the deadline:
-    /// it holds the writer connection SQLite's group commit waits for.
-    pub(super) async fn reap(&self) -> Result<(), BackendError> {
-        let progress = deadline::Progress::default();
-        let limit = self.response_timeout;
-        let until = tokio::time::Instant::now() + limit;
-        deadline::transaction(until, limit, &progress, self.reap_expired(&progress)).await
+    /// it holds the writer connection SQLite's group commit waits for. SQLite's runs on its
+    /// writer's thread, so a wait for another process's lock holds that thread, not a
+    /// runtime's; the connection is taken here first, in turn with the groups, since a
+    /// reaper waiting for it on that thread would keep the group that holds it from
+    /// running there.
+    pub(super) async fn reap(self: &Arc<Self>) -> Result<(), BackendError> {
+        let pools = self.pools.load_full();
+        let conn = TxConn::new(pools.writer.acquire().await.map_err(connect_error)?, &pools);
+        let inner = self.clone();
+        let reap = async move {
+            let progress = deadline::Progress::default();
+            let limit = inner.response_timeout;
+            let until = tokio::time::Instant::now() + limit;
+            let work = inner.reap_expired(conn, &progress);
+            deadline::transaction(until, limit, &progress, work).await
+        };
+        match self.group.as_ref().and_then(|g| g.worker()) {
+            // The thread is gone: the next tick tries again.
+            Some(worker) => worker.run(reap).await.unwrap_or(Ok(())),
+            None => reap.await,
+        }
     }
 
-    async fn reap_expired(&self, progress: &deadline::Progress) -> Result<(), BackendError> {
-        let pools = self.pools.load_full();
-        let mut conn = TxConn::new(pools.writer.acquire().await.map_err(connect_error)?, &pools);
+    async fn reap_expired(
+        &self,
+        mut conn: TxConn,
+        progress: &deadline::Progress,
+    ) -> Result<(), BackendError> {
         conn.bound(self.response_timeout);
         let mut ctx = conn.ctx(now_ms(), Proto::Resp2, self.dialect, true);
         ctx.execute(stmt("DELETE FROM hf_tokens WHERE expires_at <= $1").bind(now_ms()))

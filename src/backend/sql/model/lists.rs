@@ -49,11 +49,15 @@ async fn push_values(
             pos = if head { pos - 1 } else { pos + 1 };
         }
         first = false;
-        rows.push((pos, value.as_ref()));
+        rows.push((key, pos, value.as_ref()));
     }
-    // Many rows to a statement, in chunks whose sizes are powers of two (a few statements,
-    // each prepared once), rather than one statement per value.
-    let mut rest = &rows[..];
+    insert_elements(ctx, &rows).await
+}
+
+/// Inserts `(key, pos, value)` rows, many to a statement, in chunks whose sizes are powers
+/// of two (a few statements, each prepared once), rather than one statement per value.
+async fn insert_elements(ctx: &mut Ctx<'_>, rows: &[(&[u8], i64, &[u8])]) -> Result<(), Fail> {
+    let mut rest = rows;
     while !rest.is_empty() {
         let n = rest.len().min(STATEMENT_ROWS);
         let n = 1 << (usize::BITS - 1 - n.leading_zeros());
@@ -63,13 +67,87 @@ async fn push_values(
             value_rows(ctx.dialect, n, 3)
         );
         let mut query = stmt(&sql);
-        for (pos, value) in chunk {
-            query = query.bind(key).bind(*pos).bind(*value);
+        for (key, pos, value) in chunk {
+            query = query.bind(*key).bind(*pos).bind(*value);
         }
         ctx.execute(query).await?;
         rest = tail;
     }
     Ok(())
+}
+
+/// A push of a run (`push_run`): at the head (`LPUSH`) or the tail (`RPUSH`) of the list at
+/// `key`, these values.
+pub type Push<'a> = (bool, &'a [u8], &'a [Bytes]);
+
+/// A run of `LPUSH`es and `RPUSH`es (with at least one value each), written by a few
+/// statements: every list's kind read once (the missing ones created), each list's two ends
+/// and length read once, then every element inserted by multi-row statements, each at the
+/// place its push gives it in the run's order. Each push's reply: the list's length after
+/// it, or None when its key holds another kind.
+pub async fn push_run(ctx: &mut Ctx<'_>, run: &[Push<'_>]) -> Result<Vec<Option<i64>>, Fail> {
+    let keys: Vec<&[u8]> = run.iter().map(|(_, key, _)| *key).collect();
+    let live = ctx.collections(&keys, Kind::List).await?;
+    let wrong = |key: &[u8]| live.get(key).is_some_and(|kind| *kind != Kind::List);
+    // Each list's (lowest, highest, length) as the run goes; None for its ends while empty.
+    let mut lists: std::collections::HashMap<&[u8], Ends> = Default::default();
+    let mut rows = Vec::new();
+    let mut replies = Vec::with_capacity(run.len());
+    for &(head, key, values) in run {
+        if wrong(key) {
+            replies.push(None);
+            continue;
+        }
+        if !lists.contains_key(key) {
+            let now = ends(ctx, key).await?;
+            lists.insert(key, now);
+        }
+        let Some((span, len)) = lists.get_mut(key) else {
+            continue;
+        };
+        for value in values {
+            let pos = match *span {
+                None => 0,
+                Some((low, high)) => {
+                    if head {
+                        low - 1
+                    } else {
+                        high + 1
+                    }
+                }
+            };
+            *span = Some(match *span {
+                None => (pos, pos),
+                Some((low, high)) => (low.min(pos), high.max(pos)),
+            });
+            *len += 1;
+            rows.push((key, pos, value.as_ref()));
+        }
+        replies.push(Some(*len));
+    }
+    insert_elements(ctx, &rows).await?;
+    Ok(replies)
+}
+
+/// A list's lowest and highest place (None when it has no element), and its length.
+type Ends = (Option<(i64, i64)>, i64);
+
+/// The list at `key`'s [`Ends`].
+async fn ends(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Ends, Fail> {
+    let row = ctx
+        .one(
+            stmt(
+                "SELECT (SELECT MIN(pos) FROM hf_list WHERE key = $1), \
+                 (SELECT MAX(pos) FROM hf_list WHERE key = $1), \
+                 (SELECT len FROM hf_keys WHERE key = $1)",
+            )
+            .bind(key),
+        )
+        .await?;
+    let low: Option<i64> = row.try_get(0)?;
+    let high: Option<i64> = row.try_get(1)?;
+    let len: Option<i64> = row.try_get(2)?;
+    Ok((low.zip(high), len.unwrap_or(0)))
 }
 
 /// The list's (pos, value) rows in order, from `offset`, at most `limit`.
