@@ -1973,10 +1973,7 @@ fn a_run_of_xadds_answers_as_redis_does() {
             &["XADD", "big", "2100-0", "late", "x"],
         ];
         script.extend(after.iter().map(|l| cmd(l)));
-        let mut all = pipelined_differences(&t, false, 64, &script).await;
-        all.extend(pipelined_differences(&t, true, 64, &script).await);
-        all.extend(differences(&t, false, &script).await);
-        assert_none(&all);
+        assert_none(&every_way(&t, &script).await);
     });
 }
 
@@ -2037,10 +2034,7 @@ fn a_run_of_sadds_answers_as_redis_does() {
             &["SCARD", "s0"],
         ];
         script.extend(after.iter().map(|l| cmd(l)));
-        let mut all = pipelined_differences(&t, false, 64, &script).await;
-        all.extend(pipelined_differences(&t, true, 64, &script).await);
-        all.extend(differences(&t, false, &script).await);
-        assert_none(&all);
+        assert_none(&every_way(&t, &script).await);
     });
 }
 
@@ -2102,10 +2096,7 @@ fn a_run_of_zadds_answers_as_redis_does() {
             &["ZCARD", "z0"],
         ];
         script.extend(after.iter().map(|l| cmd(l)));
-        let mut all = pipelined_differences(&t, false, 64, &script).await;
-        all.extend(pipelined_differences(&t, true, 64, &script).await);
-        all.extend(differences(&t, false, &script).await);
-        assert_none(&all);
+        assert_none(&every_way(&t, &script).await);
     });
 }
 
@@ -2166,10 +2157,7 @@ fn a_run_of_pushes_answers_as_redis_does() {
             &["LLEN", "l0"],
         ];
         script.extend(after.iter().map(|l| cmd(l)));
-        let mut all = pipelined_differences(&t, false, 64, &script).await;
-        all.extend(pipelined_differences(&t, true, 64, &script).await);
-        all.extend(differences(&t, false, &script).await);
-        assert_none(&all);
+        assert_none(&every_way(&t, &script).await);
     });
 }
 
@@ -2233,10 +2221,7 @@ fn a_run_of_incrs_answers_as_redis_does() {
             &["DBSIZE"],
         ];
         script.extend(after.iter().map(|l| cmd(l)));
-        let mut all = pipelined_differences(&t, false, 64, &script).await;
-        all.extend(pipelined_differences(&t, true, 64, &script).await);
-        all.extend(differences(&t, false, &script).await);
-        assert_none(&all);
+        assert_none(&every_way(&t, &script).await);
     });
 }
 
@@ -2310,10 +2295,7 @@ fn a_run_of_hsets_answers_as_redis_does() {
             // Not HGETALL: a hash this large is in Redis's hash-table order.
         ];
         script.extend(after.iter().map(|l| cmd(l)));
-        let mut all = pipelined_differences(&t, false, 64, &script).await;
-        all.extend(pipelined_differences(&t, true, 64, &script).await);
-        all.extend(differences(&t, false, &script).await);
-        assert_none(&all);
+        assert_none(&every_way(&t, &script).await);
     });
 }
 
@@ -2378,10 +2360,7 @@ fn a_run_of_dels_answers_as_redis_does() {
             &["GET", "es"],
         ];
         script.extend(after.iter().map(|l| cmd(l)));
-        let mut all = pipelined_differences(&t, false, 64, &script).await;
-        all.extend(pipelined_differences(&t, true, 64, &script).await);
-        all.extend(differences(&t, false, &script).await);
-        assert_none(&all);
+        assert_none(&every_way(&t, &script).await);
     });
 }
 
@@ -3226,6 +3205,14 @@ fn items(raw: &[u8]) -> Vec<String> {
         .filter(|l| !l.is_empty() && !l.starts_with('$') && !l.starts_with('*'))
         .map(String::from)
         .collect()
+}
+
+/// `script`'s differences pipelined 64 deep in RESP2 and RESP3, and sent one by one.
+async fn every_way(t: &Targets, script: &[Cmd]) -> Vec<String> {
+    let mut all = pipelined_differences(t, false, 64, script).await;
+    all.extend(pipelined_differences(t, true, 64, script).await);
+    all.extend(differences(t, false, script).await);
+    all
 }
 
 /// A bulk reply's text.

@@ -15,7 +15,7 @@ use holdfast::backend::sql::model::{
 use holdfast::backend::Proto;
 use holdfast::resp::{encode_reply, DoubleStyle, Nils};
 use redis_protocol::resp3::types::BytesFrame as Frame;
-use sqlx::{Connection as _, Executor as _};
+use sqlx::Connection as _;
 
 /// A command's reply as the client would read it, or the database's failure.
 fn encoded(result: Result<Frame, Fail>, proto: Proto) -> Vec<u8> {
@@ -43,37 +43,13 @@ fn now_ms() -> i64 {
     i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// `args` in a transaction of its own on the rusqlite connection.
-async fn on_rusqlite(
-    conn: &mut rusqlite::Connection,
-    args: &[Bytes],
-    proto: Proto,
-    now: i64,
-) -> Vec<u8> {
-    conn.execute_batch("BEGIN IMMEDIATE").expect("begin");
-    let result = {
-        let mut ctx = Ctx::on(Db::Lite(conn), now, proto, Dialect::Sqlite, true);
-        model::run(&mut ctx, args, true).await
-    };
+/// `args` in a transaction of its own on `conn`, either driver's.
+async fn in_transaction(conn: Db<'_>, args: &[Bytes], proto: Proto, now: i64) -> Vec<u8> {
+    let mut ctx = Ctx::on(conn, now, proto, Dialect::Sqlite, true);
+    ctx.conn.batch("BEGIN IMMEDIATE").await.expect("begin");
+    let result = model::run(&mut ctx, args, true).await;
     let end = if result.is_ok() { "COMMIT" } else { "ROLLBACK" };
-    conn.execute_batch(end).expect("end");
-    encoded(result, proto)
-}
-
-/// `args` in a transaction of its own on the sqlx connection.
-async fn on_sqlx(
-    conn: &mut sqlx::AnyConnection,
-    args: &[Bytes],
-    proto: Proto,
-    now: i64,
-) -> Vec<u8> {
-    conn.execute("BEGIN IMMEDIATE").await.expect("begin");
-    let result = {
-        let mut ctx = Ctx::new(conn, now, proto, Dialect::Sqlite, true);
-        model::run(&mut ctx, args, true).await
-    };
-    let end = if result.is_ok() { "COMMIT" } else { "ROLLBACK" };
-    conn.execute(end).await.expect("end");
+    ctx.conn.batch(end).await.expect("end");
     encoded(result, proto)
 }
 
@@ -104,14 +80,14 @@ fn the_model_answers_alike_on_rusqlite_and_on_sqlx() {
         let mut differences = Vec::new();
         for proto in [Proto::Resp2, Proto::Resp3] {
             let flush = [Bytes::from_static(b"FLUSHALL")];
-            on_rusqlite(&mut lite, &flush, proto, now_ms()).await;
-            on_sqlx(&mut any, &flush, proto, now_ms()).await;
+            in_transaction(Db::Lite(&mut lite), &flush, proto, now_ms()).await;
+            in_transaction(Db::Any(&mut any), &flush, proto, now_ms()).await;
             for (i, cmd) in fixed_script().iter().enumerate() {
                 let args: Vec<Bytes> = cmd.iter().map(|a| Bytes::from(a.clone())).collect();
                 // One instant for both: an expiry falls on the same side of it on each.
                 let now = now_ms();
-                let a = on_rusqlite(&mut lite, &args, proto, now).await;
-                let b = on_sqlx(&mut any, &args, proto, now).await;
+                let a = in_transaction(Db::Lite(&mut lite), &args, proto, now).await;
+                let b = in_transaction(Db::Any(&mut any), &args, proto, now).await;
                 if !agree(cmp_for(cmd), &a, &b) {
                     let shown: Vec<String> = cmd.iter().map(|x| show(x)).collect();
                     differences.push(format!(

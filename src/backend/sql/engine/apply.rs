@@ -269,8 +269,9 @@ pub(super) fn recorded_reply(raw: Vec<u8>) -> Result<Vec<Frame>, BackendError> {
     }
 }
 
-pub(super) fn work_error(f: Fail) -> BackendError {
-    super::conn::at(SqlStage::Work, f)
+/// A failure in a transaction's work, before `COMMIT` was sent.
+pub(super) fn work_error(f: impl Into<Fail>) -> BackendError {
+    super::conn::at(SqlStage::Work, f.into())
 }
 
 fn error_frame(text: String) -> Frame {

@@ -110,8 +110,8 @@ impl GroupWriter {
     }
 
     /// The writer's own thread, where SQLite's other writes (the reaper's) run too.
-    pub(super) fn worker(&self) -> Option<&Arc<LiteWorker>> {
-        self.worker.as_ref()
+    pub(super) fn worker(&self) -> Option<&LiteWorker> {
+        self.worker.as_deref()
     }
 
     /// Runs `commands` in the next group; waits at most `acquire_timeout` for the writer to
@@ -279,20 +279,13 @@ async fn run(inner: Weak<Inner>, entries: Arc<Queue<Entry>>, worker: Option<Arc<
         crate::metrics::group_commit(&inner.name, group.len());
         let jobs = group.len();
         let work = bounded_group(inner, group, states, std::mem::take(&mut held));
-        let outcomes = match &worker {
-            Some(worker) => match worker.run(work).await {
-                Some((outcomes, back)) => {
-                    held = back;
-                    outcomes
-                }
-                // The thread is gone, and the group with it: it may have committed.
-                None => (0..jobs).map(|_| Err(lost())).collect(),
-            },
-            None => {
-                let (outcomes, back) = work.await;
+        let outcomes = match LiteWorker::run_on(worker.as_deref(), work).await {
+            Some((outcomes, back)) => {
                 held = back;
                 outcomes
             }
+            // The thread is gone, and the group with it: it may have committed.
+            None => (0..jobs).map(|_| Err(lost())).collect(),
         };
         let mut outcomes = outcomes.into_iter();
         for (count, reply) in answers {
@@ -428,8 +421,7 @@ impl Job {
         {
             Shape::Xadd
         } else if name.eq_ignore_ascii_case(b"ZADD")
-            && args.len() >= 3
-            && super::zsets::plain_zadd(&args[1..]).is_some()
+            && args.get(1..).and_then(super::zsets::plain_zadd).is_some()
         {
             Shape::Zadd
         } else {

@@ -226,6 +226,19 @@ impl LiteWorker {
         }
     }
 
+    /// Runs `work` on `worker`'s thread when there is one, else where it is awaited (no
+    /// worker: PostgreSQL's, whose statements await the server); None when the thread is
+    /// gone.
+    pub(super) async fn run_on<T: Send + 'static>(
+        worker: Option<&LiteWorker>,
+        work: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> Option<T> {
+        match worker {
+            Some(worker) => worker.run(work).await,
+            None => Some(work.await),
+        }
+    }
+
     /// Runs `work` on the thread; None when the thread is gone.
     pub(super) async fn run<T: Send + 'static>(
         &self,

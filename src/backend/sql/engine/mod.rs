@@ -20,9 +20,9 @@
 //!
 //! This file is the backend's front: its types and what a namespace calls. Its rooms: `open`
 //! (pools from the configuration), `run` (a request's transaction), `apply` (its commands
-//! inside it), `conn` (a connection in a transaction, of either driver), `lite` (SQLite's), `dedicated` (a client's own MULTI,
-//! WATCH and blocking wait), `failover`, `upkeep` (schema and expiry), and the batching ones
-//! above.
+//! inside it), `conn` (a connection in a transaction, of either driver), `lite` (SQLite's
+//! connections and threads), `dedicated` (a client's own MULTI, WATCH and blocking wait),
+//! `failover`, `upkeep` (schema and expiry), and the batching ones above.
 
 mod apply;
 pub mod broker;

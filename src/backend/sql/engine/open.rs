@@ -69,7 +69,7 @@ impl SqlBackend {
         let writer = SqlPool::Lite(Arc::new(lite::LitePool::new(1, opener(true))));
         let reader = SqlPool::Lite(Arc::new(lite::LitePool::new(config.readers, opener(false))));
         // Pub/Sub's own connection (`inbox.rs`), opened at the first subscription, through
-        // sqlx: it polls, and a poll is not worth a thread of its own.
+        // sqlx: it polls every 20 ms, one statement at a time.
         let url = format!("sqlite://{}?mode=rwc", config.path);
         let messages = AnyPoolOptions::new()
             .max_connections(1)

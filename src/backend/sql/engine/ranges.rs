@@ -10,7 +10,8 @@
 //! Should the backend fail or never answer, every request of the run hears the same error,
 //! and a read applied nothing: its class says it can be tried again.
 
-use super::reads::{bounded, in_parts, work_error, ReadAnswer};
+use super::apply::work_error;
+use super::reads::{bounded, in_parts, ReadAnswer};
 use super::store::{array, null, placeholders, Dialect, Kind, WRONGTYPE};
 use super::streams::read::{range_args, Range};
 use super::streams::{col, entry, uncol, Id};

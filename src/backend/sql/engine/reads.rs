@@ -12,6 +12,7 @@
 //! after the keys' one, on the reader's held connection and in one read transaction: alone,
 //! each took a pooled connection, a `BEGIN`, a `COMMIT` and sqlx's ping on release.
 
+use super::apply::work_error;
 use super::conn::{Held, TxConn};
 use super::deadline::{self, GRACE};
 use super::lite::LiteWorker;
@@ -240,13 +241,9 @@ async fn run(inner: Weak<Inner>, gets: Arc<Queue<Get>>, max: usize, worker: Opti
     {
         let Some(inner) = inner.upgrade() else { return };
         let work = read_batch(inner, batch, std::mem::take(&mut held));
-        let (answers, back) = match &worker {
-            Some(worker) => match worker.run(work).await {
-                Some(done) => done,
-                // The thread is gone with the batch: its requests hear that (`read_many`).
-                None => continue,
-            },
-            None => work.await,
+        // The thread gone, the batch went with it: its requests hear that (`read_many`).
+        let Some((answers, back)) = LiteWorker::run_on(worker.as_ref(), work).await else {
+            continue;
         };
         held = back;
         for (reply, each) in answers {
@@ -416,10 +413,6 @@ pub(super) async fn bounded<T>(
         statement.await.map_err(work_error)
     })
     .await
-}
-
-pub(super) fn work_error(source: impl Into<Fail>) -> BackendError {
-    super::conn::at(SqlStage::Work, source.into())
 }
 
 /// SQLite: every key's answer in one value of one row, so the batch crosses from the

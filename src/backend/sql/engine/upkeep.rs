@@ -49,11 +49,11 @@ impl Inner {
             let work = inner.reap_expired(conn, &progress);
             deadline::transaction(until, limit, &progress, work).await
         };
-        match self.group.as_ref().and_then(|g| g.worker()) {
-            // The thread is gone: the next tick tries again.
-            Some(worker) => worker.run(reap).await.unwrap_or(Ok(())),
-            None => reap.await,
-        }
+        let worker = self.group.as_ref().and_then(|g| g.worker());
+        // The thread is gone: the next tick tries again.
+        super::lite::LiteWorker::run_on(worker, reap)
+            .await
+            .unwrap_or(Ok(()))
     }
 
     async fn reap_expired(

@@ -9,7 +9,8 @@
 //! Should the backend fail or never answer, every request of the run hears the same error,
 //! and a read applied nothing: its class says it can be tried again.
 
-use super::reads::{bounded, in_parts, work_error, ReadAnswer, STATEMENT_KEYS};
+use super::apply::work_error;
+use super::reads::{bounded, in_parts, ReadAnswer, STATEMENT_KEYS};
 use super::store::{bulk, placeholders, Dialect, Kind, WRONGTYPE};
 use super::Inner;
 use crate::backend::{BackendError, Proto};

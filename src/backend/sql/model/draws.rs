@@ -87,6 +87,29 @@ fn table(kind: Kind) -> Option<(&'static str, &'static str, &'static str)> {
     }
 }
 
+/// A draw of `count` from the set or hash at `key` by index probes (see [`probes`]): nothing
+/// for a missing or expired collection (WRONGTYPE for another kind); None when the caller
+/// draws from the whole collection instead ([`from_whole`]), as the plan says or as the
+/// probes gave up.
+///
+/// # Errors
+/// The database's; WRONGTYPE; an error reply for more than [`MOST_REPEATS`] draws.
+pub async fn counted(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    kind: Kind,
+    count: i64,
+) -> Result<Option<Vec<(Bytes, Option<Bytes>)>>, Fail> {
+    // Live, with the count its row keeps (an expired key's stored count is not an answer).
+    let Some(meta) = ctx.typed(key, kind).await? else {
+        return Ok(Some(Vec::new()));
+    };
+    match plan(meta.len, count) {
+        DrawPlan::Probes { draws, distinct } => probes(ctx, key, kind, draws, distinct).await,
+        DrawPlan::Whole => Ok(None),
+    }
+}
+
 /// One element of the set or hash at `key` (a member, or a field), drawn at random; None
 /// when the collection is empty or missing.
 ///

@@ -322,19 +322,8 @@ pub async fn hrandfield(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
         }
         return Ok(bulk_or_null(draws::one(ctx, key, Kind::Hash).await?));
     };
-    // Live and a hash (an expired key's stored count is not its answer), or nothing drawn.
-    if !hash(ctx, key).await? {
-        return Ok(array(Vec::new()));
-    }
     // By index probes while the count is small beside the hash, else from the whole hash.
-    let len = ctx.count(key, Kind::Hash).await?;
-    let probed = match draws::plan(len, count) {
-        draws::DrawPlan::Probes { draws, distinct } => {
-            draws::probes(ctx, key, Kind::Hash, draws, distinct).await?
-        }
-        draws::DrawPlan::Whole => None,
-    };
-    let chosen: Vec<(Bytes, Bytes)> = match probed {
+    let chosen: Vec<(Bytes, Bytes)> = match draws::counted(ctx, key, Kind::Hash, count).await? {
         Some(found) => found
             .into_iter()
             .map(|(field, value)| (field, value.unwrap_or_default()))

@@ -409,17 +409,10 @@ pub async fn srandmember(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
 /// Members of the set at `key` drawn as a count draws them (`draws`): by index probes while
 /// the count is small beside the set, else from the whole set.
 async fn drawn(ctx: &mut Ctx<'_>, key: &[u8], count: i64) -> Result<Vec<Bytes>, Fail> {
-    // Live and a set (an expired key's stored count is not its answer), or nothing drawn.
-    if !set(ctx, key).await? {
-        return Ok(Vec::new());
+    match draws::counted(ctx, key, Kind::Set, count).await? {
+        Some(found) => Ok(found.into_iter().map(|(member, _)| member).collect()),
+        None => draws::from_whole(members(ctx, key).await?, count),
     }
-    let len = ctx.count(key, Kind::Set).await?;
-    if let draws::DrawPlan::Probes { draws, distinct } = draws::plan(len, count) {
-        if let Some(found) = draws::probes(ctx, key, Kind::Set, draws, distinct).await? {
-            return Ok(found.into_iter().map(|(member, _)| member).collect());
-        }
-    }
-    draws::from_whole(members(ctx, key).await?, count)
 }
 
 /// Members past which `SSCAN` answers in pages of `COUNT`; a smaller set comes whole with
