@@ -252,3 +252,53 @@ impl LiteWorker {
         answer.await.ok()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::BackendError;
+    use crate::error::{classify, ErrorClass, SqlStage};
+
+    /// The deadline stops a statement that would run far past it (a count of a hundred
+    /// million rows), as an interrupt classified by its stage: nothing applied before
+    /// `COMMIT`. The connection serves the next statement.
+    #[tokio::test]
+    async fn a_statement_past_its_deadline_is_interrupted() {
+        let dir = tempfile::tempdir().unwrap();
+        let opener = Opener {
+            path: dir.path().join("deadline.db"),
+            pragmas: Vec::new(),
+        };
+        let pool = LitePool::new(1, Arc::new(opener));
+        let mut lease = pool.acquire().await.unwrap();
+        lease.bound(Duration::from_millis(50));
+        let long = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c \
+                    WHERE x < 100000000) SELECT count(*) FROM c";
+        let started = Instant::now();
+        let cut = lease
+            .conn()
+            .query_row(long, [], |row| row.get::<_, i64>(0))
+            .unwrap_err();
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(
+            cut.sqlite_error_code(),
+            Some(rusqlite::ErrorCode::OperationInterrupted)
+        );
+        let failure = BackendError::Lite {
+            stage: SqlStage::Work,
+            source: cut,
+        };
+        assert_eq!(classify(&failure), ErrorClass::NotAttempted);
+        drop(lease);
+        // Handed back with no deadline: the next user's statement runs to its end.
+        let mut again = pool.acquire().await.unwrap();
+        let short = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c \
+                     WHERE x < 1000) SELECT count(*) FROM c";
+        let n: i64 = again.conn().query_row(short, [], |row| row.get(0)).unwrap();
+        assert_eq!(n, 1000);
+    }
+}
