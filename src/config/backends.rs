@@ -65,7 +65,9 @@ pub struct SqliteConfig {
     /// Connections for reads (WAL lets them run beside the one writer).
     #[serde(default = "default_sqlite_readers")]
     pub readers: usize,
-    /// How long a statement waits for a lock held by another process.
+    /// How long a statement waits for a lock held by another process; never longer than
+    /// `response_timeout` (a SQLite statement cannot be dropped half-way, so its wait is
+    /// bounded where it runs).
     #[serde(default = "default_busy_timeout", with = "humantime_serde")]
     pub busy_timeout: Duration,
     /// SQLite's `synchronous`: "full" syncs every commit to disk; "normal" (WAL) survives a
