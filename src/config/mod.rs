@@ -152,15 +152,10 @@ impl Config {
                         format!("{} does not exist", path.display()),
                     ));
                 }
-                // The file replaces the built-in backends and namespaces instead of merging
-                // with them, so `local` does not linger beside a file's own backends.
-                let base = Config {
-                    backends: BTreeMap::new(),
-                    namespaces: Vec::new(),
-                    ..Config::default()
-                };
+                // Unreadable or not TOML: Toml::file below says so, naming the file.
+                let text = std::fs::read_to_string(path).unwrap_or_default();
                 figment = figment
-                    .merge(Serialized::defaults(base))
+                    .merge(Serialized::defaults(Config::base_for(&text)))
                     .merge(Toml::file(path));
             }
             None => figment = figment.merge(Serialized::defaults(Config::default())),
@@ -182,16 +177,29 @@ impl Config {
     /// # Errors
     /// [`ConfigError`] naming the offending key.
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
-        let base = Config {
+        Self::from_figment(
+            Figment::new()
+                .merge(Serialized::defaults(Config::base_for(text)))
+                .merge(Toml::string(text)),
+        )
+    }
+
+    /// The defaults a configuration file is read over. A file that names any backend or
+    /// namespace replaces the built-in ones instead of merging with them, so `local` does not
+    /// linger beside its own backends; a file that names neither (one that changes only
+    /// `[server]`, say) keeps the built-in embedded default, as running with no file does.
+    fn base_for(text: &str) -> Config {
+        let names_any = text.parse::<toml::Table>().map_or(true, |table| {
+            table.contains_key("backends") || table.contains_key("namespaces")
+        });
+        if !names_any {
+            return Config::default();
+        }
+        Config {
             backends: BTreeMap::new(),
             namespaces: Vec::new(),
             ..Config::default()
-        };
-        Self::from_figment(
-            Figment::new()
-                .merge(Serialized::defaults(base))
-                .merge(Toml::string(text)),
-        )
+        }
     }
 
     fn from_figment(figment: Figment) -> Result<Config, ConfigError> {

@@ -101,6 +101,35 @@ fn the_built_in_default_is_sqlite_as_the_catch_all() {
     });
 }
 
+/// Defaults are defaults with or without a file: one that changes only `[server]` keeps the
+/// built-in embedded default; one that names a backend or a namespace replaces both.
+#[test]
+fn a_file_naming_no_backend_or_namespace_keeps_the_embedded_default() {
+    Jail::expect_with(|jail| {
+        jail.create_file("server.toml", "[server]\nlisten = \"0.0.0.0:6390\"\n")?;
+        let config = Config::load(Some(Path::new("server.toml"))).map_err(|e| e.to_string())?;
+        assert_eq!(config.server.listen.to_string(), "0.0.0.0:6390");
+        assert_eq!(config.namespaces.len(), 1);
+        assert!(matches!(
+            config.backends.get("local"),
+            Some(BackendConfig::Sqlite(sqlite)) if sqlite.path == "data/holdfast.db"
+        ));
+        // A namespace alone replaces the built-in ones: it names an unknown backend.
+        jail.create_file(
+            "ns.toml",
+            "[[namespaces]]\nname = \"default\"\nbackend = \"local\"\n",
+        )?;
+        let message = Config::load(Some(Path::new("ns.toml")))
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("local"), "{message}");
+        Ok(())
+    });
+    let config = Config::from_toml("[server]\nmax_clients = 7\n").unwrap();
+    assert_eq!(config.server.max_clients, 7);
+    assert!(config.backends.contains_key("local"));
+}
+
 const MINIMAL: &str = r#"
 [backends.cache]
 kind = "redis"

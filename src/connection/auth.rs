@@ -107,8 +107,13 @@ impl ClientConn {
         matched
     }
 
-    /// Whether the authenticated user has `admin` in `[[users]]`.
+    /// Whether this client may do what an admin may (`CONFIG SET` to a Redis backend,
+    /// `CLIENT KILL`): any client when no `[[users]]` are configured, as Redis's default
+    /// user may do anything; with users, one authenticated as a user with `admin`.
     pub(super) fn is_admin(&self) -> bool {
+        if self.state.config.users.is_empty() {
+            return true;
+        }
         let Some(name) = &self.user else {
             return false;
         };
@@ -117,12 +122,6 @@ impl ClientConn {
             .users
             .iter()
             .any(|u| &u.name == name && u.admin)
-    }
-
-    /// Whether `CLIENT KILL` is this client's to send: an admin's, or anyone's when no
-    /// `[[users]]` are configured (as in a Redis without ACLs).
-    pub(super) fn may_kill(&self) -> bool {
-        self.state.config.users.is_empty() || self.is_admin()
     }
 
     /// `CONFIG SET` of encoding thresholds only, to a SQL backend: no observable effect.

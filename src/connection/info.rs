@@ -145,7 +145,7 @@ impl ClientConn {
     /// [USER name] [TYPE normal|...] [SKIPME yes|no]`, among holdfast's own clients. Open to
     /// every client without `[[users]]`, to an `admin` user otherwise.
     fn client_kill(&self, args: &[Bytes]) -> Frame {
-        if !self.may_kill() {
+        if !self.is_admin() {
             return error("NOPERM this user has no permissions to run the 'client|kill' command");
         }
         let text = |b: &Bytes| String::from_utf8_lossy(b).into_owned();
