@@ -32,6 +32,12 @@ COPY benches ./benches
 RUN cargo build --release --locked --bin holdfast
 
 FROM debian:bookworm-20251229-slim
+LABEL org.opencontainers.image.title="holdfast" \
+      org.opencontainers.image.description="A Redis-protocol sidecar that holds requests through backend failover without changing what the client sees" \
+      org.opencontainers.image.version="0.1.0" \
+      org.opencontainers.image.licenses="MIT OR Apache-2.0" \
+      org.opencontainers.image.documentation="README.md and docs/ in the source repository" \
+      org.opencontainers.image.base.name="debian:bookworm-20251229-slim"
 # ca-certificates: a `rediss://` backend without `tls_ca` verifies its server against the
 # system's trust store, which the slim image does not ship.
 # The user and group get a fixed id, 10001, so files have an owner and USER below can be
@@ -51,7 +57,9 @@ RUN apt-get update \
     && mkdir -p /var/lib/holdfast/data \
     && chown 10001:10001 /var/lib/holdfast/data
 COPY --from=build /src/target/release/holdfast /usr/local/bin/holdfast
-COPY config/holdfast.toml /etc/holdfast/holdfast.toml
+# The image's defaults come from a file a mount replaces whole (no ENV: the environment would
+# override the keys of a configuration mounted over this one, `listen` included).
+COPY deploy/image/holdfast.toml /etc/holdfast/holdfast.toml
 # Numeric: with a user name, Kubernetes' runAsNonRoot cannot tell the user is not root and
 # refuses to start the container.
 USER 10001:10001
@@ -62,8 +70,6 @@ WORKDIR /var/lib/holdfast
 # HOLDFAST_BACKENDS__LOCAL__PATH: the image's environment reaches every configuration mounted
 # over the default one, and one without a `local` backend would then fail to load.
 VOLUME ["/var/lib/holdfast/data"]
-# In a container the listeners must leave loopback to be reachable from the pod's peers.
-ENV HOLDFAST_SERVER__LISTEN=0.0.0.0:6380 HOLDFAST_SERVER__METRICS_LISTEN=0.0.0.0:9380
 EXPOSE 6380 9380
 # No HEALTHCHECK: the image has no HTTP client; the orchestrator probes /healthz and /readyz
 # on the metrics port (deploy/kubernetes, deploy/compose).

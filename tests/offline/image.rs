@@ -453,7 +453,9 @@ fn created_and_owned(commands: &[Vec<String>], dir: &Path, owner: &str) -> (bool
 fn the_sqlite_directory_is_a_volume_owned_by_the_runtime_user() {
     let instructions = dockerfile();
     let config_file = image_config(&instructions);
-    let config = parse_toml(&config_file);
+    // What holdfast makes of the file: one naming no backend keeps the embedded default.
+    let config = holdfast::config::Config::from_toml(&read(&config_file))
+        .unwrap_or_else(|e| panic!("{config_file}: {e}"));
     let env = runtime_env(&instructions);
     let workdir = runtime_workdir(&instructions);
     let volumes = runtime_volumes(&instructions);
@@ -461,22 +463,14 @@ fn the_sqlite_directory_is_a_volume_owned_by_the_runtime_user() {
     let uid = user.split(':').next().unwrap_or_default();
     let commands = shell_commands(runtime_stage(&instructions));
 
-    let backends = config
-        .get("backends")
-        .and_then(toml::Value::as_table)
-        .unwrap_or_else(|| panic!("{config_file}: no [backends]"));
     let mut checked = 0;
-    for (name, backend) in backends {
-        if backend.get("kind").and_then(toml::Value::as_str) != Some("sqlite") {
+    for (name, backend) in &config.backends {
+        let holdfast::config::BackendConfig::Sqlite(sqlite) = backend else {
             continue;
-        }
+        };
         // The environment wins over the file (HOLDFAST_ + the key path, `__` between).
         let key = format!("HOLDFAST_BACKENDS__{}__PATH", name.to_ascii_uppercase());
-        let path = env.get(&key).map(String::as_str).unwrap_or_else(|| {
-            backend["path"]
-                .as_str()
-                .unwrap_or_else(|| panic!("{config_file}: backends.{name}.path"))
-        });
+        let path = env.get(&key).map_or(sqlite.path.as_str(), String::as_str);
         let file = workdir.join(path);
         let dir = file.parent().expect("a file has a directory");
         assert!(
@@ -503,6 +497,60 @@ fn the_sqlite_directory_is_a_volume_owned_by_the_runtime_user() {
         "{config_file}: no sqlite backend, so this test checks nothing; point it at the backend \
          that writes inside the container"
     );
+}
+
+/// The image sets no `HOLDFAST_` variable: the environment overrides a configuration file's
+/// keys, so one would override the keys of a file mounted over the image's own (an `ENV`
+/// listener on every interface once opened a port a mounted file had kept on loopback). The
+/// image's defaults come from its file, which a mount replaces whole.
+#[test]
+fn the_image_environment_overrides_no_configuration_key() {
+    let env = runtime_env(&dockerfile());
+    let set: Vec<&String> = env.keys().filter(|k| k.starts_with("HOLDFAST_")).collect();
+    assert!(set.is_empty(), "Dockerfile: ENV sets {set:?}");
+}
+
+/// The runtime stage carries the OCI labels a registry and a scanner read, its version the
+/// package's.
+#[test]
+fn the_image_is_labelled() {
+    let labels: String = runtime_stage(&dockerfile())
+        .iter()
+        .filter(|i| i.keyword == "LABEL")
+        .map(|i| i.args.as_str())
+        .collect();
+    let version = parse_toml("Cargo.toml")["package"]["version"]
+        .as_str()
+        .expect("Cargo.toml: package.version")
+        .to_string();
+    for want in [
+        "org.opencontainers.image.title=\"holdfast\"".to_string(),
+        format!("org.opencontainers.image.version=\"{version}\""),
+        "org.opencontainers.image.licenses=".to_string(),
+        "org.opencontainers.image.description=".to_string(),
+    ] {
+        assert!(
+            labels.contains(&want),
+            "Dockerfile: no LABEL {want} in {labels}"
+        );
+    }
+}
+
+/// What the image ships is the release build stripped (a 137 MB binary with line tables, 19
+/// MB without); the line tables stay in a profile of their own for perf and callgrind.
+#[test]
+fn the_release_build_ships_stripped() {
+    let manifest = parse_toml("Cargo.toml");
+    let release = &manifest["profile"]["release"];
+    assert_eq!(
+        release.get("strip").and_then(toml::Value::as_bool),
+        Some(true)
+    );
+    assert!(release
+        .get("debug")
+        .is_none_or(|d| d.as_bool() == Some(false) || d.as_integer() == Some(0)));
+    let profiling = &manifest["profile"]["profiling"];
+    assert_eq!(profiling["inherits"].as_str(), Some("release"));
 }
 
 // ---------------------------------------------------------------------------------------------
