@@ -59,6 +59,10 @@ pub enum LinkErrorKind {
     /// The server says what the configuration names is not there: a master name no sentinel
     /// monitors, a `cluster` backend's node without cluster support.
     NotFound,
+    /// The configured host name does not resolve. Retried like a refused connect (nothing
+    /// was sent; a name may come to resolve, a Service created after its clients), but the
+    /// health log reports it as a configuration to check (`backend::health::misconfigured`).
+    Unresolved,
     /// The dial was cancelled before it finished.
     Canceled,
     /// An answer of an unexpected shape to a command holdfast sent itself (a `WAIT` that
@@ -85,6 +89,19 @@ impl LinkError {
             kind,
             what: what.into(),
             source: None,
+        }
+    }
+
+    /// A failure of `kind` while doing `what`, with the I/O error under it.
+    pub fn io_of(
+        kind: LinkErrorKind,
+        what: impl Into<Cow<'static, str>>,
+        source: std::io::Error,
+    ) -> LinkError {
+        LinkError {
+            kind,
+            what: what.into(),
+            source: Some(Arc::new(source)),
         }
     }
 
@@ -306,6 +323,7 @@ fn classify_backend(error: &BackendError) -> ErrorClass {
                 ErrorClass::Other
             }
             LinkErrorKind::Io
+            | LinkErrorKind::Unresolved
             | LinkErrorKind::Timeout
             | LinkErrorKind::Protocol
             | LinkErrorKind::Canceled
@@ -329,6 +347,19 @@ fn classify_backend(error: &BackendError) -> ErrorClass {
         // as much as one whose answer was lost.
         BackendError::WaitFailed { .. } => ErrorClass::Transient,
     }
+}
+
+/// An error and its sources on one line, in words (an error reply cannot hold a newline, and
+/// a log line reads better without one): what a client and the log are told.
+pub fn in_words(error: &(dyn StdError + 'static)) -> String {
+    use std::fmt::Write as _;
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        let _ = write!(text, ": {e}");
+        source = e.source();
+    }
+    text.replace(['\r', '\n'], " ")
 }
 
 /// A database failure. One refinement applies to all of them: before COMMIT was sent, a
@@ -426,6 +457,7 @@ pub fn sqlstate(code: &str) -> ErrorClass {
 fn sent_kind(kind: LinkErrorKind) -> ErrorClass {
     match kind {
         LinkErrorKind::Io
+        | LinkErrorKind::Unresolved
         | LinkErrorKind::Timeout
         | LinkErrorKind::Canceled
         | LinkErrorKind::Unexpected => ErrorClass::Transient,

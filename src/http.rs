@@ -117,12 +117,20 @@ async fn backends(shared: &Shared) -> (&'static str, String) {
 }
 
 /// Probes every backend of the running generation and records each answer in
-/// `holdfast_backend_up`.
+/// `holdfast_backend_up` and the health log (`backend::health`).
 async fn probe(shared: &Shared) -> Vec<(String, bool)> {
     let state = shared.current();
     let mut results = Vec::new();
     for backend in state.backends.iter() {
-        let up = backend.ready(READY_TIMEOUT).await;
+        let checked = backend.check(READY_TIMEOUT).await;
+        let up = checked.is_ok();
+        let address = state
+            .config
+            .backends
+            .get(backend.name())
+            .map(crate::config::BackendConfig::address)
+            .unwrap_or_default();
+        shared.health.observe(backend.name(), &address, &checked);
         crate::metrics::backend_up(backend.name(), up);
         results.push((backend.name().to_string(), up));
     }

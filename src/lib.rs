@@ -53,6 +53,7 @@
 //!   namespaces, users, retry, secrets) each checking its own keys, with what validation
 //!   reads: the retry schedule, exact mode's token lifetime, backend addresses.
 //! - [`tls`]: the client listener's acceptor and backend trust roots (off by default).
+//! - [`logging`]: `HOLDFAST_LOG` and `HOLDFAST_LOG_FORMAT`, checked, and the log started.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -64,6 +65,7 @@ pub mod connection;
 pub mod error;
 pub mod exec;
 pub mod http;
+pub mod logging;
 pub mod metrics;
 pub mod namespace;
 pub mod resp;

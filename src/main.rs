@@ -37,24 +37,9 @@ const EXIT_CONFIG: u8 = 64;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let mut filter = tracing_subscriber::EnvFilter::try_from_env("HOLDFAST_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // The PostgreSQL driver warns of a URL parameter it ignores with its value, which may be
-    // a secret: never shown, whatever HOLDFAST_LOG says.
-    if let Ok(quiet) = "sqlx_postgres::options::parse=error".parse() {
-        filter = filter.add_directive(quiet);
-    }
-    // Colour only for a person at a terminal: a log shipper would keep the escape codes.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(ansi)
-        .with_writer(std::io::stderr);
-    // HOLDFAST_LOG_FORMAT=json: one JSON object a line, for log shippers.
-    if std::env::var("HOLDFAST_LOG_FORMAT").is_ok_and(|f| f == "json") {
-        logs.json().init();
-    } else {
-        logs.init();
+    if let Err(e) = holdfast::logging::init() {
+        eprintln!("holdfast: bad environment: {e}");
+        return ExitCode::from(EXIT_CONFIG);
     }
     if let Some(Cmd::CheckConfig { file }) = cli.command {
         return match Config::load(Some(&file)) {
@@ -118,7 +103,7 @@ async fn serve(config: Config, path: Option<PathBuf>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    tracing::info!(listen = %config.server.listen, metrics = %config.server.metrics_listen, "holdfast serving");
+    config.log_summary();
     let proxy = match holdfast::Holdfast::new(config) {
         Ok(proxy) => proxy,
         Err(e) => {

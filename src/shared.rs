@@ -45,6 +45,8 @@ pub struct Shared {
     give_up: watch::Sender<bool>,
     /// Where the client listener is: [`Serving`] as a number (`/readyz`).
     serving: std::sync::atomic::AtomicU8,
+    /// Each backend's health as last logged (kept across reloads).
+    pub health: crate::backend::health::Health,
 }
 
 /// Where the client listener is, for readiness.
@@ -93,6 +95,7 @@ impl Shared {
             clients: Arc::default(),
             give_up: watch::channel(false).0,
             serving: std::sync::atomic::AtomicU8::new(0),
+            health: Default::default(),
         })
     }
 

@@ -6,6 +6,7 @@
 
 pub mod fake;
 pub mod feed;
+pub mod health;
 pub mod lua;
 pub mod pubsub;
 pub mod rdb;
@@ -341,11 +342,15 @@ impl Backend {
         }
     }
 
-    /// Whether the backend answers a PING within `timeout` (`/backendz`, `holdfast_backend_up`).
-    pub async fn ready(&self, timeout: Duration) -> bool {
+    /// Whether the backend answers a PING within `timeout`, and if not, why (`/backendz`,
+    /// `holdfast_backend_up`, the health log).
+    ///
+    /// # Errors
+    /// What the probe met.
+    pub async fn check(&self, timeout: Duration) -> Result<(), BackendError> {
         match self {
-            Backend::Redis(r) => r.ready(timeout).await,
-            Backend::Sql(s) => s.ready(timeout).await,
+            Backend::Redis(r) => r.check(timeout).await,
+            Backend::Sql(s) => s.check(timeout).await,
         }
     }
 }

@@ -141,6 +141,24 @@ impl BackendConfig {
             BackendConfig::Sqlite(_) => "sqlite",
         }
     }
+
+    /// Where the backend is, for the log: a URL with its password redacted, a Sentinel's
+    /// master and sentinels, a Cluster's seed nodes, a SQLite file's path.
+    pub fn address(&self) -> String {
+        match self {
+            BackendConfig::Redis(redis) => super::redact_url(&redis.url),
+            BackendConfig::Sentinel(s) => {
+                format!(
+                    "master {} via sentinels {}",
+                    s.master_name,
+                    s.sentinels.join(",")
+                )
+            }
+            BackendConfig::Cluster(c) => format!("cluster seeds {}", c.nodes.join(",")),
+            BackendConfig::Postgres(pg) => super::redact_url(&pg.url),
+            BackendConfig::Sqlite(sqlite) => sqlite.path.clone(),
+        }
+    }
 }
 
 /// `kind = "sentinel"`: a Redis primary found through Sentinel, and found again after a

@@ -242,6 +242,43 @@ impl Config {
         Ok(())
     }
 
+    /// Logs what this configuration serves, at start: where it listens, each backend's kind
+    /// and address (passwords redacted; a SQLite file's path), each namespace's prefixes,
+    /// backend and reply mode, and how many users.
+    pub fn log_summary(&self) {
+        tracing::info!(
+            listen = %self.server.listen,
+            metrics = %self.server.metrics_listen,
+            tls = self.server.tls.is_some(),
+            users = self.users.len(),
+            password = self.server.requirepass.is_some(),
+            "holdfast serving"
+        );
+        for (name, backend) in &self.backends {
+            tracing::info!(
+                backend = name.as_str(),
+                kind = backend.kind(),
+                address = backend.address().as_str(),
+                "backend"
+            );
+        }
+        for ns in &self.namespaces {
+            let mode = ns.reply_mode.unwrap_or(self.defaults.reply_mode);
+            let prefixes = if ns.prefixes.is_empty() {
+                "(every other key)".to_string()
+            } else {
+                ns.prefixes.join(",")
+            };
+            tracing::info!(
+                namespace = ns.name.as_str(),
+                prefixes = prefixes.as_str(),
+                backend = ns.backend.as_str(),
+                reply_mode = mode.spelling(),
+                "namespace"
+            );
+        }
+    }
+
     /// The effective configuration as TOML, secrets redacted (`check-config`).
     pub fn to_toml_redacted(&self) -> String {
         let mut shown = self.clone();

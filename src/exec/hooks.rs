@@ -75,14 +75,23 @@ impl Hooks for RequestHooks<'_> {
         }
     }
 
-    fn gave_up(&mut self, class: ErrorClass, attempts: u32, elapsed: Duration, why: Why) {
+    fn gave_up(
+        &mut self,
+        class: ErrorClass,
+        attempts: u32,
+        elapsed: Duration,
+        why: Why,
+        last: &(dyn std::error::Error + 'static),
+    ) {
         tracing::warn!(
             namespace = self.namespace,
+            backend = self.backend,
             command = self.command,
             class = class.as_str(),
             attempts,
             elapsed_ms = elapsed.as_millis() as u64,
-            why = ?why,
+            why = why.as_str(),
+            cause = crate::error::in_words(last).as_str(),
             "gave up"
         );
         m::gave_up(self.namespace, class.as_str());

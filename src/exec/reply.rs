@@ -8,7 +8,6 @@ use crate::error::ErrorClass;
 use crate::namespace::Namespace;
 use crate::retry::{Failure, GaveUp, Why};
 use redis_protocol::resp3::types::BytesFrame as Frame;
-use std::fmt::Write as _;
 
 fn error(text: String) -> Frame {
     Frame::SimpleError {
@@ -126,12 +125,4 @@ fn answer_text(answer: &BackendError) -> String {
 }
 
 /// An error and its sources on one line (an error reply cannot hold a newline).
-pub fn chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(e) = source {
-        let _ = write!(text, ": {e}");
-        source = e.source();
-    }
-    text.replace(['\r', '\n'], " ")
-}
+pub use crate::error::in_words as chain;

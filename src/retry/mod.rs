@@ -79,6 +79,20 @@ pub enum Why {
     WaitedOut,
 }
 
+impl Why {
+    /// Its name in the log.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Why::Exhausted => "exhausted",
+            Why::MustNotRepeat => "must_not_repeat",
+            Why::ShuttingDown => "shutting_down",
+            Why::Overtaken => "overtaken",
+            Why::Unsettled => "unsettled",
+            Why::WaitedOut => "waited_out",
+        }
+    }
+}
+
 /// Observes the loop, for metrics and logs. Every method has a no-op default.
 pub trait Hooks {
     /// A dispatch failed with `class`.
@@ -97,8 +111,17 @@ pub trait Hooks {
     fn budget_denied(&mut self) {}
     /// The request starts (true) or stops (false) being held.
     fn held(&mut self, _holding: bool) {}
-    /// The loop gave up.
-    fn gave_up(&mut self, _class: ErrorClass, _attempts: u32, _elapsed: Duration, _why: Why) {}
+    /// The loop gave up; `last` is the last failure (for the log: the loop itself never
+    /// reads it).
+    fn gave_up(
+        &mut self,
+        _class: ErrorClass,
+        _attempts: u32,
+        _elapsed: Duration,
+        _why: Why,
+        _last: &(dyn std::error::Error + 'static),
+    ) {
+    }
 }
 
 /// Runs `attempt` until it succeeds, its failure is an answer, or the policy stops. While it
@@ -130,6 +153,7 @@ pub async fn run<T, E, F, Fut, C, H>(
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, E>>,
+    E: std::error::Error + 'static,
     C: Fn(&E) -> ErrorClass,
     H: Hooks,
 {
@@ -263,7 +287,7 @@ fn withdraw<H: Hooks>(budget: &RetryBudget, hooks: &mut H) -> bool {
 }
 
 /// The failure a give-up answers with: INDOUBT when a dispatch may have been applied.
-fn give_up<E, H: Hooks>(
+fn give_up<E: std::error::Error + 'static, H: Hooks>(
     hooks: &mut H,
     last: E,
     class: ErrorClass,
@@ -273,7 +297,7 @@ fn give_up<E, H: Hooks>(
     maybe_applied: u32,
 ) -> Failure<E> {
     let elapsed = start.elapsed();
-    hooks.gave_up(class, attempts, elapsed, why);
+    hooks.gave_up(class, attempts, elapsed, why, &last);
     let gave_up = GaveUp {
         last,
         class,

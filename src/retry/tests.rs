@@ -73,7 +73,14 @@ impl Hooks for Recorder {
     fn held(&mut self, holding: bool) {
         self.held.push(holding);
     }
-    fn gave_up(&mut self, _: ErrorClass, _: u32, _: Duration, _: Why) {
+    fn gave_up(
+        &mut self,
+        _: ErrorClass,
+        _: u32,
+        _: Duration,
+        _: Why,
+        _: &(dyn std::error::Error + 'static),
+    ) {
         self.gave_up += 1;
     }
 }

@@ -10,6 +10,7 @@ mod differential;
 mod faults;
 mod hostile;
 mod isolation;
+mod logs;
 mod operations;
 mod own_connection;
 mod pipeline;

@@ -239,15 +239,26 @@ impl AsyncWrite for Stream {
 /// (a sentinel's), within `within`.
 ///
 /// # Errors
-/// `Io` for a refused connect or a failed TLS handshake, `Timeout`, `Config` for a host
-/// that is no TLS server name.
+/// `Unresolved` for a host that does not resolve, `Io` for a refused connect or a failed TLS
+/// handshake, `Timeout`, `Config` for a host that is no TLS server name.
 pub async fn open(
     (host, port): (&str, u16),
     tls: Option<&Tls>,
     within: Duration,
 ) -> Result<Stream, LinkError> {
     let open = async {
-        let tcp = TcpStream::connect((host, port))
+        // Resolved first, so a name that does not resolve is told from a refused connect.
+        let addrs: Vec<std::net::SocketAddr> = tokio::net::lookup_host((host, port))
+            .await
+            .map_err(|e| {
+                LinkError::io_of(
+                    LinkErrorKind::Unresolved,
+                    format!("the host `{host}` does not resolve"),
+                    e,
+                )
+            })?
+            .collect();
+        let tcp = TcpStream::connect(&addrs[..])
             .await
             .map_err(|e| LinkError::io(format!("connecting to {host}:{port}"), e))?;
         let _ = tcp.set_nodelay(true);

@@ -514,19 +514,22 @@ impl RedisBackend {
         Some(results)
     }
 
-    /// Whether a PING is answered within `timeout`.
-    pub async fn ready(&self, timeout: Duration) -> bool {
+    /// Whether a PING is answered within `timeout`, and if not, why.
+    ///
+    /// # Errors
+    /// What the connection or the PING met.
+    pub async fn check(&self, timeout: Duration) -> Result<(), BackendError> {
         let Some(slot) = self.resp2.slots.first() else {
-            return false;
+            return Err(BackendError::Unsupported {
+                what: "the backend has no connection".to_string(),
+            });
         };
         let args = [bytes::Bytes::from_static(b"PING")];
         let request = Request::new(&args, Proto::Resp2, 0);
         // No timeout around the send: its own deadline retires a connection whose reply did
         // not come in time.
-        let Ok(live) = ensure_connected(slot, timeout).await else {
-            return false;
-        };
-        live.send(&request, timeout).await.is_ok()
+        let live = ensure_connected(slot, timeout).await?;
+        live.send(&request, timeout).await.map(|_| ())
     }
 }
 

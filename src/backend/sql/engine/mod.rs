@@ -269,17 +269,28 @@ impl SqlBackend {
         self.inner.broker.join(outbox)
     }
 
-    /// Whether a trivial query is answered within `timeout`.
-    pub async fn ready(&self, timeout: Duration) -> bool {
+    /// Whether a trivial query is answered within `timeout`, and if not, why.
+    ///
+    /// # Errors
+    /// What the schema check, the connection or the query met.
+    pub async fn check(&self, timeout: Duration) -> Result<(), BackendError> {
         let probe = async {
-            self.inner.ensure_schema().await.ok()?;
+            self.inner.ensure_schema().await?;
             let pools = self.inner.pools.load_full();
             // Closed, not pooled, if the probe is cut short mid-statement.
-            let mut conn = TxConn::new(pools.reader.acquire().await.ok()?, &pools);
-            conn.exec("SELECT 1").await.ok()?;
+            let link = pools.reader.acquire().await.map_err(connect_error)?;
+            let mut conn = TxConn::new(link, &pools);
+            conn.exec("SELECT 1").await.map_err(connect_error)?;
             conn.finish();
-            Some(())
+            Ok(())
         };
-        matches!(tokio::time::timeout(timeout, probe).await, Ok(Some(_)))
+        match tokio::time::timeout(timeout, probe).await {
+            Ok(result) => result,
+            Err(elapsed) => Err(BackendError::SqlTimeout {
+                stage: SqlStage::Connect,
+                waited: timeout,
+                source: elapsed,
+            }),
+        }
     }
 }
