@@ -27,8 +27,10 @@ const DASHBOARD: &str = "deploy/grafana/holdfast-dashboard.json";
 const IMAGE_CONFIG: &str = "/etc/holdfast/holdfast.toml";
 /// Suffixes of the series a histogram exposes.
 const HISTOGRAM_SERIES: [&str; 3] = ["_bucket", "_sum", "_count"];
-/// Labels Prometheus attaches to every scraped series.
-const TARGET_LABELS: [&str; 2] = ["instance", "job"];
+/// Labels Prometheus attaches to every scraped series, and the Kubernetes `namespace` a
+/// pod scrape attaches (the Prometheus Operator's PodMonitor does; absent elsewhere,
+/// where grouping by it groups everything), which the alerts aggregate by.
+const TARGET_LABELS: [&str; 3] = ["instance", "job", "namespace"];
 /// PromQL functions that take a counter.
 const COUNTER_FUNCTIONS: [&str; 3] = ["rate", "irate", "increase"];
 
@@ -1414,9 +1416,6 @@ fn the_alert_rules_pass_promtool() {
     }
 }
 
-/// The Kubernetes manifests match the API's schemas, strictly (an unknown or misspelt field
-/// is an error, as `kubectl apply --validate=strict` makes it), at 1.29, the first release
-/// with native sidecars.
 /// The Prometheus Operator's PodMonitor scrapes the sidecar the manifest deploys: its
 /// selector matches the workload's pod labels, its port is the holdfast container's
 /// `metrics` port, its path the metrics endpoint's.
@@ -1459,6 +1458,47 @@ fn the_pod_monitor_scrapes_the_sidecar() {
     }
 }
 
+/// Each alert links its section of the runbook, which exists: `runbook_url` is
+/// `docs/runbook.md#` and the alert's name in lower case, the anchor of a `## Name` heading.
+#[test]
+fn every_alert_links_its_runbook_section() {
+    let runbook = read("docs/runbook.md");
+    for rule in alert_rules() {
+        let name = text(&rule, &["alert"]);
+        let url = text(&rule, &["annotations", "runbook_url"]);
+        assert_eq!(
+            url,
+            format!("docs/runbook.md#{}", name.to_ascii_lowercase()),
+            "{ALERTS}: {name}"
+        );
+        assert!(
+            runbook.lines().any(|l| l == format!("## {name}")),
+            "docs/runbook.md has no section ## {name}"
+        );
+    }
+}
+
+/// One outage seen by many sidecars is one alert: every alert but `HoldfastDown` (about a
+/// pod of its own) aggregates away the instance (alerts.test.yml fires each for 50
+/// instances at once and expects one).
+#[test]
+fn alerts_about_the_fleet_page_once() {
+    for rule in alert_rules() {
+        let name = text(&rule, &["alert"]);
+        if name == "HoldfastDown" {
+            continue;
+        }
+        let expr = text(&rule, &["expr"]);
+        assert!(
+            expr.contains(" by (namespace, ") && !expr.contains("instance"),
+            "{ALERTS}: {name} is not aggregated across instances: {expr}"
+        );
+    }
+}
+
+/// The Kubernetes manifests match the API's schemas, strictly (an unknown or misspelt field
+/// is an error, as `kubectl apply --validate=strict` makes it), at 1.29, the first release
+/// with native sidecars.
 #[test]
 fn the_kubernetes_manifests_match_their_schemas() {
     let out = run_tool(
