@@ -276,14 +276,17 @@ impl Backend {
         request: &Request<'_>,
         acquire_timeout: Duration,
     ) -> Result<Reply, BackendError> {
-        match self {
+        let started = std::time::Instant::now();
+        let result = match self {
             Backend::Redis(r) => r.dispatch(request, acquire_timeout).await,
             // Boxed: a SQL command's future is several times a Redis one's, and every
             // request's future would otherwise be that size (and moved as often).
             Backend::Sql(s) => Box::pin(s.dispatch(request, acquire_timeout))
                 .await
                 .map(Reply::from),
-        }
+        };
+        crate::metrics::backend_dispatched(self.name(), 1, started.elapsed());
+        result
     }
 
     /// First attempts of a client's pipelined requests, sent together in order: all of them,
@@ -295,12 +298,17 @@ impl Backend {
         requests: &[Request<'_>],
         acquire_timeout: Duration,
     ) -> Option<Vec<Result<Reply, BackendError>>> {
-        match self {
+        let started = std::time::Instant::now();
+        let results = match self {
             Backend::Redis(r) => r.dispatch_batch(requests, acquire_timeout).await,
             Backend::Sql(s) => Box::pin(s.dispatch_batch(requests, acquire_timeout))
                 .await
                 .map(|results| results.into_iter().map(|r| r.map(Reply::from)).collect()),
+        };
+        if let Some(results) = &results {
+            crate::metrics::backend_dispatched(self.name(), results.len(), started.elapsed());
         }
+        results
     }
 
     /// Whether its writes reach replicas that `WAIT` can count (`min_replicas_ack`): Redis.

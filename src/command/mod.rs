@@ -174,9 +174,10 @@ impl Command {
         }
     }
 
-    /// The bounded-cardinality label for metrics: the row's name in lower case.
+    /// The bounded-cardinality label for metrics: the row's name with
+    /// `server.metrics_per_command`, else the command's kind, `read` or `write`.
     pub fn label(&self) -> &'static str {
-        self.spec.name
+        crate::metrics::command_label(self.spec.name, self.class == table::Idempotence::Read)
     }
 }
 

@@ -19,6 +19,13 @@ pub struct ServerConfig {
     /// every interface for Prometheus and the kubelet.
     #[serde(default)]
     pub serve_config: bool,
+    /// Label the per-request series (`holdfast_requests_total`, `holdfast_dispatches_total`,
+    /// `holdfast_request_duration_seconds`, reply corrections) by command name. Off by
+    /// default: their `command` label is then the command's kind, `read` or `write`, so a
+    /// scrape holds a few series per namespace instead of dozens per command (a histogram is
+    /// 16). Applied at start and at each reload.
+    #[serde(default)]
+    pub metrics_per_command: bool,
     /// When set, clients must `AUTH` (or `HELLO ... AUTH`) with it before anything else.
     #[serde(
         default,
@@ -85,6 +92,7 @@ impl Default for ServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 6380)),
             metrics_listen: SocketAddr::from(([127, 0, 0, 1], 9380)),
             serve_config: false,
+            metrics_per_command: false,
             requirepass: None,
             requirepass_file: None,
             max_clients: 10_000,

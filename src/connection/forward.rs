@@ -29,7 +29,12 @@ impl ClientConn {
         let max_keys = self.state.config.server.max_keys_per_command;
         if key_count > max_keys {
             m::limit("max_keys_per_command");
-            m::request("", command.label(), "refused", started.elapsed());
+            m::request(
+                self.catch_all(),
+                command.label(),
+                "refused",
+                started.elapsed(),
+            );
             let text = format!(
                 "ERR holdfast: {key_count} keys in one command; the limit is {max_keys} (server.max_keys_per_command)"
             );
@@ -41,11 +46,22 @@ impl ClientConn {
         let namespace = match self.route(command) {
             Ok(ns) => ns.clone(),
             Err(e) => {
-                m::request("", command.label(), "refused", started.elapsed());
+                m::request(
+                    self.catch_all(),
+                    command.label(),
+                    "refused",
+                    started.elapsed(),
+                );
                 return (error(e.to_string()).into(), DoubleStyle::default());
             }
         };
         self.forward_to(namespace, command, started).await
+    }
+
+    /// The catch-all namespace's name: where a request refused before it was routed is
+    /// counted (keyless commands belong there too).
+    pub(super) fn catch_all(&self) -> &str {
+        &self.state.router.catch_all().name
     }
 
     /// The namespace a command goes to: a publish's channel's (`channels`), whatever its keys
@@ -82,7 +98,12 @@ impl ClientConn {
                 .iter()
                 .any(|other| Arc::ptr_eq(&other.backend, &ns.backend) && !reach(other));
             if shared_with_others && !harmless {
-                m::request("", command.label(), "refused", started.elapsed());
+                m::request(
+                    self.catch_all(),
+                    command.label(),
+                    "refused",
+                    started.elapsed(),
+                );
                 let text = format!(
                     "NOPERM this user has no permissions to run the '{}' command",
                     command.spec.name.to_ascii_lowercase()

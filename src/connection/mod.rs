@@ -419,10 +419,12 @@ impl ClientConn {
                 }
                 let label = match e {
                     CommandError::Unknown { .. } => "unknown",
-                    CommandError::UnknownSubcommand { container, .. } => container,
-                    CommandError::Arity { name } => name,
+                    CommandError::UnknownSubcommand { container, .. } => {
+                        m::refused_label(container)
+                    }
+                    CommandError::Arity { name } => m::refused_label(name),
                 };
-                m::request("", label, "refused", started.elapsed());
+                m::request(self.catch_all(), label, "refused", started.elapsed());
                 self.reply(out, &error(e.reply()));
                 return Flow::Continue;
             }
@@ -449,7 +451,12 @@ impl ClientConn {
             if let Some(multi) = self.multi.as_mut() {
                 multi.dirty = true;
             }
-            m::request("", command.label(), "refused", started.elapsed());
+            m::request(
+                self.catch_all(),
+                command.label(),
+                "refused",
+                started.elapsed(),
+            );
             self.reply(out, &error(refusal));
             return Flow::Continue;
         }

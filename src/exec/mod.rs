@@ -693,7 +693,8 @@ impl Session {
         let Attempted {
             class, spec, made, ..
         } = attempted;
-        let mut hooks = RequestHooks::new(&namespace.name, namespace.backend.name(), spec.name);
+        let label = m::command_label(spec.name, class == Idempotence::Read);
+        let mut hooks = RequestHooks::new(&namespace.name, namespace.backend.name(), label);
         if let Some(Ok(_)) = &first {
             // Sent ahead and answered: what the loop does with a first dispatch that
             // succeeds, without building it.

@@ -121,7 +121,14 @@ pub const REQUEST_SECONDS: Def = def(
     "holdfast_request_duration_seconds",
     Histogram,
     &[NAMESPACE, "command"],
-    "Time from a request's arrival to its reply, in seconds.",
+    "Time from a request's arrival to its reply, in seconds; command is the command's name with server.metrics_per_command, else its kind (read, write).",
+);
+/// Time a backend took to answer a dispatch.
+pub const BACKEND_SECONDS: Def = def(
+    "holdfast_backend_duration_seconds",
+    Histogram,
+    &["backend"],
+    "Time from a dispatch to a backend to its result, in seconds: the backend's side of a request's time, without holdfast's queueing and retries (a pipelined run or a group-commit batch counts once per request it carried).",
 );
 /// Client connections open now.
 pub const CLIENTS: Def = def(
@@ -298,6 +305,7 @@ pub const CATALOGUE: &[Def] = &[
     HELD,
     HOLD_SECONDS,
     REQUEST_SECONDS,
+    BACKEND_SECONDS,
     CLIENTS,
     CLIENTS_TOTAL,
     CLIENTS_REFUSED,

@@ -17,6 +17,7 @@ mod pipeline;
 mod protocol;
 mod pubsub;
 mod reply_modes;
+mod scrape;
 mod server_commands;
 mod smoke;
 mod tls;

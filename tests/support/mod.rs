@@ -57,6 +57,9 @@ impl Proxy {
         let metrics_addr = metrics.local_addr().unwrap();
         config.server.listen = addr;
         config.server.metrics_listen = metrics_addr;
+        // The tests read series by command (`command="DEL"`); the label is process-wide, so
+        // every in-process proxy sets it alike. The default (by kind) is tested on the binary.
+        config.server.metrics_per_command = true;
         let (stop, stopped) = oneshot::channel::<()>();
         let proxy = holdfast::Holdfast::new(config).expect("holdfast builds");
         let serving = proxy.clone();
@@ -82,6 +85,7 @@ impl Proxy {
         let mut config = Config::from_toml(toml).map_err(|e| e.to_string())?;
         config.server.listen = self.addr.parse().unwrap();
         config.server.metrics_listen = self.metrics_addr.parse().unwrap();
+        config.server.metrics_per_command = true;
         self.holdfast.reload(config).map_err(|e| e.to_string())
     }
 
