@@ -54,11 +54,14 @@
 //!   reads: the retry schedule, exact mode's token lifetime, backend addresses.
 //! - [`tls`]: the client listener's acceptor and backend trust roots (off by default).
 //! - [`logging`]: `HOLDFAST_LOG` and `HOLDFAST_LOG_FORMAT`, checked, and the log started.
+//! - [`cli`]: the command line, its help (environment, ports, signals, exit codes) and the
+//!   man page rendered from it.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod backend;
+pub mod cli;
 pub mod command;
 pub mod config;
 pub mod connection;

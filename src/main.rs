@@ -1,30 +1,11 @@
 //! The `holdfast` binary: parse the command line, load and validate the configuration before
 //! any port is bound, then run until SIGTERM or SIGINT.
 
-use clap::{Parser, Subcommand};
+use clap::Parser;
+use holdfast::cli::{Cli, Cmd, EXIT_CONFIG};
 use holdfast::config::Config;
 use std::path::PathBuf;
 use std::process::ExitCode;
-
-/// A Redis-protocol sidecar that holds requests through backend failover.
-#[derive(Parser)]
-#[command(version, about)]
-struct Cli {
-    /// Configuration file (TOML); without it, the built-in default is used.
-    #[arg(long, short)]
-    config: Option<PathBuf>,
-    #[command(subcommand)]
-    command: Option<Cmd>,
-}
-
-#[derive(Subcommand)]
-enum Cmd {
-    /// Validate a configuration file and print the effective configuration.
-    CheckConfig {
-        /// The file to check.
-        file: PathBuf,
-    },
-}
 
 /// mimalloc rather than the system's malloc: under pipelined load a third of the runtime
 /// thread's time went to glibc's allocator (`malloc`, `_int_malloc`, `_int_free`,
@@ -32,17 +13,14 @@ enum Cmd {
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// EX_USAGE: the configuration is wrong.
-const EXIT_CONFIG: u8 = 64;
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Err(e) = holdfast::logging::init() {
         eprintln!("holdfast: bad environment: {e}");
         return ExitCode::from(EXIT_CONFIG);
     }
-    if let Some(Cmd::CheckConfig { file }) = cli.command {
-        return match Config::load(Some(&file)) {
+    if let Some(Cmd::CheckConfig { .. }) = cli.command {
+        return match Config::load(cli.config_file()) {
             Ok(config) => {
                 print!("{}", config.to_toml_redacted());
                 ExitCode::SUCCESS

@@ -6,6 +6,7 @@
 mod sim;
 
 mod deploy;
+mod docs;
 mod image;
 mod layout;
 mod simulation;
