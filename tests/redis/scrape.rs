@@ -153,3 +153,64 @@ async fn per_command_series_are_there_when_asked_for() {
     )));
     println!("{} series with per-command labels", series.len());
 }
+
+/// One raw HTTP/1.1 exchange with the metrics port: (head, body).
+async fn exchange(addr: &str, request: &str) -> (String, Vec<u8>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await.unwrap();
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a response head");
+    let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
+    (head, raw[split + 4..].to_vec())
+}
+
+/// The metrics port is an HTTP server a scraper and a probe can rely on: a query string is
+/// ignored, `HEAD` answers `GET`'s headers and no body, another method is 405 with `Allow`,
+/// and a scraper that accepts gzip gets the body compressed.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_metrics_port_speaks_http_as_scrapers_expect() {
+    let redis = RedisServer::start();
+    let proxy = Spawned::start(&three_namespaces(&redis, ""), &[]);
+    let _ = proxy.connect().await;
+    let addr = &proxy.metrics_addr;
+    let close = "host: x\r\nconnection: close\r\n\r\n";
+    let (head, body) = exchange(addr, &format!("GET /metrics?x=1 HTTP/1.1\r\n{close}")).await;
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    let plain = String::from_utf8(body).unwrap();
+    assert!(plain.contains("holdfast_build_info"), "{plain}");
+
+    let (head, body) = exchange(addr, &format!("HEAD /healthz HTTP/1.1\r\n{close}")).await;
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(head.contains("content-length: 3"), "{head}");
+    assert!(body.is_empty());
+
+    let (head, _) = exchange(
+        addr,
+        &format!("POST /metrics HTTP/1.1\r\ncontent-length: 0\r\n{close}"),
+    )
+    .await;
+    assert!(head.starts_with("http/1.1 405"), "{head}");
+    assert!(head.contains("allow: get, head"), "{head}");
+
+    let (head, body) = exchange(
+        addr,
+        &format!("GET /metrics HTTP/1.1\r\naccept-encoding: gzip\r\n{close}"),
+    )
+    .await;
+    assert!(head.contains("content-encoding: gzip"), "{head}");
+    let mut unpacked = String::new();
+    std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&body[..]), &mut unpacked)
+        .unwrap();
+    assert!(unpacked.contains("holdfast_build_info"));
+    assert!(
+        body.len() * 3 < unpacked.len(),
+        "{} of {}",
+        body.len(),
+        unpacked.len()
+    );
+}

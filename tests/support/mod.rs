@@ -103,7 +103,9 @@ impl Proxy {
     pub async fn http_at(addr: &str, path: &str) -> (String, String) {
         let mut stream = TcpStream::connect(addr).await.unwrap();
         stream
-            .write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes())
+            .write_all(
+                format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").as_bytes(),
+            )
             .await
             .unwrap();
         let mut text = String::new();
@@ -241,7 +243,7 @@ impl Spawned {
             return 0.0;
         };
         let asked = stream
-            .write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n")
+            .write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
             .await;
         let mut text = String::new();
         if asked.is_err() || stream.read_to_string(&mut text).await.is_err() {
