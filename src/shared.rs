@@ -47,6 +47,51 @@ pub struct Shared {
     serving: std::sync::atomic::AtomicU8,
     /// Each backend's health as last logged (kept across reloads).
     pub health: crate::backend::health::Health,
+    /// What `MONITOR` clients are fed.
+    pub monitor: MonitorFeed,
+}
+
+/// Lines a `MONITOR` client may fall behind by before it is closed.
+pub const MONITOR_BACKLOG: usize = 4096;
+
+/// The feed every connection writes the commands it receives to while a client monitors, and
+/// each `MONITOR` client reads (`connection/monitor.rs` formats and reads it).
+pub struct MonitorFeed {
+    lines: tokio::sync::broadcast::Sender<Arc<str>>,
+    /// Monitors connected: a command is formatted only while there is one.
+    watching: AtomicUsize,
+}
+
+impl Default for MonitorFeed {
+    fn default() -> MonitorFeed {
+        MonitorFeed {
+            lines: tokio::sync::broadcast::channel(MONITOR_BACKLOG).0,
+            watching: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl MonitorFeed {
+    /// Whether any client is monitoring.
+    pub fn watched(&self) -> bool {
+        self.watching.load(Ordering::Relaxed) > 0
+    }
+
+    /// Feeds `line` to every monitor.
+    pub fn send(&self, line: String) {
+        let _ = self.lines.send(line.into());
+    }
+
+    /// A new monitor's end of the feed; [`MonitorFeed::left`] when it stops.
+    pub fn join(&self) -> tokio::sync::broadcast::Receiver<Arc<str>> {
+        self.watching.fetch_add(1, Ordering::Relaxed);
+        self.lines.subscribe()
+    }
+
+    /// A monitor stopped reading.
+    pub fn left(&self) {
+        self.watching.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Where the client listener is, for readiness.
@@ -96,6 +141,7 @@ impl Shared {
             give_up: watch::channel(false).0,
             serving: std::sync::atomic::AtomicU8::new(0),
             health: Default::default(),
+            monitor: MonitorFeed::default(),
         })
     }
 

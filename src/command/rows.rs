@@ -392,6 +392,11 @@ pub(super) static ROWS: &[Spec] = &[
     Spec::local("READONLY", 1, Local::ClusterOnly),
     Spec::local("READWRITE", 1, Local::ClusterOnly),
     Spec::local("RESET", 1, Local::Reset),
+    Spec::local("MONITOR", 1, Local::Monitor),
+    Spec::container("ACL"),
+    Spec::local("ACL|WHOAMI", 2, Local::Acl),
+    Spec::local("ACL|USERS", 2, Local::Acl),
+    Spec::local("ACL|LIST", 2, Local::Acl),
     Spec::local("SELECT", 2, Local::Select),
     // ---- transactions: answered by holdfast, on a backend connection of their own ----
     bound(Spec::local("DISCARD", 1, Local::Discard)),

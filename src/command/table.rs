@@ -141,6 +141,10 @@ pub enum Local {
     /// `PUBSUB CHANNELS | NUMSUB | NUMPAT | SHARDCHANNELS | SHARDNUMSUB`: asked of every
     /// backend carrying channels the client may reach.
     Pubsub,
+    /// `MONITOR`: holdfast's own traffic, fed to the client (`connection/monitor.rs`).
+    Monitor,
+    /// `ACL WHOAMI | USERS | LIST`: over holdfast's `[[users]]`.
+    Acl,
 }
 
 /// How a command is executed.

@@ -126,6 +126,9 @@ impl ClientConn {
 
     /// `CONFIG SET` of encoding thresholds only, to a SQL backend: no observable effect.
     fn harmless(&self, command: &Command) -> bool {
+        if command.spec.name != "CONFIG|SET" {
+            return false;
+        }
         let sql = matches!(
             *self.state.router.catch_all().backend,
             crate::backend::Backend::Sql(_)
@@ -136,6 +139,78 @@ impl ClientConn {
             .skip(2)
             .step_by(2)
             .all(|name| crate::backend::sql::harmless_setting(name))
+    }
+
+    /// `ACL WHOAMI`, `ACL USERS`, `ACL LIST` over holdfast's users. `WHOAMI` is every
+    /// client's; the other two pass the admin rule, as `@admin` commands in Redis. `LIST`
+    /// writes each user as Redis would a user of the same reach: `on`, its password as
+    /// `#` and its SHA-256 (or `nopass`), `~prefix*` per prefix of the namespaces it may reach
+    /// (`~*` for all, or for the catch-all namespace), `&*`, and `+@all`, `+@all -@admin`
+    /// (not an admin) or `-@all +@read` (read-only). `default` is listed first; it is `off`
+    /// when users exist and no `requirepass` is set (no client may authenticate as it).
+    pub(super) fn acl(&self, args: &[Bytes]) -> Frame {
+        let sub = args
+            .get(1)
+            .map(|a| a.to_ascii_uppercase())
+            .unwrap_or_default();
+        if sub.as_slice() == b"WHOAMI" {
+            return bulk(Bytes::from(
+                self.user.clone().unwrap_or_else(|| "default".into()),
+            ));
+        }
+        let name = if sub.as_slice() == b"USERS" {
+            "acl|users"
+        } else {
+            "acl|list"
+        };
+        if !self.is_admin() {
+            return no_permission(name);
+        }
+        let config = &self.state.config;
+        if sub.as_slice() == b"USERS" {
+            let names =
+                std::iter::once("default").chain(config.users.iter().map(|u| u.name.as_str()));
+            return array(names.map(|n| bulk(Bytes::from(n.to_string()))).collect());
+        }
+        let password =
+            |p: Option<&str>| p.map_or("nopass".to_string(), |p| format!("#{}", sha256_hex(p)));
+        let default_on = config.users.is_empty() || config.server.requirepass.is_some();
+        let mut lines = vec![format!(
+            "user default {} {} ~* &* +@all",
+            if default_on { "on" } else { "off" },
+            password(config.server.requirepass.as_deref())
+        )];
+        for user in &config.users {
+            let keys = match &user.namespaces {
+                None => "~*".to_string(),
+                Some(names) => config
+                    .namespaces
+                    .iter()
+                    .filter(|ns| names.contains(&ns.name))
+                    .flat_map(|ns| {
+                        if ns.prefixes.is_empty() {
+                            vec!["~*".to_string()]
+                        } else {
+                            ns.prefixes.iter().map(|p| format!("~{p}*")).collect()
+                        }
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            };
+            let commands = if user.read_only {
+                "-@all +@read"
+            } else if user.admin {
+                "+@all"
+            } else {
+                "+@all -@admin"
+            };
+            lines.push(format!(
+                "user {} on {} {keys} &* {commands}",
+                user.name,
+                password(user.password.as_deref())
+            ));
+        }
+        array(lines.into_iter().map(|l| bulk(Bytes::from(l))).collect())
     }
 
     /// The namespaces the authenticated user may reach; None: all of them.
@@ -315,4 +390,20 @@ pub(super) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
         diff |= usize::from(x ^ y);
     }
     diff == 0
+}
+
+/// Redis's refusal of a command the client's user may not run.
+pub(super) fn no_permission(command: &str) -> Frame {
+    error(format!(
+        "NOPERM this user has no permissions to run the '{command}' command"
+    ))
+}
+
+/// A password's SHA-256 in hex, as `ACL LIST` shows it.
+fn sha256_hex(password: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(password.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }

@@ -46,9 +46,13 @@ impl ClientConn {
             },
             Local::Client => self.client(args),
             Local::Info => bulk(self.info(args)),
+            Local::Monitor if !self.is_admin() => super::auth::no_permission("monitor"),
+            Local::Monitor => self.start_monitoring(),
+            Local::Acl => self.acl(args),
             Local::Command => command_reply(args),
             Local::Reset => {
                 self.unsubscribe_all().await;
+                self.monitoring = None;
                 self.multi = None;
                 self.unwatch().await;
                 self.exec.proto = Proto::Resp2;

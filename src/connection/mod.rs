@@ -16,6 +16,7 @@ mod forward;
 mod held;
 mod info;
 mod local;
+mod monitor;
 mod pipelined;
 mod scripted;
 mod subscribe;
@@ -110,6 +111,8 @@ struct ClientConn {
     /// The namespace the command being handled was forwarded to, whose bytes its reply
     /// counts (`handle`).
     routed: Option<&'static m::NamespaceSeries>,
+    /// Set by `MONITOR` (`monitor.rs`): the feed this client is sent.
+    monitoring: Option<Box<monitor::Monitoring>>,
 }
 
 fn wrongpass() -> Frame {
@@ -221,10 +224,10 @@ pub async fn serve<S>(
                 Ok(0) | Err(_) => break,
                 Ok(n) => read_size = next_read_size(n, room, read_size),
             },
-            // What the client's subscriptions delivered; never ready without one.
-            delivery = subscribe::next_delivery(&mut conn.subs) => {
-                if let Some(delivery) = delivery {
-                    conn.deliver(delivery, &mut output);
+            // What its subscriptions delivered, or the MONITOR feed: never ready without.
+            pushed = monitor::next_push(&mut conn.subs, &mut conn.monitoring) => {
+                if !conn.push(pushed, &mut output) {
+                    break;
                 }
             }
             () = &mut stopping => break,
@@ -263,6 +266,7 @@ impl ClientConn {
             ahead: None,
             subs: None,
             routed: None,
+            monitoring: None,
         };
         (conn, leave)
     }
@@ -430,6 +434,7 @@ impl ClientConn {
             }
         };
         self.note(&command, started);
+        self.feed_monitors(&command);
         let local = command.local();
         if !self.authed
             && !matches!(
@@ -468,6 +473,13 @@ impl ClientConn {
             )
         {
             self.reply(out, &subscribe::only_subscribe_commands(command.spec.name));
+            return Flow::Continue;
+        }
+        if self.monitoring.is_some() && !matches!(local, Some(Local::Quit | Local::Reset)) {
+            self.reply(
+                out,
+                &error("ERR holdfast: a client in MONITOR mode may send only QUIT and RESET"),
+            );
             return Flow::Continue;
         }
         if let Some(multi) = self.multi.as_mut() {

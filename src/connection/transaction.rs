@@ -40,7 +40,9 @@ pub(super) fn in_multi(local: Option<Local>, every_backend: bool) -> InMulti {
             | Local::Command
             | Local::ClusterOnly
             | Local::Subscribe
-            | Local::Pubsub,
+            | Local::Pubsub
+            | Local::Monitor
+            | Local::Acl,
         ) => InMulti::Refuse,
     }
 }
@@ -255,6 +257,8 @@ mod tests {
             (Some(Local::ClusterOnly), false, Refuse),
             (Some(Local::Subscribe), false, Refuse),
             (Some(Local::Pubsub), false, Refuse),
+            (Some(Local::Monitor), false, Refuse),
+            (Some(Local::Acl), false, Refuse),
         ];
         for (local, every_backend, want) in cases {
             assert_eq!(

@@ -56,6 +56,7 @@ pub const LIMIT_NAMES: &[&str] = &[
     "max_keys_per_command",
     "max_queued_commands",
     "max_pubsub_backlog",
+    "monitor_backlog",
     "pubsub_lost",
     "pubsub_gap",
     "idle_timeout",

@@ -11,6 +11,7 @@ mod faults;
 mod hostile;
 mod isolation;
 mod logs;
+mod monitor;
 mod operations;
 mod own_connection;
 mod pipeline;
