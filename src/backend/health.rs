@@ -161,12 +161,6 @@ impl Health {
             }
         }
     }
-
-    /// The last cause logged for backend `name`, while it is down.
-    pub fn cause(&self, name: &str) -> Option<String> {
-        let down = self.down.lock().unwrap_or_else(|p| p.into_inner());
-        down.get(name).map(|(_, why)| why.cause.clone())
-    }
 }
 
 #[cfg(test)]
@@ -261,9 +255,16 @@ mod tests {
             health.down.lock().unwrap().get("db").map(|(t, _)| *t),
             first
         );
-        assert_eq!(health.cause("db").as_deref(), Some("refused"));
+        let cause = |h: &Health| {
+            h.down
+                .lock()
+                .unwrap()
+                .get("db")
+                .map(|(_, d)| d.cause.clone())
+        };
+        assert_eq!(cause(&health).as_deref(), Some("refused"));
         health.observe("db", "here", &Ok(()));
-        assert_eq!(health.cause("db"), None);
+        assert_eq!(cause(&health), None);
     }
 
     /// What the health log calls a configuration to check (ERROR) rather than an outage

@@ -164,7 +164,7 @@ impl ClientConn {
             "acl|list"
         };
         if !self.is_admin() {
-            return no_permission(name);
+            return error(cannot_run(name));
         }
         let config = &self.state.config;
         if sub.as_slice() == b"USERS" {
@@ -245,12 +245,7 @@ impl ClientConn {
         let Some(name) = &self.user else {
             return Ok(());
         };
-        let cannot_run = || {
-            format!(
-                "NOPERM this user has no permissions to run the '{}' command",
-                command.spec.name.to_ascii_lowercase()
-            )
-        };
+        let cannot_run = || cannot_run(&command.spec.name.to_ascii_lowercase());
         let cannot_access = || {
             "NOPERM this user has no permissions to access one of the keys used as arguments"
                 .to_string()
@@ -392,11 +387,9 @@ pub(super) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     diff == 0
 }
 
-/// Redis's refusal of a command the client's user may not run.
-pub(super) fn no_permission(command: &str) -> Frame {
-    error(format!(
-        "NOPERM this user has no permissions to run the '{command}' command"
-    ))
+/// Redis's refusal of `command` (its name in lower case) to a user who may not run it.
+pub(super) fn cannot_run(command: &str) -> String {
+    format!("NOPERM this user has no permissions to run the '{command}' command")
 }
 
 /// A password's SHA-256 in hex, as `ACL LIST` shows it.

@@ -104,10 +104,7 @@ impl ClientConn {
                     "refused",
                     started.elapsed(),
                 );
-                let text = format!(
-                    "NOPERM this user has no permissions to run the '{}' command",
-                    command.spec.name.to_ascii_lowercase()
-                );
+                let text = super::auth::cannot_run(&command.spec.name.to_ascii_lowercase());
                 return (error(text).into(), DoubleStyle::default());
             }
             if !targets.iter().any(|t| Arc::ptr_eq(&t.backend, &ns.backend)) {

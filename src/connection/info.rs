@@ -146,7 +146,7 @@ impl ClientConn {
     /// every client without `[[users]]`, to an `admin` user otherwise.
     fn client_kill(&self, args: &[Bytes]) -> Frame {
         if !self.is_admin() {
-            return error("NOPERM this user has no permissions to run the 'client|kill' command");
+            return error(super::auth::cannot_run("client|kill"));
         }
         let text = |b: &Bytes| String::from_utf8_lossy(b).into_owned();
         let addr_of = |c: &crate::shared::Client| c.addr.map(|a| a.to_string()).unwrap_or_default();

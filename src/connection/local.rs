@@ -46,7 +46,7 @@ impl ClientConn {
             },
             Local::Client => self.client(args),
             Local::Info => bulk(self.info(args)),
-            Local::Monitor if !self.is_admin() => super::auth::no_permission("monitor"),
+            Local::Monitor if !self.is_admin() => error(super::auth::cannot_run("monitor")),
             Local::Monitor => self.start_monitoring(),
             Local::Acl => self.acl(args),
             Local::Command => command_reply(args),

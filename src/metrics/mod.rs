@@ -204,9 +204,10 @@ impl Durations {
 }
 
 thread_local! {
-    /// Each backend's [`BACKEND_SECONDS`] series, by name, kept per thread.
-    static BACKEND_DURATIONS: RefCell<HashMap<Box<str>, Arc<Durations>>> =
-        RefCell::new(HashMap::new());
+    /// Each backend's [`BACKEND_SECONDS`] series, by name, kept per thread: a few, found by
+    /// comparing in place (`same`), not hashed, as the request path's other handles.
+    static BACKEND_DURATIONS: RefCell<Vec<(Box<str>, Arc<Durations>)>> =
+        const { RefCell::new(Vec::new()) };
 }
 
 /// `requests` requests took `took` at backend `backend`, from the dispatch to its result
@@ -214,12 +215,12 @@ thread_local! {
 pub fn backend_dispatched(backend: &str, requests: usize, took: Duration) {
     BACKEND_DURATIONS.with(|cache| {
         let mut cache = cache.borrow_mut();
-        if let Some(series) = cache.get(backend) {
+        if let Some((_, series)) = cache.iter().find(|(name, _)| same(name, backend)) {
             return series.record_n(took, requests as u64);
         }
         let series = Durations::of(&BACKEND_SECONDS, format!("backend=\"{}\"", escape(backend)));
         series.record_n(took, requests as u64);
-        cache.insert(backend.into(), series);
+        cache.push((backend.into(), series));
     });
 }
 
