@@ -214,3 +214,38 @@ async fn the_metrics_port_speaks_http_as_scrapers_expect() {
         unpacked.len()
     );
 }
+
+/// A connection to the metrics port that sends nothing, or nothing more after a request kept
+/// alive, is closed after the head timeout (10 s): idle scrapers and probes hold nothing for
+/// long.
+#[tokio::test(flavor = "multi_thread")]
+async fn silent_and_idle_metrics_connections_are_closed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let redis = RedisServer::start();
+    let proxy = Spawned::start(&three_namespaces(&redis, ""), &[]);
+    let _ = proxy.connect().await;
+    let closed_within = |mut stream: tokio::net::TcpStream| async move {
+        let started = std::time::Instant::now();
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(
+            std::time::Duration::from_secs(20),
+            stream.read_to_end(&mut rest),
+        )
+        .await;
+        assert!(read.is_ok(), "still open after 20 s");
+        started.elapsed()
+    };
+    let silent = tokio::net::TcpStream::connect(&proxy.metrics_addr)
+        .await
+        .unwrap();
+    let mut idle = tokio::net::TcpStream::connect(&proxy.metrics_addr)
+        .await
+        .unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let (silent, idle) = tokio::join!(closed_within(silent), closed_within(idle));
+    for took in [silent, idle] {
+        assert!(took < std::time::Duration::from_secs(15), "{took:?}");
+    }
+}
