@@ -229,13 +229,7 @@ impl ClientConn {
     /// (a script: refused unless its namespace has `allow_scripts`), the whole keyspace of a
     /// backend shared with a namespace it may not reach, the server's configuration.
     pub(super) fn permit(&self, command: &Command) -> Result<(), String> {
-        // Every client's: `COPY … DB n` writes where no namespace routes (tokens live there).
-        if command.spec.reach == Reach::Database && names_a_database(&command.args) {
-            return Err(
-                "ERR holdfast: COPY with DB is not served: the other database is outside every namespace"
-                    .to_string(),
-            );
-        }
+        refused_to_all(command)?;
         if command.spec.reach == Reach::ServerAdmin && !self.is_admin() && !self.harmless(command) {
             return Err(format!(
                 "NOPERM holdfast: '{}' changes the backend server; it needs a user with admin = true in [[users]]",
@@ -371,6 +365,44 @@ fn harmless_parameter(pattern: &[u8]) -> bool {
             .any(|s| pattern.eq_ignore_ascii_case(s.as_bytes()))
 }
 
+/// What no client may do through holdfast, admins included.
+fn refused_to_all(command: &Command) -> Result<(), String> {
+    // `COPY … DB n` writes where no namespace routes (tokens live there).
+    if command.spec.reach == Reach::Database && names_a_database(&command.args) {
+        return Err(
+            "ERR holdfast: COPY with DB is not served: the other database is outside every namespace"
+                .to_string(),
+        );
+    }
+    // holdfast dials its backend with the configured address and password, so a client
+    // that changed them through it would cut holdfast off from the backend for every other
+    // client.
+    if command.spec.name == "CONFIG|SET" {
+        if let Some(name) = locks_out(&command.args) {
+            return Err(format!(
+                "ERR holdfast: CONFIG SET {} is refused: holdfast reaches the backend with the address and password of its own configuration, and this would lock it out",
+                String::from_utf8_lossy(name).to_ascii_lowercase()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The first parameter of `CONFIG SET name value ...` that changes how holdfast reaches or
+/// authenticates to its backend (its password, its port, its listening addresses), if any.
+fn locks_out(args: &[Bytes]) -> Option<&[u8]> {
+    const REACH: &[&str] = &["requirepass", "port", "tls-port", "bind"];
+    args.iter()
+        .skip(2)
+        .step_by(2)
+        .map(|name| name.as_ref())
+        .find(|name| {
+            REACH
+                .iter()
+                .any(|r| name.eq_ignore_ascii_case(r.as_bytes()))
+        })
+}
+
 /// Whether a new connection needs no AUTH: no `requirepass` and no users.
 pub(super) fn open_to_all(state: &State) -> bool {
     state.config.server.requirepass.is_none() && state.config.users.is_empty()
@@ -399,4 +431,44 @@ fn sha256_hex(password: &str) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::locks_out;
+    use bytes::Bytes;
+
+    fn set(args: &[&str]) -> Option<String> {
+        let args: Vec<Bytes> = args.iter().map(|a| Bytes::from(a.to_string())).collect();
+        locks_out(&args).map(|n| String::from_utf8_lossy(n).into_owned())
+    }
+
+    #[test]
+    fn config_set_of_how_holdfast_reaches_its_backend_is_found_among_the_pairs() {
+        for (args, found) in [
+            (
+                &["CONFIG", "SET", "requirepass", "x"][..],
+                Some("requirepass"),
+            ),
+            (
+                &["config", "set", "REQUIREPASS", "x"][..],
+                Some("REQUIREPASS"),
+            ),
+            (
+                &["CONFIG", "SET", "maxmemory", "1mb", "port", "7000"][..],
+                Some("port"),
+            ),
+            (&["CONFIG", "SET", "bind", "0.0.0.0"][..], Some("bind")),
+            (&["CONFIG", "SET", "tls-port", "7001"][..], Some("tls-port")),
+            // A value that happens to read as a name is a value.
+            (&["CONFIG", "SET", "maxmemory-policy", "port"][..], None),
+            (&["CONFIG", "SET", "masterauth", "x"][..], None),
+            (
+                &["CONFIG", "SET", "hash-max-listpack-entries", "64"][..],
+                None,
+            ),
+        ] {
+            assert_eq!(set(args).as_deref(), found, "{args:?}");
+        }
+    }
 }

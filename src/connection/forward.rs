@@ -144,6 +144,16 @@ impl ClientConn {
                 .scripts()
                 .forget_libraries(command.args.get(2).map(|n| n.as_ref())),
             "FUNCTION|FLUSH" => self.state.backends.scripts().forget_libraries(None),
+            // `FLUSH` policy: every library gone but the payload's, which holdfast cannot
+            // read, so none is loaded again on its behalf (it would bring back a deleted one).
+            "FUNCTION|RESTORE"
+                if command
+                    .args
+                    .get(3)
+                    .is_some_and(|p| p.eq_ignore_ascii_case(b"FLUSH")) =>
+            {
+                self.state.backends.scripts().forget_libraries(None)
+            }
             _ => {}
         }
         first.unwrap_or_else(|| (simple("OK").into(), DoubleStyle::default()))

@@ -328,7 +328,13 @@ pub(super) fn command_reply(args: &[Bytes]) -> Frame {
     match sub.as_slice() {
         b"" => array(top().map(command_info).collect()),
         b"COUNT" => number(top().count() as i64),
-        b"LIST" => array(top().map(|s| bulk(s.name.to_ascii_lowercase())).collect()),
+        // Subcommands too, by their full names (`config|get`), as Redis lists them.
+        b"LIST" => array(
+            crate::command::all()
+                .iter()
+                .map(|s| bulk(s.name.to_ascii_lowercase()))
+                .collect(),
+        ),
         b"INFO" => array(
             args.iter()
                 .skip(2)
@@ -338,7 +344,8 @@ pub(super) fn command_reply(args: &[Bytes]) -> Frame {
                 })
                 .collect(),
         ),
-        b"GETKEYS" | b"GETKEYSANDFLAGS" if args.len() >= 3 => {
+        // Redis's arity: the command and at least one argument of it.
+        b"GETKEYS" | b"GETKEYSANDFLAGS" if args.len() >= 4 => {
             getkeys(args, sub == b"GETKEYSANDFLAGS")
         }
         b"GETKEYS" | b"GETKEYSANDFLAGS" => error(format!(
@@ -378,7 +385,20 @@ fn getkeys(args: &[Bytes], flags: bool) -> Frame {
         })
         .collect();
     if keys.is_empty() {
-        return error("ERR The command has no key arguments");
+        // As Redis words each: a command that never names a key; a script, whose keys may
+        // be none; another command whose arguments named none.
+        return match command.spec.keys {
+            table::Keys::None => error("ERR The command has no key arguments"),
+            // Redis's `no_mandatory_keys` commands.
+            _ if matches!(
+                command.spec.name,
+                "EVAL" | "EVALSHA" | "EVAL_RO" | "EVALSHA_RO" | "FCALL" | "FCALL_RO"
+            ) =>
+            {
+                array(Vec::new())
+            }
+            _ => error("ERR Invalid arguments specified for command"),
+        };
     }
     array(keys)
 }
@@ -446,6 +466,27 @@ pub(super) fn command_info(spec: &table::Spec) -> Frame {
     if !matches!(spec.keys, table::Keys::Range { .. } | table::Keys::None) {
         flags.push(simple("movablekeys"));
     }
+    // Clients (redis-py's key finder) read a channel where a Pub/Sub command has a key.
+    let pubsub = spec.reach == table::Reach::Channel
+        || matches!(
+            spec.exec,
+            table::Exec::Local(Local::Subscribe | Local::Pubsub)
+        )
+        || spec.name == "PUBSUB";
+    if pubsub {
+        flags.push(simple("pubsub"));
+    }
+    // A container's subcommands, each as a command of its own (`object|encoding`).
+    let subcommands: Vec<Frame> = if spec.container {
+        let prefix = format!("{}|", spec.name);
+        crate::command::all()
+            .iter()
+            .filter(|s| s.name.starts_with(&prefix))
+            .map(command_info)
+            .collect()
+    } else {
+        Vec::new()
+    };
     array(vec![
         bulk(spec.name.to_ascii_lowercase()),
         number(i64::from(spec.arity)),
@@ -459,6 +500,6 @@ pub(super) fn command_info(spec: &table::Spec) -> Frame {
         array(Vec::new()),
         array(Vec::new()),
         array(key_specs(spec)),
-        array(Vec::new()),
+        array(subcommands),
     ])
 }

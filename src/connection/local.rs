@@ -93,6 +93,15 @@ impl ClientConn {
             }
             Local::Exec => return self.exec(out).await,
         };
+        // `CLIENT SETNAME`, `HELLO … SETNAME`, `AUTH` and `RESET` change what `CLIENT LIST`
+        // shows of this client: shown before the reply, so another client that lists them
+        // after reading it sees the change.
+        if matches!(
+            local,
+            Local::Client | Local::Hello | Local::Auth | Local::Reset
+        ) {
+            self.show_identity();
+        }
         self.reply(out, &frame);
         Flow::Continue
     }

@@ -528,15 +528,21 @@ impl ClientConn {
         let sub = matches!(command.local(), Some(Local::Client | Local::Command))
             .then(|| command.args.get(1).cloned())
             .flatten();
-        let resp = match self.exec.proto {
-            Proto::Resp2 => 2,
-            Proto::Resp3 => 3,
-        };
         let mut state = self.client.state.lock().unwrap_or_else(|p| p.into_inner());
         state.cmd = (command.spec.name, sub);
         state.last = Some(at);
         state.multi = self.multi.as_ref().map_or(-1, |m| m.queue.len() as i64);
-        state.resp = resp;
+        drop(state);
+        self.show_identity();
+    }
+
+    /// Shows the client's name, user and protocol to `CLIENT LIST` as they are now.
+    fn show_identity(&self) {
+        let mut state = self.client.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.resp = match self.exec.proto {
+            Proto::Resp2 => 2,
+            Proto::Resp3 => 3,
+        };
         if state.name != self.name {
             state.name.clone_from(&self.name);
         }

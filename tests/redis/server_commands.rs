@@ -89,6 +89,10 @@ async fn client_list_shows_every_client_and_client_kill_closes_one() {
         text(&b.command(&["CLIENT", "SETNAME", "worker"]).await),
         "+OK\r\n"
     );
+    // Listed with its name as soon as SETNAME is answered, not from its next command on
+    // (redis-py's `client_kill_filter` tests name two clients, then list them).
+    let named = text(&a.command(&["CLIENT", "LIST"]).await);
+    assert!(named.contains(" name=worker "), "{named}");
     assert_eq!(
         text(&b.command(&["HELLO", "3"]).await).chars().next(),
         Some('%')
@@ -199,13 +203,46 @@ async fn command_getkeys_and_key_specs_come_from_the_table() {
         "-ERR Invalid command specified\r\n"
     );
     assert_eq!(
-        text(&c.command(&["COMMAND", "GETKEYS", "PING"]).await),
+        text(&c.command(&["COMMAND", "GETKEYS", "PING", "x"]).await),
         "-ERR The command has no key arguments\r\n"
     );
     let info = text(&c.command(&["COMMAND", "INFO", "GET"]).await);
     for want in ["begin_search", "find_keys", "lastkey", "RO"] {
         assert!(info.contains(want), "{want} not in {info}");
     }
+    // A script whose keys are none has an empty list of them, as Redis answers.
+    let mut direct = RawConn::connect(&redis.addr()).await;
+    for ask in [
+        &["COMMAND", "GETKEYS", "EVAL", "return 1", "0"][..],
+        &["COMMAND", "GETKEYS", "EVAL", "return 1", "1", "k"][..],
+        &["COMMAND", "GETKEYS", "PING"][..],
+        &["COMMAND", "GETKEYS", "PING", "x"][..],
+        &["COMMAND", "GETKEYSANDFLAGS", "GET"][..],
+    ] {
+        assert_eq!(
+            text(&c.command(ask).await),
+            text(&direct.command(ask).await),
+            "{ask:?}"
+        );
+    }
+    // Subcommands are listed by their full names, and under their container's info.
+    let list = text(&c.command(&["COMMAND", "LIST"]).await);
+    assert!(list.contains("\r\nconfig|get\r\n"), "{list}");
+    let object = text(&c.command(&["COMMAND", "INFO", "OBJECT"]).await);
+    assert!(object.contains("object|encoding"), "{object}");
+
+    // redis-py's key finder (what its cluster client routes by) reads all of that.
+    let py = redis_py("keys.py", KEYS_PY, &[&proxy.addr]);
+    let out = tokio::time::timeout(Duration::from_secs(30), py.child.wait_with_output())
+        .await
+        .expect("the script ends")
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(
         text(&c.command(&["READONLY"]).await),
         "-ERR This instance has cluster support disabled\r\n"
@@ -227,6 +264,22 @@ async fn config_set_needs_an_admin_where_users_exist_and_reaches_redis() {
                 .await
         ),
         "+OK\r\n"
+    );
+    // Not what would lock holdfast out of its backend (redis-py's own suite sets
+    // `requirepass` through it and, failing to authenticate as the backend's user, never
+    // cleared it: every later dial was refused). The backend keeps no password.
+    let locked = text(
+        &c.command(&["CONFIG", "SET", "maxmemory", "0", "requirepass", "x"])
+            .await,
+    );
+    assert!(
+        locked.starts_with("-ERR holdfast: CONFIG SET requirepass is refused"),
+        "{locked}"
+    );
+    let mut direct = RawConn::connect(&redis.addr()).await;
+    assert_eq!(
+        text(&direct.command(&["CONFIG", "GET", "requirepass"]).await),
+        "*2\r\n$11\r\nrequirepass\r\n$0\r\n\r\n"
     );
     open.stop().await;
     let proxy = Proxy::start(&format!("{}{users}", one_backend(&redis.url(), "main", ""))).await;
@@ -250,7 +303,6 @@ async fn config_set_needs_an_admin_where_users_exist_and_reaches_redis() {
         ),
         "+OK\r\n"
     );
-    let mut direct = RawConn::connect(&redis.addr()).await;
     assert_eq!(
         text(&direct.command(&["CONFIG", "GET", "maxmemory-policy"]).await),
         "*2\r\n$16\r\nmaxmemory-policy\r\n$11\r\nallkeys-lru\r\n"
@@ -402,6 +454,25 @@ async fn functions_load_on_every_redis_backend_and_outlive_a_restart() {
         "-ERR Function not found\r\n"
     );
     assert_eq!(two.cmd(&["FUNCTION", "LIST"]), "*0\r\n");
+    // A restore that flushes first leaves only its payload's libraries: one loaded through
+    // holdfast before it is not brought back (redis-py's own function test).
+    let payload = match c.command(&["FUNCTION", "DUMP"]).await {
+        reply if reply.starts_with(b"$") => {
+            let start = reply.iter().position(|b| *b == b'\n').unwrap_or(0) + 1;
+            reply[start..reply.len() - 2].to_vec()
+        }
+        other => panic!("{}", text(&other)),
+    };
+    assert_eq!(
+        text(&c.command(&["FUNCTION", "LOAD", code]).await),
+        "$7\r\ncounter\r\n"
+    );
+    let restore: [&[u8]; 4] = [b"FUNCTION", b"RESTORE", &payload, b"FLUSH"];
+    assert_eq!(text(&c.command_bytes(&restore).await), "+OK\r\n");
+    assert_eq!(
+        text(&c.command(&["FCALL", "bump", "1", "n"]).await),
+        "-ERR Function not found\r\n"
+    );
     proxy.stop().await;
 }
 
@@ -435,6 +506,31 @@ async fn redis_py_lock_works_through_holdfast_after_the_backend_restarted_empty(
     );
     proxy.stop().await;
 }
+
+/// redis-py's `CommandsParser` finds each command's keys from holdfast's `COMMAND` replies
+/// (and `COMMAND GETKEYS` for movable keys), as its own suite checks it against Redis.
+const KEYS_PY: &str = r#"
+import sys
+import redis
+from redis._parsers import CommandsParser
+
+r = redis.Redis.from_url("redis://" + sys.argv[1])
+p = CommandsParser(r)
+cases = [
+    (["GET", "foo"], ["foo"]),
+    (["OBJECT", "encoding", "foo"], ["foo"]),
+    (["MGET", "foo", "bar", "foobar"], ["foo", "bar", "foobar"]),
+    (["EVAL", "return 1", 2, "key1", "key2", "a"], ["key1", "key2"]),
+    (["EVAL", "return 1", 0, "key1", "key2"], []),
+    (["PUBLISH", "foo", "bar"], ["foo"]),
+    (["PUBSUB NUMSUB", "foo1", "foo2"], ["foo1", "foo2"]),
+]
+for args, want in cases:
+    got = p.get_keys(r, *args)
+    got = [k.decode() if isinstance(k, bytes) else k for k in got] if got is not None else None
+    assert got == want, (args, got, want)
+print("ok")
+"#;
 
 const LOCK_PY: &str = r#"
 import sys, threading, time
