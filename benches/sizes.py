@@ -39,7 +39,7 @@ OPERATIONS = [
     ("SADD", "set", ["SADD", "big:set", "t:__rand_int__"]),
     ("ZADD", "zset", ["ZADD", "big:zset", "__rand_int__", "t:__rand_int__"]),
     ("XADD", "stream", ["XADD", "big:stream", "*", "f", "v"]),
-    # Reads whose cost is documented rather than flat (README, "At any size"): the rank of
+    # Reads whose cost is documented rather than flat (docs/sql.md, "At any size"): the rank of
     # the member farthest from the end counted from, and one member drawn at random.
     ("ZREVRANK", "zset", ["ZREVRANK", "big:zset", "e0"]),
     ("SRANDMEMBER", "set", ["SRANDMEMBER", "big:set"]),

@@ -2,7 +2,7 @@
 //! [`SqlStage`] a database failure happened in), and `classify`, the only place that assigns
 //! a class.
 //!
-//! The class decides what the retry policy may do (README, "What happens when a backend
+//! The class decides what the retry policy may do (docs/failures.md, "What happens when a backend
 //! fails"): NotAttempted is retried for every command, Transient only for commands that may
 //! be repeated, Other never. It is read from typed facts only: which [`BackendError`] variant
 //! the adapter returned (it knows whether the request had been handed to a connection),

@@ -1,7 +1,7 @@
 //! The rows of the command table, one per command holdfast serves.
 //!
 //! Arity and key positions are Redis 7.0's, as `COMMAND INFO` reports them; the idempotence
-//! class is what repeating the command does ([`Idempotence`]: README, "What happens when a
+//! class is what repeating the command does ([`Idempotence`]: docs/failures.md, "What happens when a
 //! backend fails", says which failures each class is retried after). To add a command, add
 //! one row to its group below:
 //! `Spec::new(name, arity, keys, class)` for a forwarded command, `Spec::local` for one the
@@ -13,8 +13,9 @@
 //! as `*-1` instead of `$-1`. Put a one-line `// why` where a choice is not obvious.
 //!
 //! Left out on purpose: MOVE, SWAPDB, MIGRATE (they reach past one namespace's database),
-//! MONITOR, cluster, replication and administration commands, FUNCTION management, PFDEBUG
-//! and PFSELFTEST (administration commands in the hyperloglog group).
+//! cluster, replication and administration commands, PFDEBUG and PFSELFTEST
+//! (administration commands in the hyperloglog group). `docs/commands.md` is generated
+//! from these rows.
 
 use super::table::Idempotence::{
     ConnectionBound, Idempotent, IdempotentEffect, NonIdempotent, Read,

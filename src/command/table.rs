@@ -78,7 +78,7 @@ pub enum StoreOptions {
 }
 
 /// What an invocation may touch beyond the keys [`Keys`] finds: what the check of a user
-/// limited to some namespaces must also cover (README, "Namespaces and users").
+/// limited to some namespaces must also cover (docs/operating.md, "Namespaces and users").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reach {
     /// Nothing: its keys are all it touches.

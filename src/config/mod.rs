@@ -1,5 +1,5 @@
 //! Configuration: figment layers (built-in defaults → TOML file → `HOLDFAST_` environment),
-//! the typed shape the README's "Configuration" section lists, and `validate()`, which runs
+//! the typed shape docs/configuration.md lists, and `validate()`, which runs
 //! before any port is bound so a bad configuration exits with a message naming the offending
 //! key. One file per section, each checking its own keys: `server`, `backends`, `namespaces`
 //! (with `[defaults]`), `users`, `retry` (the schedule's checks and arithmetic,

@@ -109,7 +109,7 @@ pub struct NamespaceConfig {
     pub replicas_ack_timeout: Option<Duration>,
     /// Lets a user limited to some namespaces run scripts and functions (`EVAL`, `FCALL`,
     /// ...) whose keys route here. A script may touch any key, so this trusts the scripts,
-    /// or a Redis ACL user of the backend's that confines them (README, "Namespaces and
+    /// or a Redis ACL user of the backend's that confines them (docs/operating.md, "Namespaces and
     /// users"). Users that may reach every namespace run scripts regardless.
     #[serde(default)]
     pub allow_scripts: bool,

@@ -53,7 +53,7 @@ pub struct ServerConfig {
     /// transaction discarded (a queue is held in memory until EXEC).
     pub max_queued_commands: usize,
     /// Most pipelined requests of one client taken from its buffer at once, and so the most
-    /// whose first dispatch is sent ahead together (see the README's performance section).
+    /// whose first dispatch is sent ahead together (benches/results.md).
     /// Bounds the memory a deep pipeline takes per connection.
     pub max_pipeline: usize,
     /// Most Pub/Sub messages waiting for one subscribed client that does not read them; at

@@ -5,8 +5,8 @@ use super::*;
 use figment::Jail;
 use std::time::Duration;
 
-/// Every kind of backend and a namespace override, in the shape the README's "Configuration"
-/// section lists (`config/holdfast.toml` is its commented example): the product's interface
+/// Every kind of backend and a namespace override, in the shape docs/configuration.md
+/// lists (`config/holdfast.toml` is its commented example): the product's interface
 /// must parse as written.
 const DOCUMENTED: &str = r#"
 [server]

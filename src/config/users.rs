@@ -29,8 +29,8 @@ pub struct UserConfig {
     #[serde(default)]
     pub read_only: bool,
     /// May change the backend servers and other clients: `CONFIG SET` reaches a Redis
-    /// backend, `CLIENT KILL` closes clients. Without `[[users]]`, `CLIENT KILL` is open
-    /// to every client and `CONFIG SET` to none.
+    /// backend, `CLIENT KILL` closes clients, `MONITOR` and `ACL LIST`/`USERS` see them.
+    /// Without `[[users]]` every client may do all of it, as Redis's default user may.
     #[serde(default)]
     pub admin: bool,
 }

@@ -1,5 +1,5 @@
 //! Reply modes: what a request's reply is when an earlier dispatch of it may have been
-//! applied (the README's "Reply modes"). No I/O: the executor runs the reads this module asks
+//! applied (docs/failures.md, "Reply modes"). No I/O: the executor runs the reads this module asks
 //! for and hands their replies back, and the unit tests drive the same functions.
 //!
 //! - **fast**: the successful dispatch's reply, as it is. When an earlier dispatch of an

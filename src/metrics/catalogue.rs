@@ -221,7 +221,7 @@ pub const LIMITS: Def = def(
     "holdfast_limits_total",
     Counter,
     &["limit"],
-    "Requests or connections stopped at a limit (max_request_bytes, max_bulk_bytes, max_arguments, max_keys_per_command, max_queued_commands, max_pubsub_backlog, pubsub_lost, idle_timeout, tls_handshake, inline, malformed).",
+    "Requests or connections stopped at a limit, or closed for a cause of their own (the limit label: max_request_bytes, max_bulk_bytes, max_arguments, max_keys_per_command, max_queued_commands, max_pubsub_backlog, monitor_backlog, pubsub_lost, pubsub_gap, idle_timeout, tls_handshake, inline, malformed).",
 );
 
 /// Pub/Sub subscriptions restored on a backend after its connection ended.

@@ -4,7 +4,7 @@
 //! module draws the jitter.
 //!
 //! Written here rather than taken from a crate because the delay schedule is part of the
-//! product's promise (README, "What happens when a backend fails": 92.6 s of backoff over 15
+//! product's promise (docs/failures.md, "What happens when a backend fails": 92.6 s of backoff over 15
 //! attempts with the defaults) and the jitter has to mean exactly what the configuration
 //! documents: `[d, d·(1+jitter)]`.
 

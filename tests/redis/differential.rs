@@ -1,5 +1,5 @@
 //! Differential tests: what a client gets from holdfast must equal, byte for byte, what the same
-//! client gets from the same redis-server directly (README, "Decisions where the design is
+//! client gets from the same redis-server directly (docs/decisions.md, "Decisions where the design is
 //! silent": replies pass through unchanged).
 //!
 //! Method: every test starts its own redis-server (a few milliseconds) and a holdfast in front

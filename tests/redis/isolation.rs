@@ -186,7 +186,7 @@ async fn a_limited_user_cannot_reach_another_namespace_through_scripts_or_patter
 async fn scripts_allowed_on_a_namespace_run_confined_by_its_redis_user() {
     let redis = RedisServer::start();
     assert_eq!(redis.cmd(&["SET", "secret:b", "bob-data"]), "+OK\r\n");
-    // What the README tells an operator to create for a namespace `a:`.
+    // What docs/operating.md tells an operator to create for a namespace `a:`.
     assert_eq!(
         redis.cmd(&[
             "ACL",

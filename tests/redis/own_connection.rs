@@ -312,7 +312,7 @@ fn three_in_a_row(addr: &str, way: Way) -> [Option<Vec<u8>>; 3] {
     // Connected and answered once each, then left idle a moment: three clients holdfast
     // already waits on, as the clients of Redis's own test are. (Right after holdfast wrote
     // to a connection, the kernel may report that connection's next bytes ahead of bytes
-    // that reached another one earlier: README, "Known limits".)
+    // that reached another one earlier: docs/decisions.md, "Known limits".)
     for conn in [&mut a, &mut b, &mut c] {
         conn.write_all(&encode_str(&["PING"])).expect("PING");
         read_one(conn).expect("PONG");

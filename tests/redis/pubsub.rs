@@ -429,7 +429,7 @@ async fn a_subscriber_follows_a_sentinel_failover_to_the_new_primary() {
     );
     let mut publisher = proxy.connect().await;
     // A publish on the new primary reaches the client; what was published while it moved
-    // may have been missed (the README says so).
+    // may have been missed (docs/pubsub.md says so).
     let start = Instant::now();
     while publisher.command(&["PUBLISH", "events", "on-new"]).await != b":1\r\n" {
         assert!(

@@ -132,6 +132,26 @@ async fn forty_commands_in_three_namespaces_make_fewer_than_300_series() {
     );
     assert!(!series.iter().any(|s| s.contains("holdfast_namespace=\"\"")));
     println!("{} series after 40 commands in 3 namespaces", series.len());
+    every_family_is_in_the_docs(&proxy).await;
+}
+
+/// Every family a live scrape declares (`# TYPE name kind`) has its entry in docs/metrics.md:
+/// a metric exported without one fails here.
+async fn every_family_is_in_the_docs(proxy: &Spawned) {
+    let (_, body) = Proxy::http_at(&proxy.metrics_addr, "/metrics").await;
+    let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md"))
+        .expect("docs/metrics.md");
+    let families: Vec<&str> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert!(families.len() > 20, "{body}");
+    let missing: Vec<&&str> = families
+        .iter()
+        .filter(|f| !docs.contains(&format!("`{f}`")))
+        .collect();
+    assert!(missing.is_empty(), "not in docs/metrics.md: {missing:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

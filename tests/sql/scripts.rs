@@ -32,7 +32,7 @@ fn c(args: &[&str]) -> Cmd {
 }
 
 /// Every behaviour of Redis's pages on `EVAL`, the Lua API and scripting that a SQL backend
-/// serves, each a case; what is refused instead is in the README ("Scripts on SQL").
+/// serves, each a case; what is refused instead is in docs/sql.md ("Scripts on SQL").
 fn fixed_scripts() -> Vec<Cmd> {
     let sha = |s: &str| {
         let mut h = sha1_smol::Sha1::new();
@@ -976,7 +976,7 @@ password = "pw"
     assert!(reply.starts_with("-NOPERM"), "{reply}");
 }
 
-/// A script inside `MULTI` on a SQL backend is refused, as the README says: `EXEC` answers
+/// A script inside `MULTI` on a SQL backend is refused, as docs/sql.md says: `EXEC` answers
 /// the refusal in the script's place and applies the rest.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_script_inside_multi_is_refused_and_the_rest_applies() {

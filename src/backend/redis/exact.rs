@@ -29,7 +29,7 @@ return reply
 /// script. Lua's `unpack` and the call it feeds put every argument on the C stack, whose
 /// limit (`LUAI_MAXCSTACK`, 8000 in the Lua Redis embeds) fails the script past 7,996
 /// arguments on Redis 7.0; a margin below that keeps room for the script's own slots. A
-/// longer command is not run in exact mode (the README's "Reply modes").
+/// longer command is not run in exact mode (docs/failures.md, "Reply modes").
 pub const MAX_ARGS: usize = 7_000;
 
 /// The script's SHA1, for EVALSHA.

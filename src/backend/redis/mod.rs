@@ -321,7 +321,7 @@ impl RedisBackend {
 
     /// Whether a command of `argc` arguments can run in exact mode here: it fits in the
     /// script (`exact::MAX_ARGS`), and the last dial found no eviction policy that could
-    /// take its token. Otherwise it is settled (the README's "Reply modes").
+    /// take its token. Otherwise it is settled (docs/failures.md, "Reply modes").
     pub fn takes_token(&self, argc: usize) -> bool {
         argc <= exact::MAX_ARGS && !self.tokens.evicting.load(Ordering::Relaxed)
     }

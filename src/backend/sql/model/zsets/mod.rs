@@ -207,7 +207,7 @@ pub async fn zrank(ctx: &mut Ctx<'_>, a: &[Bytes], rev: bool) -> Out {
         return Ok(null());
     };
     // The members before it in the score index, counted: O(rank) where Redis's is O(log N),
-    // as neither database's B-trees keep subtree counts (README, "At any size").
+    // as neither database's B-trees keep subtree counts (docs/sql.md, "At any size").
     let sql = if rev {
         "SELECT COUNT(*) FROM hf_zset WHERE key = $1 AND (score, member) > ($2, $3)"
     } else {
