@@ -8,6 +8,7 @@ mod support;
 mod crash;
 mod differential;
 mod drivers;
+mod dump;
 mod encodings;
 mod faults;
 mod queues;

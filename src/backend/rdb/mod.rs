@@ -1,7 +1,14 @@
-//! The pieces of Redis's RDB serialisation that a `DUMP` payload is made of: lengths,
-//! strings (plain, integer-encoded or LZF-compressed, as Redis may write them), and the
-//! trailer (RDB version, CRC-64). holdfast writes strings plain, which every Redis reads,
-//! and reads all three forms, so a payload from Redis restores here.
+//! Redis's RDB serialisation, as a `DUMP` payload carries a value: lengths, strings (plain,
+//! integer-encoded or LZF-compressed), the listpacks and intsets of small collections
+//! (`listpack`), and the trailer (RDB version, CRC-64). `value` writes and reads whole values
+//! for `DUMP` and `RESTORE` on the SQL backends; `FUNCTION DUMP` writes its libraries with
+//! the string pieces here.
+
+mod listpack;
+mod lzf;
+mod value;
+
+pub use value::{dump, restore, BadPayload, DumpValue};
 
 /// The RDB version Redis 7.0 writes.
 pub const VERSION: u16 = 10;
@@ -79,7 +86,8 @@ impl<'a> Reader<'a> {
         Some(b)
     }
 
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+    /// The next `n` bytes as they are.
+    pub fn take(&mut self, n: usize) -> Option<&'a [u8]> {
         let end = self.at.checked_add(n)?;
         let s = self.data.get(self.at..end)?;
         self.at = end;

@@ -8,6 +8,7 @@ pub mod bits;
 pub mod blocking;
 pub mod config;
 pub mod draws;
+pub mod dump;
 pub mod functions;
 pub mod geo;
 pub mod geohash;
@@ -160,6 +161,8 @@ commands! {
     b"SETRANGE"              => Write,     Alone,              strings::setrange(ctx, a).await;
     b"LCS"                   => Read,      Alone,              strings::lcs(ctx, a).await;
     b"COPY"                  => Write,     Alone,              keys::copy(ctx, a).await;
+    b"DUMP"                  => Read,      Alone,              dump::dump(ctx, a).await;
+    b"RESTORE"               => Write,     Alone,              dump::restore(ctx, a).await;
     b"RANDOMKEY"             => Read,      Alone,              keys::randomkey(ctx).await;
     b"DEL" | b"UNLINK"       => Write,     Alone,              keys::del(ctx, a).await;
     b"EXISTS" | b"TOUCH"     => OnePerKey, Alone,              keys::exists(ctx, a).await;
