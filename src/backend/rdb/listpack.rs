@@ -84,6 +84,33 @@ fn put_backlen(out: &mut Vec<u8>, len: usize) {
     out.extend(bytes.iter().map(|b| *b as u8));
 }
 
+/// The bytes one element takes in a listpack, its back-length included: what
+/// [`encode`] writes for it.
+pub fn element_size(s: &[u8]) -> usize {
+    let len = match as_int(s) {
+        Some(v) if (0..=127).contains(&v) => 1,
+        Some(v) if (-4096..=4095).contains(&v) => 2,
+        Some(v) if (-32768..=32767).contains(&v) => 3,
+        Some(v) if (-8_388_608..=8_388_607).contains(&v) => 4,
+        Some(v) if i32::try_from(v).is_ok() => 5,
+        Some(_) => 9,
+        None if s.len() < 64 => 1 + s.len(),
+        None if s.len() < 4096 => 2 + s.len(),
+        None => 5 + s.len(),
+    };
+    let backlen = match len {
+        0..=127 => 1,
+        128..=16_382 => 2,
+        16_383..=2_097_150 => 3,
+        2_097_151..=268_435_454 => 4,
+        _ => 5,
+    };
+    len + backlen
+}
+
+/// The bytes of an empty listpack: its header and terminator.
+pub const EMPTY_SIZE: usize = 7;
+
 /// The listpack of `elements`, in order.
 pub fn encode<'a>(elements: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
     let mut out = vec![0; 6];
@@ -226,6 +253,33 @@ mod tests {
         for len in [63, 64, 4095, 4096, 20_000] {
             let s = vec![b'x'; len];
             assert_eq!(decode(&encode([s.as_slice()])), Some(vec![s]), "{len}");
+        }
+    }
+
+    #[test]
+    fn an_element_s_size_is_what_encode_writes_for_it() {
+        let texts: Vec<Vec<u8>> = [
+            "0",
+            "127",
+            "128",
+            "-1",
+            "-4097",
+            "40000",
+            "-8388609",
+            "2147483648",
+            "x",
+        ]
+        .iter()
+        .map(|t| t.as_bytes().to_vec())
+        .chain([62, 63, 64, 127, 128, 4094, 4095, 4096, 16_400, 20_000].map(|n| vec![b'y'; n]))
+        .collect();
+        for t in &texts {
+            assert_eq!(
+                element_size(t) + EMPTY_SIZE,
+                encode([t.as_slice()]).len(),
+                "{}",
+                t.len()
+            );
         }
     }
 

@@ -1,13 +1,15 @@
 //! Redis's RDB serialisation, as a `DUMP` payload carries a value: lengths, strings (plain,
 //! integer-encoded or LZF-compressed), the listpacks and intsets of small collections
-//! (`listpack`), and the trailer (RDB version, CRC-64). `value` writes and reads whole values
-//! for `DUMP` and `RESTORE` on the SQL backends; `FUNCTION DUMP` writes its libraries with
-//! the string pieces here.
+//! (`listpack`), a stream's listpacks and consumer groups (`stream`), and the trailer (RDB
+//! version, CRC-64). `value` writes and reads whole values for `DUMP` and `RESTORE` on the
+//! SQL backends; `FUNCTION DUMP` writes its libraries with the string pieces here.
 
 mod listpack;
 mod lzf;
+mod stream;
 mod value;
 
+pub use stream::{DumpGroup, DumpStream, StreamId};
 pub use value::{dump, restore, BadPayload, DumpValue};
 
 /// The RDB version Redis 7.0 writes.
@@ -29,6 +31,42 @@ pub fn put_len(out: &mut Vec<u8>, len: usize) {
         out.push(0x81);
         out.extend_from_slice(&(len as u64).to_be_bytes());
     }
+}
+
+/// Appends a string as Redis's `rdbSaveRawString` does: a canonical integer of at most 11
+/// characters that fits 32 bits as an integer, more than 20 bytes LZF-compressed when that
+/// saves 4 bytes, anything else plain.
+pub fn put_raw_string(out: &mut Vec<u8>, s: &[u8]) {
+    if s.len() <= 11 {
+        if let Some(v) = listpack::as_int(s) {
+            if let Ok(v) = i8::try_from(v) {
+                out.push(0xC0);
+                out.push(v as u8);
+                return;
+            }
+            if let Ok(v) = i16::try_from(v) {
+                out.push(0xC1);
+                out.extend_from_slice(&v.to_le_bytes());
+                return;
+            }
+            if let Ok(v) = i32::try_from(v) {
+                out.push(0xC2);
+                out.extend_from_slice(&v.to_le_bytes());
+                return;
+            }
+        }
+    }
+    if s.len() > 20 {
+        if let Some(compressed) = lzf::compress(s, s.len() - 4) {
+            out.push(0xC3);
+            put_len(out, compressed.len());
+            put_len(out, s.len());
+            out.extend_from_slice(&compressed);
+            return;
+        }
+    }
+    put_len(out, s.len());
+    out.extend_from_slice(s);
 }
 
 /// Appends a string, plain.

@@ -3,9 +3,10 @@
 //! sorted set, an intset for a small set of integers, a quicklist of 8 KB listpacks for a
 //! list, integers and LZF inside strings), so where Redis's own payload depends only on the
 //! value, holdfast's is the same bytes; and read in every encoding Redis 7.0 writes.
-//! Streams, and the ziplist encodings of Redis before 7.0, are not carried yet.
+//! Streams are `stream`'s. The ziplist encodings of Redis before 7.0 are not read.
 
-use super::{listpack, lzf, put_len, Reader};
+use super::stream::{self, DumpStream};
+use super::{listpack, put_len, put_raw_string, Reader};
 
 /// A value of one of the types a payload carries.
 #[derive(Clone, Debug, PartialEq)]
@@ -20,6 +21,8 @@ pub enum DumpValue {
     Hash(Vec<(Vec<u8>, Vec<u8>)>),
     /// A sorted set's members and scores.
     Zset(Vec<(Vec<u8>, f64)>),
+    /// A stream with its consumer groups.
+    Stream(Box<DumpStream>),
 }
 
 /// Why a payload cannot be restored, worded as Redis words it.
@@ -50,42 +53,6 @@ const LISTPACK_VALUE: usize = 64;
 const INTSET_ENTRIES: usize = 512;
 /// `list-max-listpack-size -2`: a quicklist node's listpack grows to 8 KB.
 const LIST_NODE_BYTES: usize = 8192;
-
-/// Appends a string as Redis's `rdbSaveRawString` does: a canonical integer of at most 11
-/// characters that fits 32 bits as an integer, more than 20 bytes LZF-compressed when that
-/// saves 4 bytes, anything else plain.
-pub fn put_raw_string(out: &mut Vec<u8>, s: &[u8]) {
-    if s.len() <= 11 {
-        if let Some(v) = listpack::as_int(s) {
-            if let Ok(v) = i8::try_from(v) {
-                out.push(0xC0);
-                out.push(v as u8);
-                return;
-            }
-            if let Ok(v) = i16::try_from(v) {
-                out.push(0xC1);
-                out.extend_from_slice(&v.to_le_bytes());
-                return;
-            }
-            if let Ok(v) = i32::try_from(v) {
-                out.push(0xC2);
-                out.extend_from_slice(&v.to_le_bytes());
-                return;
-            }
-        }
-    }
-    if s.len() > 20 {
-        if let Some(compressed) = lzf::compress(s, s.len() - 4) {
-            out.push(0xC3);
-            put_len(out, compressed.len());
-            put_len(out, s.len());
-            out.extend_from_slice(&compressed);
-            return;
-        }
-    }
-    put_len(out, s.len());
-    out.extend_from_slice(s);
-}
 
 /// A score as Redis writes it into a listpack (`d2string`): an integral value as an integer,
 /// anything else as `%.17g`.
@@ -190,6 +157,10 @@ pub fn dump(value: &DumpValue) -> Vec<u8> {
                     out.extend_from_slice(&score.to_le_bytes());
                 }
             }
+        }
+        DumpValue::Stream(s) => {
+            out.push(stream::STREAM_LISTPACKS_2);
+            stream::put(&mut out, s);
         }
     }
     super::seal(&mut out);
@@ -306,6 +277,8 @@ pub fn restore(payload: &[u8]) -> Result<DumpValue, BadPayload> {
         DumpValue::List(v) | DumpValue::Set(v) => v.is_empty(),
         DumpValue::Hash(v) => v.is_empty(),
         DumpValue::Zset(v) => v.is_empty(),
+        // A stream may be empty: its groups and counters are its value.
+        DumpValue::Stream(_) => false,
     };
     if !r.done() || empty {
         return Err(BadPayload::Format);
@@ -368,6 +341,9 @@ fn read_value(r: &mut Reader) -> Option<DumpValue> {
                 }
             }
             DumpValue::List(items)
+        }
+        stream::STREAM_LISTPACKS | stream::STREAM_LISTPACKS_2 => {
+            DumpValue::Stream(Box::new(stream::read(r, kind)?))
         }
         _ => return None,
     })

@@ -1,12 +1,13 @@
 //! `DUMP` and `RESTORE` on the SQL backends, in Redis's own payload format
 //! (`backend::rdb`): a key dumped here restores on Redis, and one dumped on Redis restores
-//! here, so a value can be carried between any two backends. Strings, lists, sets, sorted
-//! sets and hashes; a stream is refused with an error saying so.
+//! here, so a value can be carried between any two backends: strings, lists, sets, sorted
+//! sets, hashes, and streams with their consumer groups.
 
 use super::args::{self, is};
 use super::store::*;
+use super::streams::{col, encode_fields, split_fields, Head, Id};
 use super::strings::arg;
-use crate::backend::rdb::{self, DumpValue};
+use crate::backend::rdb::{self, DumpGroup, DumpStream, DumpValue, StreamId};
 use bytes::Bytes;
 
 /// `DUMP key`: the payload, or nil for a missing key.
@@ -53,11 +54,149 @@ pub async fn dump(ctx: &mut Ctx<'_>, a: &[Bytes]) -> Out {
             }
             DumpValue::Zset(pairs)
         }
-        Kind::Stream => {
-            return fail("ERR holdfast: DUMP of a stream is not served by SQL backends yet")
-        }
+        Kind::Stream => DumpValue::Stream(Box::new(read_stream(ctx, key, meta.value).await?)),
     };
     Ok(bulk(Bytes::from(rdb::dump(&value))))
+}
+
+fn pair(id: Id) -> StreamId {
+    (id.ms, id.seq)
+}
+
+fn unpair(id: StreamId) -> Id {
+    Id {
+        ms: id.0,
+        seq: id.1,
+    }
+}
+
+/// A stream's entries, counters and groups, read for its payload.
+async fn read_stream(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    stored: Option<Vec<u8>>,
+) -> Result<DumpStream, Fail> {
+    let head = Head::from_stored(stored.as_deref());
+    let rows = ctx
+        .all(
+            stmt("SELECT ms, seq, fields FROM hf_stream WHERE key = $1 ORDER BY ms, seq").bind(key),
+        )
+        .await?;
+    let mut entries = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let fields: Vec<u8> = row.try_get(2)?;
+        let pairs = split_fields(&fields)
+            .into_iter()
+            .map(<[u8]>::to_vec)
+            .collect();
+        entries.push((pair(Id::of_row(row, 0)?), pairs));
+    }
+    let length = entries.len() as i64;
+    let mut groups = Vec::new();
+    let rows = ctx
+        .all(stmt("SELECT grp, ms, seq, entries_read FROM hf_xgroup WHERE key = $1").bind(key))
+        .await?;
+    for row in &rows {
+        groups.push(DumpGroup {
+            name: row.try_get(0)?,
+            last: pair(Id::of_row(row, 1)?),
+            entries_read: row.try_get(3)?,
+            ..DumpGroup::default()
+        });
+    }
+    let rows = ctx
+        .all(stmt("SELECT grp, name, seen_at FROM hf_xconsumer WHERE key = $1").bind(key))
+        .await?;
+    for row in &rows {
+        let grp: Vec<u8> = row.try_get(0)?;
+        if let Some(g) = groups.iter_mut().find(|g| g.name == grp) {
+            g.consumers.push((row.try_get(1)?, row.try_get(2)?));
+        }
+    }
+    let rows = ctx
+        .all(
+            stmt("SELECT grp, ms, seq, consumer, delivered_at, deliveries FROM hf_xpel WHERE key = $1")
+                .bind(key),
+        )
+        .await?;
+    for row in &rows {
+        let grp: Vec<u8> = row.try_get(0)?;
+        let deliveries: i64 = row.try_get(5)?;
+        if let Some(g) = groups.iter_mut().find(|g| g.name == grp) {
+            g.pending.push((
+                pair(Id::of_row(row, 1)?),
+                row.try_get(3)?,
+                row.try_get(4)?,
+                u64::try_from(deliveries).unwrap_or(0),
+            ));
+        }
+    }
+    Ok(DumpStream {
+        entries,
+        last: pair(head.last),
+        max_deleted: pair(head.max_deleted),
+        added: head.added(length),
+        groups,
+    })
+}
+
+/// Writes a restored stream's entries, counters and groups under `key`, created already.
+async fn write_stream(ctx: &mut Ctx<'_>, key: &[u8], s: &DumpStream) -> Result<(), Fail> {
+    for (id, pairs) in &s.entries {
+        ctx.execute(
+            stmt("INSERT INTO hf_stream (key, ms, seq, fields) VALUES ($1, $2, $3, $4)")
+                .bind(key)
+                .bind(col(id.0))
+                .bind(col(id.1))
+                .bind(encode_fields(pairs)),
+        )
+        .await?;
+    }
+    let head = Head {
+        last: unpair(s.last),
+        added: Some(s.added),
+        max_deleted: unpair(s.max_deleted),
+    };
+    ctx.set_value(key, &head.stored(s.entries.len() as i64))
+        .await?;
+    for g in &s.groups {
+        ctx.execute(
+            stmt("INSERT INTO hf_xgroup (key, grp, ms, seq, entries_read) VALUES ($1, $2, $3, $4, $5)")
+                .bind(key)
+                .bind(g.name.as_slice())
+                .bind(col(g.last.0))
+                .bind(col(g.last.1))
+                .bind(g.entries_read),
+        )
+        .await?;
+        for (name, seen) in &g.consumers {
+            ctx.execute(
+                stmt("INSERT INTO hf_xconsumer (key, grp, name, seen_at) VALUES ($1, $2, $3, $4)")
+                    .bind(key)
+                    .bind(g.name.as_slice())
+                    .bind(name.as_slice())
+                    .bind(*seen),
+            )
+            .await?;
+        }
+        for (id, owner, delivered, deliveries) in &g.pending {
+            ctx.execute(
+                stmt(
+                    "INSERT INTO hf_xpel (key, grp, ms, seq, consumer, delivered_at, deliveries) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                )
+                .bind(key)
+                .bind(g.name.as_slice())
+                .bind(col(id.0))
+                .bind(col(id.1))
+                .bind(owner.as_slice())
+                .bind(*delivered)
+                .bind(i64::try_from(*deliveries).unwrap_or(i64::MAX)),
+            )
+            .await?;
+        }
+    }
+    Ok(())
 }
 
 async fn column(ctx: &mut Ctx<'_>, sql: &str, key: &[u8]) -> Result<Vec<Vec<u8>>, Fail> {
@@ -136,11 +275,13 @@ async fn write(
         DumpValue::Set(_) => Kind::Set,
         DumpValue::Hash(_) => Kind::Hash,
         DumpValue::Zset(_) => Kind::ZSet,
+        DumpValue::Stream(_) => Kind::Stream,
     };
     ctx.create(key, kind, None).await?;
     ctx.set_expiry(key, expires).await?;
     match value {
         DumpValue::String(_) => Ok(()),
+        DumpValue::Stream(s) => write_stream(ctx, key, s).await,
         DumpValue::List(items) => {
             for (pos, item) in items.iter().enumerate() {
                 ctx.execute(

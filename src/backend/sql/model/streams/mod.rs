@@ -119,7 +119,7 @@ impl Head {
         }
     }
 
-    fn stored(self, length: i64) -> [u8; 40] {
+    pub(crate) fn stored(self, length: i64) -> [u8; 40] {
         let mut out = [0u8; 40];
         out[..16].copy_from_slice(&self.last.stored());
         out[16..24].copy_from_slice(&self.added(length).to_be_bytes());
@@ -247,26 +247,35 @@ pub(crate) fn parse_id(text: &[u8], missing_seq: u64, specials: bool) -> Option<
     }
 }
 
-fn encode_fields(pairs: &[Bytes]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(pairs.iter().map(|p| p.len() + 4).sum());
+pub(crate) fn encode_fields<T: AsRef<[u8]>>(pairs: &[T]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(pairs.iter().map(|p| p.as_ref().len() + 4).sum());
     for p in pairs {
+        let p = p.as_ref();
         out.extend_from_slice(&(p.len() as u32).to_be_bytes());
         out.extend_from_slice(p);
     }
     out
 }
 
-pub(crate) fn decode_fields(mut raw: &[u8]) -> Vec<Frame> {
+/// An entry's stored fields and values, in order.
+pub(crate) fn split_fields(mut raw: &[u8]) -> Vec<&[u8]> {
     let mut out = Vec::new();
     while raw.len() >= 4 {
         let len = u32::from_be_bytes([raw[0], raw[1], raw[2], raw[3]]) as usize;
         let Some(value) = raw.get(4..4 + len) else {
             break;
         };
-        out.push(bulk(Bytes::copy_from_slice(value)));
+        out.push(value);
         raw = &raw[4 + len..];
     }
     out
+}
+
+pub(crate) fn decode_fields(raw: &[u8]) -> Vec<Frame> {
+    split_fields(raw)
+        .into_iter()
+        .map(|v| bulk(Bytes::copy_from_slice(v)))
+        .collect()
 }
 
 /// One end of an XRANGE interval; `(` makes it exclusive.
