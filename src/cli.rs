@@ -1,4 +1,4 @@
-//! The command line: options, the one subcommand, and the help that says what a person
+//! The command line: options, the subcommands, and the help that says what a person
 //! running holdfast needs besides them: its environment, ports, signals and exit codes. The
 //! man page (`docs/holdfast.1`) is rendered from the same definition, and a test keeps the
 //! two equal.
@@ -22,6 +22,9 @@ Ports (configuration [server]):
   listen          127.0.0.1:6380  the Redis protocol
   metrics_listen  127.0.0.1:9380  /metrics, /healthz, /readyz, /backendz (and /config)
 
+Copy and verify (docs/moving.md):
+  REDISCLI_AUTH   the password holdfast copy and holdfast verify authenticate with
+
 Signals:
   SIGHUP          read the configuration again and apply it (a bad one is logged, the
                   running one stays)
@@ -30,7 +33,8 @@ Signals:
 
 Exit status:
   0   stopped by a signal, every client drained
-  1   could not start: a port in use, the runtime
+  1   could not start: a port in use, the runtime; verify: keys differ
+  2   copy or verify could not finish: holdfast unreachable, or it refused
   64  a configuration, or HOLDFAST_LOG / HOLDFAST_LOG_FORMAT, that cannot be used
 
 Without --config, holdfast serves its embedded default: SQLite in data/holdfast.db.";
@@ -57,6 +61,46 @@ pub enum Cmd {
         /// The file to check (or --config's; neither: the built-in default).
         file: Option<PathBuf>,
     },
+    /// Copy a mirrored namespace's keys to its mirror, through the running holdfast (the
+    /// configuration's listen address), while it serves; resumable. docs/moving.md.
+    Copy {
+        /// The namespace and the holdfast.
+        #[command(flatten)]
+        target: MoveTarget,
+        /// Where the position is kept between runs (default holdfast-copy-NAMESPACE.state).
+        #[arg(long, value_name = "FILE")]
+        state: Option<PathBuf>,
+        /// Start from the first key, not from the state file's position.
+        #[arg(long)]
+        restart: bool,
+    },
+    /// Compare a mirrored namespace's keys on its backend and its mirror (type, value, time
+    /// to live); exit 1 when any differs. docs/moving.md.
+    Verify {
+        /// The namespace and the holdfast.
+        #[command(flatten)]
+        target: MoveTarget,
+        /// Differences printed (all are counted).
+        #[arg(long, default_value_t = 20)]
+        show: usize,
+    },
+}
+
+/// The running holdfast and the namespace `copy` and `verify` work on.
+#[derive(clap::Args, Debug, Clone)]
+pub struct MoveTarget {
+    /// The mirrored namespace.
+    #[arg(long, short)]
+    pub namespace: String,
+    /// holdfast's Redis endpoint (default: the configuration's server.listen).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub address: Option<String>,
+    /// The user to authenticate as (its password from REDISCLI_AUTH).
+    #[arg(long)]
+    pub user: Option<String>,
+    /// Keys per batch.
+    #[arg(long, default_value_t = 500)]
+    pub batch: usize,
 }
 
 impl Cli {

@@ -17,8 +17,14 @@
 //!   backend (`forward`), its own backend connection for blocking commands and transactions
 //!   (`bound`, `transaction`), a held command raced against its client (`held`), its Pub/Sub
 //!   subscriptions and what they deliver (`subscribe`).
-//! - [`shared`]: what every connection shares: the configuration generation (router and
-//!   backends, swapped whole on reload), the retry budget, client ids and the give-up signal.
+//! - [`mover`]: `holdfast copy` and `holdfast verify`, a client of the running holdfast.
+//! - [`shared`]: what every connection shares: the configuration generation (router,
+//!   backends and mirrors, swapped whole on reload), the retry budget, client ids and the
+//!   give-up signal.
+//! - [`mirror`]: a namespace's writes replayed on a second backend in the order its own
+//!   backend applied them (`rewrite`: what the mirror is sent for each), its reads compared
+//!   there (`compare`), its keys copied and checked in one order with the writes (`copy`,
+//!   `diff`), and a cut-over's wait for the mirror queue.
 //! - [`exec`]: the request executor: a routed command in, its reply and outcome out; reply
 //!   modes (`exec::settle`), retries through `retry`, pipelined first dispatches, the
 //!   backend seam ([`exec::Dispatch`]); a client's own connection (`exec::own`: blocking
@@ -70,6 +76,8 @@ pub mod exec;
 pub mod http;
 pub mod logging;
 pub mod metrics;
+pub mod mirror;
+pub mod mover;
 pub mod namespace;
 pub mod resp;
 pub mod retry;
@@ -111,6 +119,17 @@ impl Holdfast {
     /// [`shared::StartError`]; the running configuration stays.
     pub fn reload(&self, config: config::Config) -> Result<u64, shared::StartError> {
         self.shared.reload(config)
+    }
+
+    /// The mirror of namespace `name` in the running configuration, if it has one.
+    pub fn mirror(&self, name: &str) -> Option<Arc<mirror::Mirror>> {
+        let state = self.shared.current();
+        let namespace = state
+            .router
+            .namespaces()
+            .iter()
+            .find(|ns| ns.name == name)?;
+        state.mirrors.of(namespace).mirror.clone()
     }
 
     /// Serves clients on already bound listeners until `shutdown` completes, then drains.

@@ -38,6 +38,9 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
+    if let Some(command) = cli.command {
+        return moving(command, config.server.listen);
+    }
     let runtime = match runtime(config.server.threads) {
         Ok(rt) => rt,
         Err(e) => {
@@ -46,6 +49,49 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(serve(config, cli.config))
+}
+
+/// `holdfast copy` and `holdfast verify`, against the holdfast listening at `listen`.
+fn moving(command: Cmd, listen: std::net::SocketAddr) -> ExitCode {
+    let runtime = match runtime(1) {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("holdfast: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match command {
+            Cmd::Copy {
+                target,
+                state,
+                restart,
+            } => holdfast::mover::copy(&target, listen, state, restart)
+                .await
+                .map(|keys| {
+                    println!("copied {keys} keys of namespace {}", target.namespace);
+                    true
+                }),
+            Cmd::Verify { target, show } => holdfast::mover::verify(&target, listen, show)
+                .await
+                .map(|(keys, found)| {
+                    println!(
+                        "compared {keys} keys of namespace {}: {found} differ",
+                        target.namespace
+                    );
+                    found == 0
+                }),
+            Cmd::CheckConfig { .. } => Ok(true),
+        }
+    });
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("holdfast: {e}");
+            ExitCode::from(2)
+        }
+    }
 }
 
 /// One thread (the default): a current-thread runtime, no cross-thread wake-ups. More: a

@@ -26,6 +26,9 @@ pub struct Namespace<B = Backend> {
     pub replicas: Option<(u32, Duration)>,
     /// Its requests in flight and bytes, counted without a registry lookup.
     pub series: &'static crate::metrics::NamespaceSeries,
+    /// Its place in the configuration's `[[namespaces]]`: what its generation keeps beside
+    /// it is found by it (`mirror::Mirrors`).
+    pub index: usize,
 }
 
 /// A request that cannot be routed.
@@ -69,22 +72,8 @@ impl Router {
         let mut catch_all = None;
         let mut channels = Vec::new();
         for (index, ns) in config.namespaces.iter().enumerate() {
-            let policy = ns.effective(&config.defaults);
-            let backend = backends
-                .get(&ns.backend)
-                .ok_or_else(|| BuildError(format!("no backend `{}`", ns.backend)))?
-                .clone();
-            let backoff = Backoff::new(&policy.retry)
-                .map_err(|e| BuildError(format!("namespaces[{index}].retry: {e}")))?;
-            namespaces.push(Arc::new(Namespace {
-                name: ns.name.clone(),
-                backend,
-                policy: Policy::new(backoff),
-                acquire_timeout: policy.acquire_timeout,
-                reply_mode: policy.reply_mode,
-                replicas: policy.replicas,
-                series: crate::metrics::namespace_series(&ns.name),
-            }));
+            let namespace = Self::namespace_on(config, backends, index, &ns.backend)?;
+            namespaces.push(Arc::new(namespace));
             if ns.prefixes.is_empty() {
                 catch_all = Some(index);
             }
@@ -103,6 +92,39 @@ impl Router {
             prefixes,
             catch_all,
             channels,
+        })
+    }
+
+    /// The `index`th namespace of `config` on backend `on`: its own, or its mirror's.
+    ///
+    /// # Errors
+    /// [`BuildError`] when the backend or the policy is missing.
+    pub fn namespace_on(
+        config: &Config,
+        backends: &Backends,
+        index: usize,
+        on: &str,
+    ) -> Result<Namespace, BuildError> {
+        let ns = config
+            .namespaces
+            .get(index)
+            .ok_or_else(|| BuildError(format!("no namespace {index}")))?;
+        let policy = ns.effective(&config.defaults);
+        let backend = backends
+            .get(on)
+            .ok_or_else(|| BuildError(format!("no backend `{on}`")))?
+            .clone();
+        let backoff = Backoff::new(&policy.retry)
+            .map_err(|e| BuildError(format!("namespaces[{index}].retry: {e}")))?;
+        Ok(Namespace {
+            name: ns.name.clone(),
+            backend,
+            policy: Policy::new(backoff),
+            acquire_timeout: policy.acquire_timeout,
+            reply_mode: policy.reply_mode,
+            replicas: policy.replicas,
+            series: crate::metrics::namespace_series(&ns.name),
+            index,
         })
     }
 

@@ -5,6 +5,7 @@
 
 use crate::backend::{BackendError, Backends};
 use crate::config::Config;
+use crate::mirror::{CutOverRefused, Mirrors};
 use crate::namespace::{BuildError, Router};
 use crate::retry::budget::RetryBudget;
 use arc_swap::ArcSwap;
@@ -25,6 +26,8 @@ pub struct State {
     pub router: Router,
     /// Every backend in use.
     pub backends: Backends,
+    /// Each namespace's mirror, and the mirror it was cut over from.
+    pub mirrors: Mirrors,
     /// 1 at start, one more per applied reload.
     pub generation: u64,
 }
@@ -114,6 +117,9 @@ pub enum StartError {
     /// The namespaces could not be built.
     #[error(transparent)]
     Namespace(#[from] BuildError),
+    /// A namespace would be cut over to a mirror that missed writes.
+    #[error(transparent)]
+    CutOver(#[from] CutOverRefused),
 }
 
 impl Shared {
@@ -125,6 +131,7 @@ impl Shared {
     pub fn build(config: Config) -> Result<Shared, StartError> {
         let backends = Backends::build(&config, None)?;
         let router = Router::build(&config, &backends)?;
+        let mirrors = Mirrors::build(&config, &backends, &router, None)?;
         crate::metrics::register(&config);
         crate::metrics::config_generation(1);
         Ok(Shared {
@@ -133,6 +140,7 @@ impl Shared {
                 config,
                 router,
                 backends,
+                mirrors,
                 generation: 1,
             }),
             started: Instant::now(),
@@ -176,9 +184,11 @@ impl Shared {
             .map_err(StartError::from)
             .and_then(|backends| {
                 let router = Router::build(&config, &backends)?;
-                Ok((backends, router))
+                let before = Some((&old.router, &old.mirrors));
+                let mirrors = Mirrors::build(&config, &backends, &router, before)?;
+                Ok((backends, router, mirrors))
             });
-        let (backends, router) = match built {
+        let (backends, router, mirrors) = match built {
             Ok(built) => built,
             Err(e) => {
                 crate::metrics::config_reload(false);
@@ -191,6 +201,7 @@ impl Shared {
             config,
             router,
             backends,
+            mirrors,
             generation,
         }));
         crate::metrics::config_reload(true);

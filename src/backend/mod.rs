@@ -413,23 +413,27 @@ impl Backends {
     ) -> Result<Backends, BackendError> {
         let scripts = previous.map_or_else(Arc::default, |(_, old)| old.scripts.clone());
         let mut by_name = BTreeMap::new();
-        for ns in &config.namespaces {
-            if by_name.contains_key(&ns.backend) {
+        // Each namespace's backend, and its mirror's.
+        let used = config.namespaces.iter().flat_map(|ns| {
+            std::iter::once(&ns.backend).chain(ns.mirror.as_ref().map(|m| &m.backend))
+        });
+        for name in used {
+            if by_name.contains_key(name) {
                 continue;
             }
-            let Some(wanted) = config.backends.get(&ns.backend) else {
+            let Some(wanted) = config.backends.get(name) else {
                 continue;
             };
             let reused = previous.and_then(|(old_config, old)| {
-                (old_config.backends.get(&ns.backend) == Some(wanted))
-                    .then(|| old.get(&ns.backend).cloned())
+                (old_config.backends.get(name) == Some(wanted))
+                    .then(|| old.get(name).cloned())
                     .flatten()
             });
             let backend = match reused {
                 Some(backend) => backend,
-                None => Arc::new(Backend::build(&ns.backend, wanted, &scripts)?),
+                None => Arc::new(Backend::build(name, wanted, &scripts)?),
             };
-            by_name.insert(ns.backend.clone(), backend);
+            by_name.insert(name.clone(), backend);
         }
         Ok(Backends { by_name, scripts })
     }

@@ -398,6 +398,12 @@ pub(super) static ROWS: &[Spec] = &[
     Spec::local("ACL|WHOAMI", 2, Local::Acl),
     Spec::local("ACL|USERS", 2, Local::Acl),
     Spec::local("ACL|LIST", 2, Local::Acl),
+    // holdfast's own: moving a namespace to its mirror (docs/moving.md).
+    Spec::container("HOLDFAST"),
+    Spec::local("HOLDFAST|COPY", -4, Local::Holdfast),
+    Spec::local("HOLDFAST|RECOPY", 3, Local::Holdfast),
+    Spec::local("HOLDFAST|VERIFY", -4, Local::Holdfast),
+    Spec::local("HOLDFAST|MIRROR", 3, Local::Holdfast),
     Spec::local("SELECT", 2, Local::Select),
     // ---- transactions: answered by holdfast, on a backend connection of their own ----
     bound(Spec::local("DISCARD", 1, Local::Discard)),

@@ -145,6 +145,9 @@ pub enum Local {
     Monitor,
     /// `ACL WHOAMI | USERS | LIST`: over holdfast's `[[users]]`.
     Acl,
+    /// `HOLDFAST COPY | RECOPY | VERIFY | MIRROR`: moving a namespace to its mirror
+    /// (`connection/moving.rs`).
+    Holdfast,
 }
 
 /// How a command is executed.

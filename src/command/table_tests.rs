@@ -553,6 +553,10 @@ fn local_rows() {
         ("ACL|WHOAMI", Local::Acl),
         ("ACL|USERS", Local::Acl),
         ("ACL|LIST", Local::Acl),
+        ("HOLDFAST|COPY", Local::Holdfast),
+        ("HOLDFAST|RECOPY", Local::Holdfast),
+        ("HOLDFAST|VERIFY", Local::Holdfast),
+        ("HOLDFAST|MIRROR", Local::Holdfast),
     ];
     for (name, local) in cases {
         let spec = row(name);

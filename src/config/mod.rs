@@ -101,6 +101,7 @@ impl Default for Config {
                 replicas_ack_timeout: None,
                 allow_scripts: false,
                 script_time_limit: None,
+                mirror: None,
             }],
         }
     }

@@ -121,6 +121,49 @@ pub struct NamespaceConfig {
         skip_serializing_if = "Option::is_none"
     )]
     pub script_time_limit: Option<Duration>,
+    /// A second backend the namespace's writes are replayed on, and its reads compared
+    /// with, while the namespace is moved there (docs/moving.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror: Option<MirrorConfig>,
+}
+
+/// `[namespaces.mirror]`: where a namespace's writes are replayed once its backend applied
+/// them, the client answered from its backend alone.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MirrorConfig {
+    /// A key of `[backends]`, not the namespace's own backend.
+    pub backend: String,
+    /// Replay writes (default true); false only compares reads.
+    #[serde(default = "yes")]
+    pub writes: bool,
+    /// `off`, or `compare`: each read is sent to the mirror too and a differing reply
+    /// counted and logged.
+    #[serde(default)]
+    pub reads: MirrorReads,
+    /// Most requests waiting for the mirror; past it, a write's keys are marked to be
+    /// copied again and the namespace's mirror is behind.
+    #[serde(default = "default_mirror_queue")]
+    pub queue: usize,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_mirror_queue() -> usize {
+    100_000
+}
+
+/// What a mirror does with a namespace's reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MirrorReads {
+    /// Not sent.
+    #[default]
+    Off,
+    /// Sent to the mirror too, after the client's reply, and the two replies compared.
+    Compare,
 }
 
 /// A script's limit when its namespace sets none.
@@ -232,6 +275,9 @@ pub(super) fn check<'a>(
             (&mut channels, &ns.name),
             "an empty prefix; the catch-all takes every channel no prefix claims",
         )?;
+        if let Some(mirror) = &ns.mirror {
+            check_mirror(&format!("{key}.mirror"), mirror, &ns.backend, backends)?;
+        }
         let policy = ns.effective(defaults);
         check_retry(&format!("{key}.retry"), &policy.retry)?;
         check_acquire(&format!("{key}.acquire_timeout"), policy.acquire_timeout)?;
@@ -241,6 +287,30 @@ pub(super) fn check<'a>(
         }
     }
     Ok((names, catch_all))
+}
+
+fn check_mirror(
+    key: &str,
+    mirror: &MirrorConfig,
+    own: &str,
+    backends: &BTreeMap<String, BackendConfig>,
+) -> Result<(), ConfigError> {
+    if !backends.contains_key(&mirror.backend) {
+        return Err(invalid(
+            format!("{key}.backend"),
+            format!("no backend named `{}` in [backends]", mirror.backend),
+        ));
+    }
+    if mirror.backend == own {
+        return Err(invalid(
+            format!("{key}.backend"),
+            "is the namespace's own backend; a mirror is another one",
+        ));
+    }
+    if mirror.queue == 0 {
+        return Err(invalid(format!("{key}.queue"), "must be at least 1"));
+    }
+    Ok(())
 }
 
 /// A namespace that retries must be able to outlast one blackholed attempt: an acquire

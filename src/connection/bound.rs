@@ -17,12 +17,13 @@ use std::sync::Arc;
 
 impl ClientConn {
     /// A connection-bound command: on this client's own backend connection, never retried.
+    /// The reply, and how the request ended.
     pub(super) async fn bound(
         &mut self,
         namespace: &Arc<Namespace>,
         command: &Command,
         started: Instant,
-    ) -> Frame {
+    ) -> (Frame, crate::exec::Ended) {
         // Only blocking commands are forwarded as connection-bound (transactions are local).
         let route = first_key(command);
         // Its client is watched while it blocks: one that closes is gone at once, and its
@@ -56,7 +57,7 @@ impl ClientConn {
             outcome.ended.label(),
             started.elapsed(),
         );
-        frame
+        (frame, outcome.ended)
     }
 
     /// Closes the client's own backend connection, if it has one.

@@ -177,6 +177,23 @@ impl ClientConn {
         })
     }
 
+    /// The mirror of `namespace`, once a namespace just cut over may run: its requests wait
+    /// (within its retry schedule) until the mirror it was cut over from has every write
+    /// queued for it. Err: the refusal's text.
+    pub(super) async fn mirror_gate(
+        &self,
+        namespace: &Namespace,
+    ) -> Result<Option<Arc<crate::mirror::Mirror>>, String> {
+        let ends = self.state.mirrors.of(namespace);
+        if let Some(from) = &ends.cut_over_from {
+            let limit = namespace.policy.backoff.total_before_jitter();
+            if let Err(why) = from.ready(limit).await {
+                return Err(not_ready(namespace, why));
+            }
+        }
+        Ok(ends.mirror.clone())
+    }
+
     /// Sends a command to `namespace`'s backend: a connection-bound one on this client's own
     /// connection, any other through the executor.
     pub(super) async fn forward_to(
@@ -186,11 +203,32 @@ impl ClientConn {
         started: Instant,
     ) -> (Reply, DoubleStyle) {
         let doubles = namespace.backend.double_style();
+        let mirror = match self.mirror_gate(&namespace).await {
+            Ok(mirror) => mirror,
+            Err(refused) => {
+                m::request(
+                    &namespace.name,
+                    command.label(),
+                    "unavailable",
+                    started.elapsed(),
+                );
+                return (error(refused).into(), doubles);
+            }
+        };
+        // Until the mirror has what this request does, it is not settled (a cut-over waits),
+        // and a copy of its keys waits for it.
+        let hold = match &mirror {
+            Some(mirror) => Some(mirror.hold(&[command]).await),
+            None => None,
+        };
         if command.class == Idempotence::ConnectionBound {
-            return (
-                self.bound(&namespace, command, started).await.into(),
-                doubles,
-            );
+            let (frame, ended) = self.bound(&namespace, command, started).await;
+            let reply = Reply::from(frame);
+            if let Some(mirror) = &mirror {
+                mirror.after(command, &reply, ended, self.exec.proto);
+            }
+            drop(hold);
+            return (reply, doubles);
         }
         let sent = self.ahead.take().map(|(_, ahead)| ahead);
         // A SQL backend runs the script itself: what it may call is decided here.
@@ -205,6 +243,10 @@ impl ClientConn {
             .execute(&self.shared.budget, &namespace, command, sent)
             .await;
         drop(in_flight);
+        if let Some(mirror) = &mirror {
+            mirror.after(command, &reply, outcome.ended, self.exec.proto);
+        }
+        drop(hold);
         m::request(
             &namespace.name,
             command.label(),
@@ -212,6 +254,19 @@ impl ClientConn {
             started.elapsed(),
         );
         (reply, doubles)
+    }
+}
+
+/// Why a request of a namespace just cut over is not run on its new backend.
+pub(super) fn not_ready(namespace: &Namespace, why: crate::mirror::NotReady) -> String {
+    let (name, backend) = (&namespace.name, namespace.backend.name());
+    match why {
+        crate::mirror::NotReady::Waiting => format!(
+            "UNAVAILABLE not applied: namespace '{name}' was cut over to backend '{backend}', which is still applying the writes queued for it"
+        ),
+        crate::mirror::NotReady::Behind => format!(
+            "UNAVAILABLE not applied: namespace '{name}' was cut over to backend '{backend}', which missed writes; run `holdfast copy --namespace {name}`"
+        ),
     }
 }
 

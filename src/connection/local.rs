@@ -49,6 +49,7 @@ impl ClientConn {
             Local::Monitor if !self.is_admin() => error(super::auth::cannot_run("monitor")),
             Local::Monitor => self.start_monitoring(),
             Local::Acl => self.acl(args),
+            Local::Holdfast => self.holdfast(args).await,
             Local::Command => command_reply(args),
             Local::Reset => {
                 self.unsubscribe_all().await;

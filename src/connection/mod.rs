@@ -17,6 +17,7 @@ mod held;
 mod info;
 mod local;
 mod monitor;
+mod moving;
 mod pipelined;
 mod scripted;
 mod subscribe;

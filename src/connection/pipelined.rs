@@ -1,6 +1,6 @@
 //! Which of a client's pipelined requests may have their first dispatches sent ahead
 //! together: the gate (authenticated, outside MULTI, permitted, routed, fast mode, no replica
-//! wait) and the run (one backend, all reads or all writes). Sending them and keeping the
+//! wait, no mirror to order writes with) and the run (one backend, all reads or all writes). Sending them and keeping the
 //! order when one fails is the executor's (`exec::ahead`).
 
 use super::ClientConn;
@@ -34,7 +34,12 @@ impl ClientConn {
             return None;
         }
         let namespace = self.route(command).ok()?;
+        // A mirrored namespace's writes are ordered with its copies (`Mirror::writing`),
+        // and a cut-over one's wait for the mirror: neither is sent before its turn.
         if !namespace.backend.pipelines()
+            || (self.state.mirrors.of(namespace).mirror.is_some() && command.writes())
+            || (self.state.mirrors.of(namespace).cut_over_from.as_ref())
+                .is_some_and(|m| !m.is_ready())
             || (namespace.replicas.is_some() && command.class != Idempotence::Read)
             || !matches!(self.exec.plan(&**namespace, command), Plan::Fast)
         {

@@ -42,7 +42,8 @@ pub(super) fn in_multi(local: Option<Local>, every_backend: bool) -> InMulti {
             | Local::Subscribe
             | Local::Pubsub
             | Local::Monitor
-            | Local::Acl,
+            | Local::Acl
+            | Local::Holdfast,
         ) => InMulti::Refuse,
     }
 }
@@ -146,6 +147,19 @@ impl ClientConn {
         let replicas = namespace
             .replicas
             .filter(|_| namespace.backend.replicates());
+        let mirror = match self.mirror_gate(&namespace).await {
+            Ok(mirror) => mirror,
+            Err(refused) => {
+                self.unwatch().await;
+                self.reply(out, &error(refused));
+                return Flow::Continue;
+            }
+        };
+        let commands: Vec<&Command> = multi.queue.iter().collect();
+        let hold = match &mirror {
+            Some(mirror) => Some(mirror.hold(&commands).await),
+            None => None,
+        };
         self.leave_other_backend(&namespace).await;
         let mut own = std::mem::take(&mut self.own);
         let mut link = OwnConn::to(self, Some(&namespace), route);
@@ -154,9 +168,19 @@ impl ClientConn {
         // A WATCH lost meanwhile (checked above, before routing): nil, nothing sent.
         let result = result.map(|frame| frame.unwrap_or(Frame::Null));
         let frame = match result {
-            Ok(frame) => frame,
+            Ok(frame) => {
+                if let Some(mirror) = &mirror {
+                    mirror.after_transaction(&multi.queue, Ok(&frame), self.exec.proto);
+                }
+                drop(hold);
+                frame
+            }
             Err(failure) => {
                 let (frame, outcome) = failure_reply(Err(failure), &*namespace);
+                if let Some(mirror) = &mirror {
+                    mirror.after_transaction(&multi.queue, Err(outcome.ended), self.exec.proto);
+                }
+                drop(hold);
                 m::request(
                     &namespace.name,
                     "EXEC",
@@ -169,18 +193,30 @@ impl ClientConn {
         };
         m::request(&namespace.name, "EXEC", "ok", started.elapsed());
         let doubles = namespace.backend.double_style();
-        match &frame {
+        self.write_exec_reply(out, &frame, &multi.queue, doubles);
+        Flow::Continue
+    }
+
+    /// EXEC's reply: each element encoded as its own command's reply would be.
+    fn write_exec_reply(
+        &self,
+        out: &mut Output,
+        frame: &Frame,
+        queue: &[Command],
+        doubles: DoubleStyle,
+    ) {
+        match frame {
             // Each element is its own command's reply, nils and all.
-            Frame::Array { data, .. } if data.len() == multi.queue.len() => {
+            Frame::Array { data, .. } if data.len() == queue.len() => {
                 let _ = write!(ErrSink(out), "*{}\r\n", data.len());
-                for (item, command) in data.iter().zip(&multi.queue) {
+                for (item, command) in data.iter().zip(queue) {
                     self.encode_for(out, item, command, doubles);
                 }
             }
             // A nil EXEC (a WATCHed key changed) is a null array.
             _ => encode_reply(
                 out,
-                &frame,
+                frame,
                 self.exec.proto,
                 Nils {
                     top: true,
@@ -189,7 +225,6 @@ impl ClientConn {
                 doubles,
             ),
         }
-        Flow::Continue
     }
 }
 

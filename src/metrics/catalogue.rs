@@ -255,6 +255,55 @@ pub const UNCERTAIN: Def = def(
     &[NAMESPACE, "command"],
     "Fast-mode replies of IdempotentEffect commands retried after a dispatch that may have been applied: the reply may under-count.",
 );
+/// Writes waiting for a namespace's mirror.
+pub const MIRROR_QUEUED: Def = def(
+    "holdfast_mirror_queued",
+    Gauge,
+    &[NAMESPACE],
+    "Requests waiting in the namespace's mirror queue (docs/moving.md).",
+);
+/// Commands replayed on a namespace's mirror.
+pub const MIRROR_APPLIED: Def = def(
+    "holdfast_mirror_applied_total",
+    Counter,
+    &[NAMESPACE, "result"],
+    "Commands replayed on the namespace's mirror: result ok, or error (the mirror refused it or did not answer; its keys are marked to be copied again).",
+);
+/// Writes not replayed: the queue was full.
+pub const MIRROR_DROPPED: Def = def(
+    "holdfast_mirror_dropped_total",
+    Counter,
+    &[NAMESPACE],
+    "Writes not replayed on the mirror because its queue was full; their keys are marked to be copied again.",
+);
+/// Keys copied to a mirror.
+pub const MIRROR_COPIED: Def = def(
+    "holdfast_mirror_copied_keys_total",
+    Counter,
+    &[NAMESPACE],
+    "Keys copied to the namespace's mirror by `holdfast copy` (docs/moving.md).",
+);
+/// Keys marked to be copied again.
+pub const MIRROR_BEHIND: Def = def(
+    "holdfast_mirror_recopy_keys",
+    Gauge,
+    &[NAMESPACE],
+    "Keys the mirror may not have right, to be copied again (-1: every key of the namespace); 0 when the mirror has every write.",
+);
+/// Reads compared on a mirror, by result.
+pub const MIRROR_COMPARED: Def = def(
+    "holdfast_mirror_compared_total",
+    Counter,
+    &[NAMESPACE, "result"],
+    "Reads sent to the mirror too (reads = compare), by result: same, different (confirmed), changing (the primary's reply changed meanwhile), unanswered.",
+);
+/// Confirmed differences, by command.
+pub const MIRROR_DIFFERENCES: Def = def(
+    "holdfast_mirror_differences_total",
+    Counter,
+    &[NAMESPACE, "command"],
+    "Reads the mirror answered differently from the primary, confirmed by reading both again.",
+);
 /// Requests committed together by one group-commit transaction.
 pub const GROUP_COMMIT: Def = def(
     "holdfast_group_commit_requests",
@@ -325,6 +374,13 @@ pub const CATALOGUE: &[Def] = &[
     GROUP_COMMIT,
     CORRECTIONS,
     UNCERTAIN,
+    MIRROR_QUEUED,
+    MIRROR_APPLIED,
+    MIRROR_DROPPED,
+    MIRROR_COPIED,
+    MIRROR_BEHIND,
+    MIRROR_COMPARED,
+    MIRROR_DIFFERENCES,
     BUILD_INFO,
     IN_FLIGHT,
     RECEIVED_BYTES,

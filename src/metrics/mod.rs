@@ -566,6 +566,44 @@ pub fn reply_correction(namespace: &str, command: &'static str, mode: &'static s
         .increment(1);
 }
 
+/// Requests waiting in `namespace`'s mirror queue.
+pub fn mirror_queued(namespace: &str, queued: usize) {
+    gauge!(MIRROR_QUEUED.name, NAMESPACE => namespace.to_string()).set(queued as f64);
+}
+
+/// A command replayed on `namespace`'s mirror, `ok` or `error`.
+pub fn mirror_applied(namespace: &str, result: &'static str) {
+    counter!(MIRROR_APPLIED.name, NAMESPACE => namespace.to_string(), "result" => result)
+        .increment(1);
+}
+
+/// A write not replayed: the mirror queue was full.
+pub fn mirror_dropped(namespace: &str) {
+    counter!(MIRROR_DROPPED.name, NAMESPACE => namespace.to_string()).increment(1);
+}
+
+/// A key copied to `namespace`'s mirror.
+pub fn mirror_copied(namespace: &str) {
+    counter!(MIRROR_COPIED.name, NAMESPACE => namespace.to_string()).increment(1);
+}
+
+/// Keys marked to be copied again (-1: all).
+pub fn mirror_behind(namespace: &str, keys: i64) {
+    gauge!(MIRROR_BEHIND.name, NAMESPACE => namespace.to_string()).set(keys as f64);
+}
+
+/// A read compared on the mirror.
+pub fn mirror_compared(namespace: &str, result: &'static str) {
+    counter!(MIRROR_COMPARED.name, NAMESPACE => namespace.to_string(), "result" => result)
+        .increment(1);
+}
+
+/// A confirmed difference of a read's replies.
+pub fn mirror_difference(namespace: &str, command: &'static str) {
+    counter!(MIRROR_DIFFERENCES.name, NAMESPACE => namespace.to_string(), "command" => command)
+        .increment(1);
+}
+
 /// A fast-mode reply that may under-count.
 pub fn uncertain_reply(namespace: &str, command: &'static str) {
     counter!(UNCERTAIN.name, NAMESPACE => namespace.to_string(), "command" => command).increment(1);

@@ -26,8 +26,9 @@ fn the_man_page_is_the_command_line_rendered() {
 // ---- docs/configuration.md against the configuration's types ----
 
 use holdfast::config::{
-    BudgetConfig, ClusterConfig, Defaults, NamespaceConfig, PostgresConfig, RedisConfig,
-    RetryConfig, RetryOverride, SentinelConfig, ServerConfig, ServerTls, SqliteConfig, UserConfig,
+    BudgetConfig, ClusterConfig, Defaults, MirrorConfig, NamespaceConfig, PostgresConfig,
+    RedisConfig, RetryConfig, RetryOverride, SentinelConfig, ServerConfig, ServerTls, SqliteConfig,
+    UserConfig,
 };
 use serde::de::{DeserializeOwned, Visitor};
 use serde::Serialize;
@@ -125,6 +126,7 @@ fn tables() -> Vec<Table> {
         table::<SqliteConfig>("[backends.NAME] sqlite", &least("path = \"p\"")),
         table::<NamespaceConfig>("[[namespaces]]", &least("name = \"n\"\nbackend = \"b\"")),
         table("[namespaces.retry]", &RetryOverride::default()),
+        table::<MirrorConfig>("[namespaces.mirror]", &least("backend = \"b\"")),
         table::<UserConfig>("[[users]]", &least("name = \"u\"")),
     ]
 }

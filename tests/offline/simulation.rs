@@ -527,6 +527,7 @@ fn run_seed(seed: u64, trace: bool) -> Result<Tally, String> {
             reply_mode: setup.mode,
             replicas: None,
             series: holdfast::metrics::namespace_series("sim"),
+            index: 0,
         });
         let budget = Arc::new(RetryBudget::new(&BudgetConfig {
             min_per_second: if setup.budget_allows { 1_000_000 } else { 0 },

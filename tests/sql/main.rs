@@ -11,5 +11,6 @@ mod drivers;
 mod dump;
 mod encodings;
 mod faults;
+mod mirror;
 mod queues;
 mod scripts;

@@ -1,0 +1,784 @@
+//! A namespace's mirror (`[namespaces.mirror]`, docs/moving.md): every write its backend
+//! (the primary) applied is replayed, in the order the primary answered them, on a second
+//! backend, so that the namespace can be copied there, verified and cut over while it
+//! serves. The client is answered from the primary alone, before its write reaches the
+//! mirror: requests are handed to one worker per mirror through a bounded queue, and a slow
+//! or stopped mirror fills the queue rather than holding a client. A write that finds the
+//! queue full, or that the mirror refused, or whose effect on the primary is not known
+//! (`rewrite::Recopy`), leaves its keys marked to be copied again: the mirror is "behind"
+//! until a copy has carried them, and a cut-over is refused meanwhile.
+//!
+//! With `reads = "compare"` a read is sent to the mirror too, after the client has its reply
+//! (`compare.rs` says how replies are compared). A difference is confirmed before it is
+//! counted: the primary is read again and must still say what it said (a key written
+//! meanwhile proves nothing), and the mirror read again must still differ.
+
+pub mod compare;
+pub mod copy;
+pub mod diff;
+mod ends;
+pub mod rewrite;
+
+pub use ends::{CutOverRefused, MirrorEnds, Mirrors};
+
+use crate::backend::{Backend, Reply};
+use crate::command::Command;
+use crate::config::{BudgetConfig, MirrorConfig, MirrorReads};
+use crate::exec::{Ended, Session};
+use crate::metrics as m;
+use crate::namespace::Namespace;
+use crate::resp::Proto;
+use crate::retry::budget::RetryBudget;
+use bytes::Bytes;
+use redis_protocol::resp3::types::BytesFrame as Frame;
+use rewrite::Mirrored;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot, watch, Notify, OwnedRwLockReadGuard, RwLock};
+
+/// Keys remembered to be copied again; past this many, every key of the namespace is.
+const RECOPY_KEYS_MAX: usize = 1 << 20;
+
+/// At most one difference logged per this long, per namespace.
+const DIFFERENCE_LOG_EVERY: Duration = Duration::from_secs(1);
+
+/// Keys the mirror may not have right, to be copied again.
+#[derive(Debug, Default)]
+pub struct Recopy {
+    /// These keys, each with when it was last marked (`MirrorProgress::seq`).
+    pub keys: HashMap<Bytes, u64>,
+    /// Every key of the namespace (too many to list, or a write without keys).
+    pub all: bool,
+}
+
+impl Recopy {
+    /// Whether nothing is to be copied again.
+    pub fn is_empty(&self) -> bool {
+        !self.all && self.keys.is_empty()
+    }
+}
+
+/// What the worker is handed.
+enum MirrorJob {
+    /// Commands to apply, and the request's keys, marked if they fail. A copy's
+    /// `RESTORE` heals: once applied, its key's marks from before it was queued (at `heals`)
+    /// are gone, since what those writes did is in the copy.
+    Apply {
+        commands: Vec<Vec<Bytes>>,
+        keys: Vec<Bytes>,
+        heals: Option<u64>,
+        /// When it was queued (`MirrorProgress::seq`): a failure marks its keys as of then.
+        at: u64,
+    },
+    /// A read to send to the mirror and compare with the primary's reply, in `proto`.
+    Compare {
+        args: Vec<Bytes>,
+        primary: Reply,
+        proto: Proto,
+    },
+    /// A key's value and time to live as the primary held them when this job was queued,
+    /// to compare with the mirror's once every write queued before it is applied.
+    Check {
+        key: Bytes,
+        primary: diff::Snapshot,
+        done: oneshot::Sender<Option<diff::Difference>>,
+    },
+}
+
+/// How many locks a namespace's keys are spread over (`Mirror::writing`).
+const SHARDS: usize = 256;
+
+/// Jobs on distinct keys a mirror's worker runs at once.
+const LANES: usize = 32;
+
+/// Jobs the worker looks over for a round.
+const WINDOW: usize = 1024;
+
+/// The two ends of a mirror, as namespaces on their backends, and the retry budget their
+/// replayed commands and copies share.
+pub(crate) struct Sides {
+    pub(crate) primary: Namespace,
+    pub(crate) target: Namespace,
+    pub(crate) budget: RetryBudget,
+    script_limit: Duration,
+}
+
+impl Sides {
+    /// An executor session for the mirror's own requests: never given up for a shutdown,
+    /// scripts replayed as the primary ran them.
+    pub(crate) fn session(&self) -> (Session, watch::Sender<bool>) {
+        let (keep, give_up) = watch::channel(false);
+        let mut session = Session::new(0, give_up);
+        let gate: Arc<dyn crate::backend::lua::Gate> = Arc::new(Replayed(self.script_limit));
+        session.script = Some(gate);
+        (session, keep)
+    }
+}
+
+/// What the connections and the worker share.
+struct MirrorProgress {
+    /// Jobs queued or running, and requests that may still queue one ([`MirrorTicket`]s).
+    pending: AtomicUsize,
+    /// Told each time `pending` falls.
+    settled: Notify,
+    /// Whether the last write found the queue full (logged once per spell).
+    dropping: AtomicBool,
+    /// Orders marks and copies: each takes the next.
+    seq: std::sync::atomic::AtomicU64,
+    /// A request of a namespace cut over to this mirror found it ready: later ones need
+    /// not wait.
+    ready: AtomicBool,
+    recopy: Mutex<Recopy>,
+}
+
+impl MirrorProgress {
+    fn done_one(&self) {
+        self.pending.fetch_sub(1, Ordering::AcqRel);
+        self.settled.notify_waiters();
+    }
+}
+
+/// Why a request of a namespace cut over to a mirror cannot run there yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NotReady {
+    /// Writes queued for the mirror are still being applied.
+    Waiting,
+    /// The mirror missed writes (their keys are marked to be copied again).
+    Behind,
+}
+
+/// A request's [`MirrorTicket`] and its keys' shards, held until it is handed to the mirror:
+/// what dropping it lets go.
+pub struct MirrorHold {
+    _ticket: MirrorTicket,
+    _shards: Vec<OwnedRwLockReadGuard<()>>,
+}
+
+/// A request on its way through the primary: until dropped, the mirror is not settled.
+pub struct MirrorTicket(Arc<MirrorProgress>);
+
+impl Drop for MirrorTicket {
+    fn drop(&mut self) {
+        self.0.done_one();
+    }
+}
+
+/// One namespace's mirror.
+pub struct Mirror {
+    /// The mirrored namespace.
+    pub namespace: String,
+    /// The mirror's backend name.
+    pub backend: String,
+    /// The namespace's own backend.
+    pub primary: Arc<Backend>,
+    /// The mirror's backend.
+    pub target: Arc<Backend>,
+    config: MirrorConfig,
+    /// The namespace's key prefixes (none: the catch-all), which a copy walks.
+    pub prefixes: Vec<Bytes>,
+    tx: mpsc::Sender<MirrorJob>,
+    progress: Arc<MirrorProgress>,
+    sides: Arc<Sides>,
+    /// A write holds its keys' shards shared, from before its dispatch until it is queued;
+    /// a copy or a check of a key holds the key's shard alone, so a key's snapshot and the
+    /// writes queued around it are in one order (`copy.rs`).
+    shards: Vec<Arc<RwLock<()>>>,
+}
+
+/// Lets a replayed script call what it called on the primary, where it was checked.
+struct Replayed(Duration);
+
+impl crate::backend::lua::Gate for Replayed {
+    fn check(&self, _args: &[Bytes]) -> Option<String> {
+        None
+    }
+
+    fn limit(&self) -> Duration {
+        self.0
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+impl Mirror {
+    /// Starts the mirror of `primary` on `target` (a namespace on the mirror's backend, of the
+    /// same name and policy), its worker on the current Tokio runtime.
+    pub fn start(
+        config: &MirrorConfig,
+        prefixes: &[String],
+        (primary, target): (Namespace, Namespace),
+        budget: &BudgetConfig,
+        script_limit: Duration,
+    ) -> Arc<Mirror> {
+        let (tx, rx) = mpsc::channel(config.queue);
+        let progress = Arc::new(MirrorProgress {
+            pending: AtomicUsize::new(0),
+            settled: Notify::new(),
+            dropping: AtomicBool::new(false),
+            seq: std::sync::atomic::AtomicU64::new(0),
+            ready: AtomicBool::new(false),
+            recopy: Mutex::new(Recopy::default()),
+        });
+        let sides = Arc::new(Sides {
+            primary,
+            target,
+            budget: RetryBudget::new(budget),
+            script_limit,
+        });
+        let mirror = Arc::new(Mirror {
+            namespace: sides.primary.name.clone(),
+            backend: config.backend.clone(),
+            primary: sides.primary.backend.clone(),
+            target: sides.target.backend.clone(),
+            config: config.clone(),
+            prefixes: prefixes
+                .iter()
+                .map(|p| Bytes::copy_from_slice(p.as_bytes()))
+                .collect(),
+            tx,
+            progress: progress.clone(),
+            sides: sides.clone(),
+            shards: (0..SHARDS).map(|_| Arc::new(RwLock::new(()))).collect(),
+        });
+        m::mirror_queued(&mirror.namespace, 0);
+        let worker = MirrorWorker {
+            sides,
+            progress,
+            last_logged: Mutex::new(None),
+        };
+        // Outside a runtime (a configuration checked offline) nothing is started; writes
+        // then find the queue full and are marked to be copied again.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(worker.run(rx));
+        }
+        mirror
+    }
+
+    /// Whether `config` and `prefixes` describe this mirror.
+    pub fn is(&self, config: &MirrorConfig, prefixes: &[String]) -> bool {
+        self.config == *config
+            && self.prefixes.len() == prefixes.len()
+            && self
+                .prefixes
+                .iter()
+                .zip(prefixes)
+                .all(|(a, b)| a[..] == *b.as_bytes())
+    }
+
+    fn shard_of(key: &[u8]) -> usize {
+        let hash = key.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3)
+        });
+        (hash % SHARDS as u64) as usize
+    }
+
+    /// Held by writes from before their dispatch until they are queued for the mirror: the
+    /// shards of the keys of those of `commands` that write, shared, taken in one order (a
+    /// copy of one of their keys waits for them, and they for the copy).
+    pub async fn writing(&self, commands: &[&Command]) -> Vec<OwnedRwLockReadGuard<()>> {
+        let mut shards: Vec<usize> = commands
+            .iter()
+            .filter(|c| c.writes())
+            .flat_map(|c| c.keys())
+            .map(|k| Self::shard_of(k))
+            .collect();
+        shards.sort_unstable();
+        shards.dedup();
+        let mut held = Vec::with_capacity(shards.len());
+        for shard in shards {
+            held.push(self.shards[shard].clone().read_owned().await);
+        }
+        held
+    }
+
+    /// Held by a request of the namespace from before its dispatch until [`Mirror::after`]:
+    /// the mirror is settled only when no request may still queue a write.
+    pub fn ticket(&self) -> MirrorTicket {
+        self.progress.pending.fetch_add(1, Ordering::AcqRel);
+        MirrorTicket(self.progress.clone())
+    }
+
+    /// What a request holds from before its dispatch until it is handed to the mirror
+    /// ([`Mirror::after`]): its ticket, and its writes' keys (`writing`).
+    pub async fn hold(&self, commands: &[&Command]) -> MirrorHold {
+        let ticket = self.ticket();
+        MirrorHold {
+            _ticket: ticket,
+            _shards: self.writing(commands).await,
+        }
+    }
+
+    /// Hands the mirror what `command`, answered `reply` by the primary and ending as
+    /// `ended`, needs there.
+    pub fn after(&self, command: &Command, reply: &Reply, ended: Ended, proto: Proto) {
+        if !command.writes() {
+            let compare = self.config.reads == MirrorReads::Compare
+                && ended == Ended::Ok
+                && compare::compared(command.spec.name) != compare::Compared::Never;
+            // Comparisons give way to writes: none is queued past half the queue.
+            if compare && self.tx.capacity() > self.config.queue / 2 {
+                self.push(MirrorJob::Compare {
+                    args: command.args.clone(),
+                    primary: reply.clone(),
+                    proto,
+                });
+            }
+            return;
+        }
+        if !self.config.writes {
+            return;
+        }
+        match rewrite::mirrored(command, reply, ended, now_ms()) {
+            Mirrored::Skip => {}
+            Mirrored::Send(commands) => self.push(MirrorJob::Apply {
+                commands,
+                keys: command.keys().cloned().collect(),
+                heals: None,
+                at: 0,
+            }),
+            Mirrored::Recopy => {
+                let keys: Vec<Bytes> = command.keys().cloned().collect();
+                mark(&self.progress, &self.namespace, &keys);
+            }
+        }
+    }
+
+    /// A transaction's commands, each as if sent alone, in the order it ran them: with its
+    /// own element of `EXEC`'s reply, or, for a transaction that failed, ending as that says.
+    pub fn after_transaction(
+        &self,
+        queue: &[Command],
+        replies: Result<&Frame, Ended>,
+        proto: Proto,
+    ) {
+        match replies {
+            Ok(Frame::Array { data, .. }) => {
+                for (item, command) in data.iter().zip(queue) {
+                    let failed =
+                        matches!(item, Frame::SimpleError { .. } | Frame::BlobError { .. });
+                    let ended = if failed { Ended::Answer } else { Ended::Ok };
+                    self.after(command, &item.clone().into(), ended, proto);
+                }
+            }
+            // A nil EXEC: a watched key changed, nothing ran.
+            Ok(_) => {}
+            Err(ended) => {
+                for command in queue {
+                    self.after(command, &Frame::Null.into(), ended, proto);
+                }
+            }
+        }
+    }
+
+    fn push(&self, mut job: MirrorJob) {
+        self.progress.pending.fetch_add(1, Ordering::AcqRel);
+        if let MirrorJob::Apply { at, .. } = &mut job {
+            *at = self.progress.seq.fetch_add(1, Ordering::AcqRel);
+        }
+        match self.tx.try_send(job) {
+            Ok(()) => {
+                self.progress.dropping.store(false, Ordering::Relaxed);
+                m::mirror_queued(&self.namespace, self.config.queue - self.tx.capacity());
+            }
+            Err(refused) => {
+                self.progress.done_one();
+                let job = match refused {
+                    mpsc::error::TrySendError::Full(job)
+                    | mpsc::error::TrySendError::Closed(job) => job,
+                };
+                if let MirrorJob::Apply { keys, .. } = job {
+                    m::mirror_dropped(&self.namespace);
+                    if !self.progress.dropping.swap(true, Ordering::Relaxed) {
+                        tracing::warn!(
+                            namespace = self.namespace.as_str(),
+                            mirror = self.backend.as_str(),
+                            queue = self.config.queue,
+                            "mirror queue full: writes are not replayed, their keys are marked to be copied again"
+                        );
+                    }
+                    mark(&self.progress, &self.namespace, &keys);
+                }
+            }
+        }
+    }
+
+    /// Requests queued, and keys marked to be copied again (-1: every key).
+    pub fn status(&self) -> (usize, i64) {
+        let recopy = self.lock();
+        let marked = if recopy.all {
+            -1
+        } else {
+            recopy.keys.len() as i64
+        };
+        (self.config.queue - self.tx.capacity(), marked)
+    }
+
+    /// Whether some keys are to be copied again.
+    pub fn behind(&self) -> bool {
+        !self.lock().is_empty()
+    }
+
+    /// The keys to copy again, taken (a copy that fails marks them again).
+    pub fn take_recopy(&self) -> Recopy {
+        let taken = std::mem::take(&mut *self.lock());
+        m::mirror_behind(&self.namespace, 0);
+        taken
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Recopy> {
+        self.progress
+            .recopy
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// For a request of the namespace cut over to this mirror: Ok once every write queued
+    /// for it, or on its way, is applied (waiting at most `limit`), and none was missed.
+    ///
+    /// # Errors
+    /// [`NotReady`]: the request is not to run on the mirror's backend.
+    pub async fn ready(&self, limit: Duration) -> Result<(), NotReady> {
+        if self.is_ready() {
+            return Ok(());
+        }
+        if !self.settled(limit).await {
+            return Err(NotReady::Waiting);
+        }
+        if self.behind() {
+            return Err(NotReady::Behind);
+        }
+        self.progress.ready.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Whether a namespace cut over to this mirror found it ready once.
+    pub fn is_ready(&self) -> bool {
+        self.progress.ready.load(Ordering::Acquire)
+    }
+
+    /// Waits until no write is queued, running or on its way (true), or `limit` passes
+    /// (false).
+    pub async fn settled(&self, limit: Duration) -> bool {
+        let wait = async {
+            loop {
+                let notified = self.progress.settled.notified();
+                if self.progress.pending.load(Ordering::Acquire) == 0 {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        tokio::time::timeout(limit, wait).await.is_ok()
+    }
+}
+
+/// Marks `keys` (every key when there are none) to be copied again, as of now.
+fn mark(progress: &MirrorProgress, namespace: &str, keys: &[Bytes]) {
+    let at = progress.seq.fetch_add(1, Ordering::AcqRel);
+    mark_at(progress, namespace, keys, at);
+}
+
+/// Marks `keys` to be copied again as of `at`: a copy queued after `at` heals them.
+fn mark_at(progress: &MirrorProgress, namespace: &str, keys: &[Bytes], at: u64) {
+    let mut recopy = progress.recopy.lock().unwrap_or_else(|p| p.into_inner());
+    if keys.is_empty() || recopy.keys.len() + keys.len() > RECOPY_KEYS_MAX {
+        recopy.all = true;
+        recopy.keys.clear();
+    } else if !recopy.all {
+        for key in keys {
+            let marked = recopy.keys.entry(key.clone()).or_insert(at);
+            *marked = (*marked).max(at);
+        }
+    }
+    let count = if recopy.all {
+        -1
+    } else {
+        recopy.keys.len() as i64
+    };
+    m::mirror_behind(namespace, count);
+}
+
+/// Unmarks `keys` marked before `at`: a copy of them queued at `at` was applied.
+fn heal(progress: &MirrorProgress, namespace: &str, keys: &[Bytes], at: u64) {
+    let mut recopy = progress.recopy.lock().unwrap_or_else(|p| p.into_inner());
+    for key in keys {
+        if recopy.keys.get(key).is_some_and(|marked| *marked < at) {
+            recopy.keys.remove(key);
+        }
+    }
+    let count = if recopy.all {
+        -1
+    } else {
+        recopy.keys.len() as i64
+    };
+    m::mirror_behind(namespace, count);
+}
+
+/// The worker: applies, compares and checks, one job at a time, in queue order.
+struct MirrorWorker {
+    sides: Arc<Sides>,
+    progress: Arc<MirrorProgress>,
+    /// When a difference was last logged.
+    last_logged: Mutex<Option<tokio::time::Instant>>,
+}
+
+impl MirrorJob {
+    /// The shards of the keys it touches; None: it touches keys it does not name (a
+    /// keyless write), and runs alone.
+    fn shards(&self) -> Option<Vec<usize>> {
+        let keys: Vec<Bytes> = match self {
+            MirrorJob::Apply { keys, .. } => keys.clone(),
+            MirrorJob::Compare { args, .. } => Command::parse(args.clone())
+                .map(|c| c.keys().cloned().collect())
+                .unwrap_or_default(),
+            MirrorJob::Check { key, .. } => vec![key.clone()],
+        };
+        (!keys.is_empty()).then(|| keys.iter().map(|k| Mirror::shard_of(k)).collect())
+    }
+}
+
+impl MirrorWorker {
+    /// Takes jobs in queue order and runs up to [`LANES`] at once on distinct shards: a job
+    /// joins a round unless a shard of it is taken by the round or by a job before it that
+    /// waits for the next round. So each key's jobs run one after the other, in queue order,
+    /// and a slow backend (a database committing) applies many at a time.
+    async fn run(self, mut rx: mpsc::Receiver<MirrorJob>) {
+        // What is queued is applied while the runtime lasts.
+        let mut sessions: Vec<(Session, watch::Sender<bool>)> =
+            (0..LANES).map(|_| self.sides.session()).collect();
+        let mut waiting: VecDeque<MirrorJob> = VecDeque::new();
+        loop {
+            if waiting.is_empty() {
+                match rx.recv().await {
+                    Some(job) => waiting.push_back(job),
+                    None => return,
+                }
+            }
+            while waiting.len() < WINDOW {
+                let Ok(job) = rx.try_recv() else { break };
+                waiting.push_back(job);
+            }
+            let round = Self::round(&mut waiting);
+            m::mirror_queued(&self.sides.primary.name, rx.len() + waiting.len());
+            let n = round.len();
+            let runs = round
+                .into_iter()
+                .zip(sessions.iter_mut())
+                .map(|(job, (session, _))| self.one(session, job));
+            futures_util::future::join_all(runs).await;
+            for _ in 0..n {
+                self.progress.done_one();
+            }
+        }
+    }
+
+    /// The jobs of `waiting` that run in the next round, taken out of it.
+    fn round(waiting: &mut VecDeque<MirrorJob>) -> Vec<MirrorJob> {
+        let mut round = Vec::with_capacity(LANES);
+        let (mut taken, mut blocked) = (HashSet::new(), HashSet::new());
+        let mut left = VecDeque::with_capacity(waiting.len());
+        while let Some(job) = waiting.pop_front() {
+            let Some(shards) = job.shards() else {
+                // A keyless job runs alone, after everything before it.
+                if round.is_empty() && left.is_empty() {
+                    round.push(job);
+                } else {
+                    left.push_back(job);
+                }
+                break;
+            };
+            let free = shards
+                .iter()
+                .all(|s| !taken.contains(s) && !blocked.contains(s));
+            if free && round.len() < LANES {
+                taken.extend(shards);
+                round.push(job);
+            } else {
+                blocked.extend(shards);
+                left.push_back(job);
+            }
+        }
+        left.append(waiting);
+        *waiting = left;
+        round
+    }
+
+    async fn one(&self, session: &mut Session, job: MirrorJob) {
+        match job {
+            MirrorJob::Apply {
+                commands,
+                keys,
+                heals,
+                at,
+            } => {
+                let mut all = true;
+                for args in commands {
+                    if !self.apply(session, args).await {
+                        all = false;
+                        mark_at(&self.progress, &self.sides.primary.name, &keys, at);
+                    }
+                }
+                if let (true, Some(at)) = (all, heals) {
+                    heal(&self.progress, &self.sides.primary.name, &keys, at);
+                }
+            }
+            MirrorJob::Compare {
+                args,
+                primary,
+                proto,
+            } => {
+                session.proto = proto;
+                self.compare(session, args, primary).await;
+                session.proto = Proto::Resp2;
+            }
+            MirrorJob::Check { key, primary, done } => {
+                let target = &self.sides.target;
+                let found = match copy::snapshot(&self.sides, session, target, &key).await {
+                    Ok(mirrored) => diff::diff(&primary, &mirrored),
+                    Err(_) => Some(diff::Difference::Unanswered),
+                };
+                let _ = done.send(found);
+            }
+        }
+    }
+
+    /// Applies one command on the mirror: whether the mirror took it.
+    async fn apply(&self, session: &mut Session, args: Vec<Bytes>) -> bool {
+        let Ok(command) = Command::parse(args) else {
+            m::mirror_applied(&self.sides.primary.name, "error");
+            return false;
+        };
+        let (reply, outcome) = session
+            .execute(&self.sides.budget, &self.sides.target, &command, None)
+            .await;
+        let ok = outcome.ended == Ended::Ok;
+        m::mirror_applied(&self.sides.primary.name, if ok { "ok" } else { "error" });
+        if !ok {
+            let said = reply.into_frame();
+            tracing::debug!(
+                namespace = self.sides.primary.name.as_str(),
+                command = command.spec.name,
+                reply = ?said,
+                "the mirror did not apply a write; its keys are marked to be copied again"
+            );
+        }
+        ok
+    }
+
+    async fn read(
+        &self,
+        session: &mut Session,
+        on: &Namespace,
+        command: &Command,
+    ) -> Option<Reply> {
+        let (reply, outcome) = session.execute(&self.sides.budget, on, command, None).await;
+        (outcome.ended == Ended::Ok).then_some(reply)
+    }
+
+    /// Compares the mirror's reply to a read with the primary's, confirming a difference.
+    async fn compare(&self, session: &mut Session, args: Vec<Bytes>, primary: Reply) {
+        let Ok(command) = Command::parse(args) else {
+            return;
+        };
+        let name = command.spec.name;
+        let first = primary.into_frame();
+        let Some(mirrored) = self.read(session, &self.sides.target, &command).await else {
+            m::mirror_compared(&self.sides.primary.name, "unanswered");
+            return;
+        };
+        if compare::agree(name, &first, &mirrored.into_frame()) {
+            m::mirror_compared(&self.sides.primary.name, "same");
+            return;
+        }
+        // Confirmed only if the primary still says the same and the mirror still differs.
+        let again = self.read(session, &self.sides.primary, &command).await;
+        if !again.is_some_and(|r| compare::agree(name, &first, &r.into_frame())) {
+            m::mirror_compared(&self.sides.primary.name, "changing");
+            return;
+        }
+        let Some(mirrored) = self.read(session, &self.sides.target, &command).await else {
+            m::mirror_compared(&self.sides.primary.name, "unanswered");
+            return;
+        };
+        if compare::agree(name, &first, &mirrored.into_frame()) {
+            m::mirror_compared(&self.sides.primary.name, "same");
+            return;
+        }
+        m::mirror_compared(&self.sides.primary.name, "different");
+        m::mirror_difference(&self.sides.primary.name, command.label());
+        let now = tokio::time::Instant::now();
+        let due = {
+            let mut last = self.last_logged.lock().unwrap_or_else(|p| p.into_inner());
+            let due = last.is_none_or(|at| now.duration_since(at) >= DIFFERENCE_LOG_EVERY);
+            if due {
+                *last = Some(now);
+            }
+            due
+        };
+        if due {
+            let key = command
+                .keys()
+                .next()
+                .map(|k| String::from_utf8_lossy(k).into_owned())
+                .unwrap_or_default();
+            tracing::warn!(
+                namespace = self.sides.primary.name.as_str(),
+                mirror = self.sides.target.backend.name(),
+                command = name,
+                key = key.as_str(),
+                "the mirror answers this read differently from the primary"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(key: &str) -> MirrorJob {
+        MirrorJob::Apply {
+            commands: Vec::new(),
+            heals: None,
+            at: 0,
+            keys: if key.is_empty() {
+                Vec::new()
+            } else {
+                vec![Bytes::copy_from_slice(key.as_bytes())]
+            },
+        }
+    }
+
+    fn keys(jobs: &[MirrorJob]) -> Vec<String> {
+        jobs.iter()
+            .map(|j| match j {
+                MirrorJob::Apply { keys, .. } => keys
+                    .first()
+                    .map(|k| String::from_utf8_lossy(k).into_owned())
+                    .unwrap_or_else(|| "-".into()),
+                _ => "?".into(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_round_takes_each_key_s_first_job_and_stops_at_a_keyless_one() {
+        // a:2 is a's second write: it waits for the round after a's first.
+        let mut waiting: VecDeque<MirrorJob> =
+            ["a", "b", "a", "c", "", "d"].into_iter().map(job).collect();
+        let mut rounds = Vec::new();
+        while !waiting.is_empty() {
+            rounds.push(keys(&MirrorWorker::round(&mut waiting)));
+        }
+        assert_eq!(
+            rounds,
+            vec![vec!["a", "b", "c"], vec!["a"], vec!["-"], vec!["d"]]
+        );
+    }
+}

@@ -1,0 +1,579 @@
+//! A namespace mirrored from a real Redis to SQLite (`[namespaces.mirror]`): the writes a
+//! client makes through holdfast reach the mirror as the primary applied them (relative
+//! times made absolute, server-chosen ids and random pops carried as chosen, blocking pops
+//! as the pop they ended in, transactions command by command); a read compared on the
+//! mirror finds a planted difference; a paused mirror never holds a client, and the keys it
+//! missed are marked; a cut-over by reload answers from the mirror with every acknowledged
+//! write there.
+
+use crate::support::*;
+
+use std::time::Duration;
+
+fn config(redis: &str, sqlite: &std::path::Path, mirror_extra: &str) -> String {
+    format!(
+        r#"
+[defaults]
+reply_mode = "fast"
+[backends.main]
+kind = "redis"
+url = "{redis}"
+[backends.db]
+kind = "sqlite"
+path = "{}"
+[[namespaces]]
+name = "all"
+backend = "main"
+mirror = {{ backend = "db"{mirror_extra} }}
+"#,
+        sqlite.display()
+    )
+}
+
+/// holdfast straight on the SQLite file: what the mirror holds.
+async fn on_mirror(sqlite: &std::path::Path) -> Proxy {
+    Proxy::start(&sql_namespace(&format!(
+        "kind = \"sqlite\"\npath = \"{}\"",
+        sqlite.display()
+    )))
+    .await
+}
+
+/// Waits until the mirror queue is empty and nothing is on its way.
+async fn settled(proxy: &Proxy) {
+    let mirror = proxy
+        .holdfast
+        .mirror("all")
+        .expect("the namespace has a mirror");
+    assert!(
+        mirror.settled(Duration::from_secs(20)).await,
+        "the mirror never caught up"
+    );
+}
+
+fn text(reply: &[u8]) -> String {
+    String::from_utf8_lossy(reply).into_owned()
+}
+
+/// A bulk reply's body (`$1\r\nv\r\n` → `v`), as `RedisServer::cmd` hands it raw.
+fn body(raw: &str) -> String {
+    raw.lines().nth(1).unwrap_or_default().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_reach_the_mirror_as_the_primary_applied_them() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("mirror.db");
+    let proxy = Proxy::start(&config(&redis.url(), &file, "")).await;
+    let mut c = proxy.connect().await;
+    let writes: &[&[&str]] = &[
+        &["SET", "s", "v"],
+        &["INCR", "n"],
+        &["INCRBY", "n", "41"],
+        &["INCRBYFLOAT", "f", "0.1"],
+        &["INCRBYFLOAT", "f", "0.2"],
+        &["SET", "ttl", "v", "EX", "100"],
+        &["EXPIRE", "s", "200"],
+        &["HSET", "h", "a", "1", "b", "2"],
+        &["HINCRBYFLOAT", "h", "a", "1.5"],
+        &["SADD", "set", "a", "b", "c", "d", "e"],
+        &["SPOP", "set", "2"],
+        &["RPUSH", "list", "a", "b", "c"],
+        &["BLPOP", "nothing", "list", "1"],
+        &["BLMOVE", "list", "other", "RIGHT", "LEFT", "1"],
+        &["ZADD", "z", "1", "a", "2", "b", "3", "c"],
+        &["BZPOPMIN", "z", "1"],
+        &["XADD", "x", "*", "f", "v"],
+        &["XADD", "x", "*", "f", "w"],
+        &["XGROUP", "CREATE", "x", "g", "0"],
+        &[
+            "XREADGROUP",
+            "GROUP",
+            "g",
+            "c",
+            "COUNT",
+            "1",
+            "BLOCK",
+            "100",
+            "STREAMS",
+            "x",
+            ">",
+        ],
+        &["MULTI"],
+        &["INCR", "n"],
+        &["LPUSH", "list", "m"],
+        &["EXEC"],
+        &["DEL", "other"],
+    ];
+    for w in writes {
+        let reply = c.command(w).await;
+        assert!(!reply.starts_with(b"-"), "{w:?}: {}", text(&reply));
+    }
+    settled(&proxy).await;
+    let direct = on_mirror(&file).await;
+    let mut m = direct.connect().await;
+    let reads: &[&[&str]] = &[
+        &["GET", "s"],
+        &["GET", "n"],
+        &["GET", "f"],
+        &["HGETALL", "h"],
+        &["SCARD", "set"],
+        &["LRANGE", "list", "0", "-1"],
+        &["EXISTS", "other"],
+        &["ZRANGE", "z", "0", "-1", "WITHSCORES"],
+        &["XRANGE", "x", "-", "+"],
+        &["XPENDING", "x", "g", "-", "+", "10"],
+    ];
+    for r in reads {
+        let want = text(&c.command(r).await);
+        let got = text(&m.command(r).await);
+        if r[0] == "XPENDING" {
+            // Delivery times are each backend's own; ids, consumer and count are not.
+            let id_and_owner = |t: &str| t.lines().take(6).collect::<Vec<_>>().join("|");
+            assert_eq!(id_and_owner(&got), id_and_owner(&want), "{r:?}");
+        } else {
+            assert_eq!(got, want, "{r:?}");
+        }
+    }
+    // SPOP's members are those the primary popped.
+    let members = |t: String| {
+        let mut v: Vec<String> = t
+            .lines()
+            .filter(|l| !l.starts_with(['*', '$']))
+            .map(String::from)
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(
+        members(text(&m.command(&["SMEMBERS", "set"]).await)),
+        members(text(&c.command(&["SMEMBERS", "set"]).await))
+    );
+    // Times to live: the deadline the primary set, within the test's own pace.
+    for key in ["s", "ttl"] {
+        let a: i64 = text(&c.command(&["PTTL", key]).await)[1..]
+            .trim()
+            .parse()
+            .unwrap();
+        let b: i64 = text(&m.command(&["PTTL", key]).await)[1..]
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(a > 0 && (a - b).abs() < 2_000, "{key}: {a} {b}");
+    }
+    // Nothing refused by the mirror, nothing to copy again. (The metrics are the process's,
+    // shared with the other tests here: the mirror itself is asked.)
+    let mirror = proxy.holdfast.mirror("all").unwrap();
+    assert_eq!(mirror.status(), (0, 0));
+    direct.stop().await;
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compared_read_finds_a_planted_difference() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("mirror.db");
+    let proxy = Proxy::start(&config(&redis.url(), &file, ", reads = \"compare\"")).await;
+    let mut c = proxy.connect().await;
+    for key in ["same", "planted"] {
+        c.command(&["SET", key, "primary"]).await;
+    }
+    settled(&proxy).await;
+    // A difference planted on the mirror alone.
+    let direct = on_mirror(&file).await;
+    direct
+        .connect()
+        .await
+        .command(&["SET", "planted", "mirror"])
+        .await;
+    for key in ["same", "planted", "same"] {
+        assert_eq!(text(&c.command(&["GET", key]).await), "$7\r\nprimary\r\n");
+    }
+    settled(&proxy).await;
+    let difference =
+        "holdfast_mirror_differences_total{holdfast_namespace=\"all\",command=\"GET\"}";
+    assert_eq!(proxy.metric(difference).await, 1.0);
+    assert_eq!(
+        proxy
+            .metric("holdfast_mirror_compared_total{result=\"same\"}")
+            .await,
+        2.0
+    );
+    direct.stop().await;
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_mirror_never_holds_a_client_and_its_missed_keys_are_marked() {
+    let redis = RedisServer::start();
+    let mirror = RedisServer::start();
+    let toml = format!(
+        r#"
+[defaults]
+reply_mode = "fast"
+[backends.main]
+kind = "redis"
+url = "{}"
+[backends.copy]
+kind = "redis"
+url = "{}"
+[[namespaces]]
+name = "all"
+backend = "main"
+mirror = {{ backend = "copy", queue = 50 }}
+"#,
+        redis.url(),
+        mirror.url()
+    );
+    let proxy = Proxy::start(&toml).await;
+    let mut c = proxy.connect().await;
+    c.command(&["SET", "warm", "1"]).await;
+    settled(&proxy).await;
+    mirror.pause();
+    // Every write answered while the mirror cannot take any: well past the queue.
+    let started = std::time::Instant::now();
+    for i in 0..500 {
+        let reply = c.command(&["SET", &format!("k{i}"), "v"]).await;
+        assert_eq!(reply, b"+OK\r\n");
+    }
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(10), "500 writes took {took:?}");
+    let (_, marked) = proxy.holdfast.mirror("all").unwrap().status();
+    assert!(marked >= 400, "{marked} keys marked");
+    // A cut-over to a mirror that missed writes is refused; the old configuration stays.
+    let cut = toml.replace(
+        "backend = \"main\"\nmirror = { backend = \"copy\", queue = 50 }",
+        "backend = \"copy\"",
+    );
+    let refused = proxy
+        .reload(&cut)
+        .expect_err("a cut-over to a mirror behind is refused");
+    assert!(refused.contains("behind"), "{refused}");
+    mirror.resume();
+    settled(&proxy).await;
+    assert_eq!(body(&mirror.cmd(&["GET", "k0"])), "v", "k0 never replayed");
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_over_answers_from_the_mirror_with_every_acknowledged_write() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("mirror.db");
+    let toml = config(&redis.url(), &file, "");
+    let proxy = Proxy::start(&toml).await;
+    // Writers counting what was acknowledged, through the cut-over.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for w in 0..4 {
+        let addr = proxy.addr.clone();
+        let stop = stop.clone();
+        writers.push(tokio::spawn(async move {
+            let mut conn = RawConn::connect(&addr).await;
+            let mut acked = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let reply = conn.command(&["INCR", &format!("counter:{w}")]).await;
+                assert!(reply.starts_with(b":"), "INCR: {}", text(&reply));
+                acked += 1;
+            }
+            acked
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let cut = toml
+        .replace("mirror = { backend = \"db\" }", "")
+        .replace("backend = \"main\"", "backend = \"db\"");
+    proxy.reload(&cut).expect("the cut-over applies");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut c = proxy.connect().await;
+    for (w, writer) in writers.into_iter().enumerate() {
+        let acked = writer.await.unwrap();
+        let now = text(&c.command(&["GET", &format!("counter:{w}")]).await);
+        assert_eq!(
+            now,
+            format!("${}\r\n{acked}\r\n", acked.to_string().len()),
+            "writer {w}"
+        );
+    }
+    // The mirror answers now: Redis stopped getting writes at the cut-over.
+    let on_redis: u64 = body(&redis.cmd(&["GET", "counter:0"])).parse().unwrap();
+    let on_mirror = text(&c.command(&["GET", "counter:0"]).await);
+    assert!(
+        !on_mirror.ends_with(&format!("\r\n{on_redis}\r\n")),
+        "still on Redis: {on_redis}"
+    );
+    proxy.stop().await;
+}
+
+/// A load of mixed writes through holdfast, each writer's acknowledged writes counted: the
+/// oracle of a move. Writer `w` increments `counter:w`, pushes to `list:w`, sets fields of
+/// `hash:w`, adds to `set:w` and `z:w`, appends to `stream:w` and reads it as group `g`,
+/// and writes a string with a time to live; every reply must be a success.
+struct Load {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    writers: Vec<tokio::task::JoinHandle<(u64, Duration)>>,
+}
+
+impl Load {
+    fn start(addr: &str, writers: usize) -> Load {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writers = (0..writers)
+            .map(|w| {
+                let (addr, stop) = (addr.to_string(), stop.clone());
+                tokio::spawn(async move {
+                    let mut c = RawConn::connect(&addr).await;
+                    let (mut acked, mut slowest) = (0u64, Duration::ZERO);
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let i = acked.to_string();
+                        let (counter, list, hash, set, z, stream, ttl) = (
+                            format!("counter:{w}"),
+                            format!("list:{w}"),
+                            format!("hash:{w}"),
+                            format!("set:{w}"),
+                            format!("z:{w}"),
+                            format!("stream:{w}"),
+                            format!("ttl:{w}:{}", acked % 10),
+                        );
+                        let field = format!("f{}", acked % 50);
+                        let member = format!("m{i}");
+                        let started = std::time::Instant::now();
+                        for cmd in [
+                            vec!["INCR", &counter],
+                            vec!["RPUSH", &list, &i],
+                            vec!["HSET", &hash, &field, &i],
+                            vec!["SADD", &set, &i],
+                            vec!["ZADD", &z, &i, &member],
+                            vec!["XADD", &stream, "*", "n", &i],
+                            vec![
+                                "XREADGROUP",
+                                "GROUP",
+                                "g",
+                                "c",
+                                "COUNT",
+                                "1",
+                                "STREAMS",
+                                &stream,
+                                ">",
+                            ],
+                            vec!["SET", &ttl, &i, "EX", "600"],
+                        ] {
+                            let reply = c.command(&cmd).await;
+                            assert!(!reply.starts_with(b"-"), "{cmd:?}: {}", text(&reply));
+                        }
+                        slowest = slowest.max(started.elapsed());
+                        acked += 1;
+                        // A steady load, not a flood: about 150 writes a second a writer.
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    (acked, slowest)
+                })
+            })
+            .collect();
+        Load { stop, writers }
+    }
+
+    /// Stops the writers: each one's acknowledged rounds, and the slowest round.
+    async fn stop(self) -> Vec<(u64, Duration)> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut out = Vec::new();
+        for w in self.writers {
+            out.push(w.await.unwrap());
+        }
+        out
+    }
+}
+
+/// Every acknowledged write of `rounds[w]` is on whatever backend `c` reaches.
+async fn oracle(c: &mut RawConn, rounds: &[(u64, Duration)]) {
+    for (w, (acked, _)) in rounds.iter().enumerate() {
+        let n = acked.to_string();
+        let int = |r: Vec<u8>| text(&r).trim_start_matches(':').trim().to_string();
+        assert_eq!(
+            text(&c.command(&["GET", &format!("counter:{w}")]).await),
+            format!("${}\r\n{n}\r\n", n.len()),
+            "counter:{w}"
+        );
+        assert_eq!(
+            int(c.command(&["LLEN", &format!("list:{w}")]).await),
+            n,
+            "list:{w}"
+        );
+        assert_eq!(
+            int(c.command(&["SCARD", &format!("set:{w}")]).await),
+            n,
+            "set:{w}"
+        );
+        assert_eq!(
+            int(c.command(&["ZCARD", &format!("z:{w}")]).await),
+            n,
+            "z:{w}"
+        );
+        assert_eq!(
+            int(c.command(&["XLEN", &format!("stream:{w}")]).await),
+            // `seed` put one entry there first.
+            (acked + 1).to_string(),
+            "stream:{w}"
+        );
+        assert_eq!(
+            int(c.command(&["HLEN", &format!("hash:{w}")]).await),
+            (*acked).min(50).to_string(),
+            "hash:{w}"
+        );
+    }
+}
+
+/// Keys that were there before mirroring began, of every type, some with a time to live.
+fn seed(server: &RedisServer, keys: usize) {
+    for k in 0..keys {
+        let k = k.to_string();
+        server.cmd(&["SET", &format!("old:s:{k}"), &k]);
+        server.cmd(&["HSET", &format!("old:h:{k}"), "a", &k, "b", "x"]);
+        server.cmd(&["RPUSH", &format!("old:l:{k}"), "a", &k]);
+        server.cmd(&["SADD", &format!("old:set:{k}"), "a", &k]);
+        server.cmd(&["ZADD", &format!("old:z:{k}"), "1", "a", &k, "b"]);
+        server.cmd(&["SET", &format!("old:ttl:{k}"), &k, "EX", "900"]);
+    }
+    for w in 0..4 {
+        let stream = format!("stream:{w}");
+        server.cmd(&["XADD", &stream, "1-1", "old", "entry"]);
+        server.cmd(&["XGROUP", "CREATE", &stream, "g", "0"]);
+        server.cmd(&["SET", &format!("counter:{w}"), "0"]);
+    }
+}
+
+fn moving_config(redis: &str, to: &str, extra: &str) -> String {
+    format!(
+        r#"
+[defaults]
+reply_mode = "fast"
+[backends.main]
+kind = "redis"
+url = "{redis}"
+[backends.next]
+{to}
+[[namespaces]]
+name = "all"
+backend = "main"
+mirror = {{ backend = "next"{extra} }}
+"#
+    )
+}
+
+fn target(proxy: &Proxy) -> holdfast::cli::MoveTarget {
+    holdfast::cli::MoveTarget {
+        namespace: "all".into(),
+        address: Some(proxy.addr.clone()),
+        user: None,
+        batch: 200,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_moves_from_redis_to_postgres_under_load() {
+    let redis = RedisServer::start();
+    let pg = PgServer::start();
+    seed(&redis, 300);
+    let toml = moving_config(
+        &redis.url(),
+        &format!("kind = \"postgres\"\nurl = \"{}\"", pg.url()),
+        "",
+    );
+    let proxy = Proxy::start(&toml).await;
+    let load = Load::start(&proxy.addr, 4);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("copy.state");
+    let listen: std::net::SocketAddr = proxy.addr.parse().unwrap();
+    let started = std::time::Instant::now();
+    let copied = holdfast::mover::copy(&target(&proxy), listen, Some(state.clone()), false)
+        .await
+        .expect("the copy completes");
+    let took = started.elapsed();
+    assert!(copied >= 300 * 6, "copied {copied}");
+    assert!(!state.exists(), "a finished copy leaves no state");
+    eprintln!(
+        "copied {copied} keys in {took:?}: {:.0} keys/s",
+        copied as f64 / took.as_secs_f64()
+    );
+    // Checked under the same load: nothing differs.
+    let (keys, differ) = holdfast::mover::verify(&target(&proxy), listen, 20)
+        .await
+        .expect("the verify completes");
+    assert!(keys >= copied, "compared {keys}");
+    assert_eq!(differ, 0);
+    let cut = toml
+        .replace("mirror = { backend = \"next\" }", "")
+        .replace("backend = \"main\"", "backend = \"next\"");
+    proxy.reload(&cut).expect("the cut-over applies");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rounds = load.stop().await;
+    assert!(rounds.iter().all(|(n, _)| *n > 0));
+    let mut c = proxy.connect().await;
+    oracle(&mut c, &rounds).await;
+    // The keys from before mirroring, through the new backend.
+    assert_eq!(
+        text(&c.command(&["HGET", "old:h:7", "a"]).await),
+        "$1\r\n7\r\n"
+    );
+    assert_eq!(
+        text(&c.command(&["LRANGE", "old:l:9", "0", "-1"]).await),
+        "*2\r\n$1\r\na\r\n$1\r\n9\r\n"
+    );
+    let ttl: i64 = text(&c.command(&["TTL", "old:ttl:3"]).await)[1..]
+        .trim()
+        .parse()
+        .unwrap();
+    assert!((800..=900).contains(&ttl), "{ttl}");
+    // Redis no longer gets writes.
+    let on_redis: u64 = body(&redis.cmd(&["GET", "counter:0"])).parse().unwrap();
+    assert!(on_redis < rounds[0].0, "{on_redis} of {}", rounds[0].0);
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mirror_stopped_during_a_copy_holds_no_client_and_the_copy_completes() {
+    let redis = RedisServer::start();
+    let next = RedisServer::start();
+    seed(&redis, 300);
+    let toml = moving_config(
+        &redis.url(),
+        &format!("kind = \"redis\"\nurl = \"{}\"", next.url()),
+        ", queue = 200",
+    );
+    let proxy = Proxy::start(&toml).await;
+    let load = Load::start(&proxy.addr, 2);
+    let listen: std::net::SocketAddr = proxy.addr.parse().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let copy = {
+        let target = target(&proxy);
+        let state = dir.path().join("copy.state");
+        tokio::spawn(
+            async move { holdfast::mover::copy(&target, listen, Some(state), false).await },
+        )
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    next.pause();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    next.resume();
+    let copied = copy
+        .await
+        .unwrap()
+        .expect("the copy completes after the mirror returns");
+    assert!(copied >= 300 * 6, "copied {copied}");
+    let (_, differ) = holdfast::mover::verify(&target(&proxy), listen, 20)
+        .await
+        .unwrap();
+    let rounds = load.stop().await;
+    assert_eq!(differ, 0);
+    // No round of writes waited on the stopped mirror.
+    for (w, (n, slowest)) in rounds.iter().enumerate() {
+        assert!(
+            *n > 0 && *slowest < Duration::from_secs(2),
+            "writer {w}: {n} rounds, slowest {slowest:?}"
+        );
+    }
+    proxy.stop().await;
+}
