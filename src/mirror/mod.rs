@@ -747,21 +747,24 @@ mod tests {
             commands: Vec::new(),
             heals: None,
             at: 0,
-            keys: if key.is_empty() {
-                Vec::new()
-            } else {
-                vec![Bytes::copy_from_slice(key.as_bytes())]
-            },
+            // "a,b": a job on two keys; "": one without keys.
+            keys: key
+                .split(',')
+                .filter(|k| !k.is_empty())
+                .map(|k| Bytes::copy_from_slice(k.as_bytes()))
+                .collect(),
         }
     }
 
     fn keys(jobs: &[MirrorJob]) -> Vec<String> {
         jobs.iter()
             .map(|j| match j {
+                MirrorJob::Apply { keys, .. } if keys.is_empty() => "-".into(),
                 MirrorJob::Apply { keys, .. } => keys
-                    .first()
+                    .iter()
                     .map(|k| String::from_utf8_lossy(k).into_owned())
-                    .unwrap_or_else(|| "-".into()),
+                    .collect::<Vec<_>>()
+                    .join(","),
                 _ => "?".into(),
             })
             .collect()
@@ -769,16 +772,26 @@ mod tests {
 
     #[test]
     fn a_round_takes_each_key_s_first_job_and_stops_at_a_keyless_one() {
-        // a:2 is a's second write: it waits for the round after a's first.
-        let mut waiting: VecDeque<MirrorJob> =
-            ["a", "b", "a", "c", "", "d"].into_iter().map(job).collect();
+        // The second "a" waits for the round after the first; "e" waits behind "a,e", which
+        // waits for "a".
+        let mut waiting: VecDeque<MirrorJob> = ["a", "b", "a", "c", "a,e", "e", "", "d"]
+            .into_iter()
+            .map(job)
+            .collect();
         let mut rounds = Vec::new();
         while !waiting.is_empty() {
             rounds.push(keys(&MirrorWorker::round(&mut waiting)));
         }
         assert_eq!(
             rounds,
-            vec![vec!["a", "b", "c"], vec!["a"], vec!["-"], vec!["d"]]
+            vec![
+                vec!["a", "b", "c"],
+                vec!["a"],
+                vec!["a,e"],
+                vec!["e"],
+                vec!["-"],
+                vec!["d"]
+            ]
         );
     }
 }

@@ -388,10 +388,10 @@ mod tests {
 
     #[test]
     fn entries_fill_listpacks_as_redis_s_appends_do() {
-        // 100 entries to a node; a new node when the bytes would pass 4 KB: two entries of
+        // 100 entries to a node (201: three nodes); a new node when the bytes would pass 4 KB: two entries of
         // 1,500 bytes to a node.
         let entries: Vec<(StreamId, Vec<Vec<u8>>)> =
-            (0..250u64).map(|i| ((i, 0), pairs(&["f", "v"]))).collect();
+            (0..201u64).map(|i| ((i, 0), pairs(&["f", "v"]))).collect();
         assert_eq!(pack(&entries).len(), 3);
         let wide: Vec<(StreamId, Vec<Vec<u8>>)> = (0..10u64)
             .map(|i| ((1, i), vec![b"f".to_vec(), vec![b'x'; 1500]]))
