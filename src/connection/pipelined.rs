@@ -36,10 +36,10 @@ impl ClientConn {
         let namespace = self.route(command).ok()?;
         // A mirrored namespace's writes are ordered with its copies (`Mirror::writing`),
         // and a cut-over one's wait for the mirror: neither is sent before its turn.
+        let ends = self.state.mirrors.of(namespace);
         if !namespace.backend.pipelines()
-            || (self.state.mirrors.of(namespace).mirror.is_some() && command.writes())
-            || (self.state.mirrors.of(namespace).cut_over_from.as_ref())
-                .is_some_and(|m| !m.is_ready())
+            || (ends.mirror.is_some() && command.writes())
+            || (ends.cut_over_from.as_ref()).is_some_and(|m| !m.is_ready())
             || (namespace.replicas.is_some() && command.class != Idempotence::Read)
             || !matches!(self.exec.plan(&**namespace, command), Plan::Fast)
         {

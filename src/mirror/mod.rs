@@ -54,6 +54,15 @@ pub struct Recopy {
 }
 
 impl Recopy {
+    /// Keys marked, -1 for every key (as `holdfast_mirror_recopy_keys` shows it).
+    pub fn count(&self) -> i64 {
+        if self.all {
+            -1
+        } else {
+            self.keys.len() as i64
+        }
+    }
+
     /// Whether nothing is to be copied again.
     pub fn is_empty(&self) -> bool {
         !self.all && self.keys.is_empty()
@@ -411,11 +420,7 @@ impl Mirror {
     /// Requests queued, and keys marked to be copied again (-1: every key).
     pub fn status(&self) -> (usize, i64) {
         let recopy = self.lock();
-        let marked = if recopy.all {
-            -1
-        } else {
-            recopy.keys.len() as i64
-        };
+        let marked = recopy.count();
         (self.config.queue - self.tx.capacity(), marked)
     }
 
@@ -496,11 +501,7 @@ fn mark_at(progress: &MirrorProgress, namespace: &str, keys: &[Bytes], at: u64) 
             *marked = (*marked).max(at);
         }
     }
-    let count = if recopy.all {
-        -1
-    } else {
-        recopy.keys.len() as i64
-    };
+    let count = recopy.count();
     m::mirror_behind(namespace, count);
 }
 
@@ -512,11 +513,7 @@ fn heal(progress: &MirrorProgress, namespace: &str, keys: &[Bytes], at: u64) {
             recopy.keys.remove(key);
         }
     }
-    let count = if recopy.all {
-        -1
-    } else {
-        recopy.keys.len() as i64
-    };
+    let count = recopy.count();
     m::mirror_behind(namespace, count);
 }
 
