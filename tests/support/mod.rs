@@ -304,13 +304,24 @@ where
     }
 }
 
-/// Picks a free loopback port by binding port 0 and dropping the listener.
+/// Picks a free loopback port by binding port 0 and dropping the listener. A port is never
+/// handed out twice in one test process: the kernel may give the same free port to two
+/// calls in a row, and a server given it twice (a cluster node's bus and its TLS port, in
+/// one CI run) cannot start.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap_or_else(|e| panic!("cannot bind 127.0.0.1:0 to pick a port: {e}"))
-        .local_addr()
-        .expect("local_addr of a bound listener")
-        .port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap_or_else(|e| panic!("cannot bind 127.0.0.1:0 to pick a port: {e}"))
+            .local_addr()
+            .expect("local_addr of a bound listener")
+            .port();
+        let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// Connects to a holdfast started as a process, waiting up to 10 s for it to listen.
