@@ -105,6 +105,9 @@ const LANES: usize = 32;
 /// Jobs the worker looks over for a round.
 const WINDOW: usize = 1024;
 
+/// Jobs one lane runs in a round: a round ends with its longest lane.
+const LANE_JOBS: usize = 64;
+
 /// The two ends of a mirror, as namespaces on their backends, and the retry budget their
 /// replayed commands and copies share.
 pub(crate) struct Sides {
@@ -517,7 +520,7 @@ fn heal(progress: &MirrorProgress, namespace: &str, keys: &[Bytes], at: u64) {
     m::mirror_behind(namespace, count);
 }
 
-/// The worker: applies, compares and checks, one job at a time, in queue order.
+/// The worker: applies, compares and checks, each key's jobs in queue order.
 struct MirrorWorker {
     sides: Arc<Sides>,
     progress: Arc<MirrorProgress>,
@@ -541,10 +544,12 @@ impl MirrorJob {
 }
 
 impl MirrorWorker {
-    /// Takes jobs in queue order and runs up to [`LANES`] at once on distinct shards: a job
-    /// joins a round unless a shard of it is taken by the round or by a job before it that
-    /// waits for the next round. So each key's jobs run one after the other, in queue order,
-    /// and a slow backend (a database committing) applies many at a time.
+    /// Takes jobs in queue order into up to [`LANES`] lanes on distinct shards, each lane's
+    /// jobs run one after the other and the lanes at once. A job joins the lane that holds
+    /// its shards (a new lane if none does), unless its shards are spread over two lanes or
+    /// taken by a job before it that waits for the next round. So each key's jobs run in
+    /// queue order, a slow backend (a database committing) applies many keys at a time, and
+    /// a hot key's writes queued behind each other are applied in one round, not one a round.
     async fn run(self, mut rx: mpsc::Receiver<MirrorJob>) {
         // What is queued is applied while the runtime lasts.
         let mut sessions: Vec<(Session, watch::Sender<bool>)> =
@@ -563,47 +568,62 @@ impl MirrorWorker {
             }
             let round = Self::round(&mut waiting);
             m::mirror_queued(&self.sides.primary.name, rx.len() + waiting.len());
-            let n = round.len();
-            let runs = round
-                .into_iter()
-                .zip(sessions.iter_mut())
-                .map(|(job, (session, _))| self.one(session, job));
+            let this = &self;
+            let runs =
+                round
+                    .into_iter()
+                    .zip(sessions.iter_mut())
+                    .map(|(lane, (session, _))| async move {
+                        for job in lane {
+                            this.one(session, job).await;
+                            this.progress.done_one();
+                        }
+                    });
             futures_util::future::join_all(runs).await;
-            for _ in 0..n {
-                self.progress.done_one();
-            }
         }
     }
 
-    /// The jobs of `waiting` that run in the next round, taken out of it.
-    fn round(waiting: &mut VecDeque<MirrorJob>) -> Vec<MirrorJob> {
-        let mut round = Vec::with_capacity(LANES);
-        let (mut taken, mut blocked) = (HashSet::new(), HashSet::new());
+    /// The lanes of the next round, their jobs taken out of `waiting`.
+    fn round(waiting: &mut VecDeque<MirrorJob>) -> Vec<Vec<MirrorJob>> {
+        let mut lanes: Vec<(HashSet<usize>, Vec<MirrorJob>)> = Vec::with_capacity(LANES);
+        let mut blocked = HashSet::new();
         let mut left = VecDeque::with_capacity(waiting.len());
         while let Some(job) = waiting.pop_front() {
             let Some(shards) = job.shards() else {
                 // A keyless job runs alone, after everything before it.
-                if round.is_empty() && left.is_empty() {
-                    round.push(job);
+                if lanes.is_empty() && left.is_empty() {
+                    lanes.push((HashSet::new(), vec![job]));
                 } else {
                     left.push_back(job);
                 }
                 break;
             };
-            let free = shards
-                .iter()
-                .all(|s| !taken.contains(s) && !blocked.contains(s));
-            if free && round.len() < LANES {
-                taken.extend(shards);
-                round.push(job);
-            } else {
-                blocked.extend(shards);
-                left.push_back(job);
+            let holding: Vec<usize> = (0..lanes.len())
+                .filter(|&l| shards.iter().any(|s| lanes[l].0.contains(s)))
+                .collect();
+            let lane = match holding[..] {
+                _ if shards.iter().any(|s| blocked.contains(s)) => None,
+                [] if lanes.len() < LANES => {
+                    lanes.push((HashSet::new(), Vec::new()));
+                    Some(lanes.len() - 1)
+                }
+                [l] if lanes[l].1.len() < LANE_JOBS => Some(l),
+                _ => None,
+            };
+            match lane {
+                Some(l) => {
+                    lanes[l].0.extend(shards);
+                    lanes[l].1.push(job);
+                }
+                None => {
+                    blocked.extend(shards);
+                    left.push_back(job);
+                }
             }
         }
         left.append(waiting);
         *waiting = left;
-        round
+        lanes.into_iter().map(|(_, jobs)| jobs).collect()
     }
 
     async fn one(&self, session: &mut Session, job: MirrorJob) {
@@ -767,28 +787,65 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn a_round_takes_each_key_s_first_job_and_stops_at_a_keyless_one() {
-        // The second "a" waits for the round after the first; "e" waits behind "a,e", which
-        // waits for "a".
-        let mut waiting: VecDeque<MirrorJob> = ["a", "b", "a", "c", "a,e", "e", "", "d"]
-            .into_iter()
-            .map(job)
-            .collect();
+    fn rounds(jobs: &[&str]) -> Vec<Vec<Vec<String>>> {
+        let mut waiting: VecDeque<MirrorJob> = jobs.iter().map(|k| job(k)).collect();
         let mut rounds = Vec::new();
         while !waiting.is_empty() {
-            rounds.push(keys(&MirrorWorker::round(&mut waiting)));
+            let round = MirrorWorker::round(&mut waiting);
+            rounds.push(round.iter().map(|lane| keys(lane)).collect());
         }
+        rounds
+    }
+
+    fn lanes(round: &[&[&str]]) -> Vec<Vec<String>> {
+        round
+            .iter()
+            .map(|lane| lane.iter().map(|k| k.to_string()).collect())
+            .collect()
+    }
+
+    #[test]
+    fn a_round_puts_each_key_s_jobs_in_one_lane_and_stops_at_a_keyless_one() {
+        // "a,e" joins the lane of "a" and brings "e" into it; "d" waits behind the keyless job.
         assert_eq!(
-            rounds,
+            rounds(&["a", "b", "a", "c", "a,e", "e", "", "d"]),
             vec![
-                vec!["a", "b", "c"],
-                vec!["a"],
-                vec!["a,e"],
-                vec!["e"],
-                vec!["-"],
-                vec!["d"]
+                lanes(&[&["a", "a", "a,e", "e"], &["b"], &["c"]]),
+                lanes(&[&["-"]]),
+                lanes(&[&["d"]]),
             ]
         );
+    }
+
+    #[test]
+    fn a_job_on_two_lanes_waits_and_so_does_every_later_job_on_its_keys() {
+        // "a,b" waits for the next round; the "a" and "b" behind it wait too, "c" does not.
+        assert_eq!(
+            rounds(&["a", "b", "a,b", "a", "b", "c"]),
+            vec![
+                lanes(&[&["a"], &["b"], &["c"]]),
+                lanes(&[&["a,b", "a", "b"]]),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_full_lane_ends_its_key_s_share_of_the_round() {
+        let mut jobs = vec!["a"; LANE_JOBS + 2];
+        jobs.insert(LANE_JOBS + 1, "b");
+        let rounds = rounds(&jobs);
+        assert_eq!(rounds.len(), 2);
+        assert_eq!(rounds[0][0].len(), LANE_JOBS);
+        assert_eq!(rounds[0][1], vec!["b".to_string()]);
+        assert_eq!(rounds[1], vec![vec!["a".to_string(); 2]]);
+    }
+
+    #[test]
+    fn at_most_lanes_keys_run_at_once() {
+        let names: Vec<String> = (0..LANES + 3).map(|i| format!("k{i}")).collect();
+        let jobs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let rounds = rounds(&jobs);
+        assert_eq!(rounds[0].len(), LANES);
+        assert_eq!(rounds[1].len(), 3);
     }
 }

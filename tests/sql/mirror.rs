@@ -4,7 +4,7 @@
 //! as the pop they ended in, transactions command by command); a read compared on the
 //! mirror finds a planted difference; a paused mirror never holds a client, and the keys it
 //! missed are marked; a cut-over by reload answers from the mirror with every acknowledged
-//! write there.
+//! write there; a namespace moves from Redis, and from SQLite, to PostgreSQL under load.
 
 use crate::support::*;
 
@@ -425,33 +425,74 @@ async fn oracle(c: &mut RawConn, rounds: &[(u64, Duration)]) {
     }
 }
 
-/// Keys that were there before mirroring began, of every type, some with a time to live.
-fn seed(server: &RedisServer, keys: usize) {
+/// Keys that were there before mirroring began, of every type, some with a time to live,
+/// written over RESP at `addr` (a Redis, or a holdfast on the primary's SQL backend).
+async fn seed(addr: &str, keys: usize) {
+    let mut c = RawConn::connect(addr).await;
+    let mut sent: Vec<Vec<String>> = Vec::new();
     for k in 0..keys {
         let k = k.to_string();
-        server.cmd(&["SET", &format!("old:s:{k}"), &k]);
-        server.cmd(&["HSET", &format!("old:h:{k}"), "a", &k, "b", "x"]);
-        server.cmd(&["RPUSH", &format!("old:l:{k}"), "a", &k]);
-        server.cmd(&["SADD", &format!("old:set:{k}"), "a", &k]);
-        server.cmd(&["ZADD", &format!("old:z:{k}"), "1", "a", &k, "b"]);
-        server.cmd(&["SET", &format!("old:ttl:{k}"), &k, "EX", "900"]);
+        let key = |kind: &str| format!("old:{kind}:{k}");
+        sent.push(vec!["SET".into(), key("s"), k.clone()]);
+        sent.push(vec![
+            "HSET".into(),
+            key("h"),
+            "a".into(),
+            k.clone(),
+            "b".into(),
+            "x".into(),
+        ]);
+        sent.push(vec!["RPUSH".into(), key("l"), "a".into(), k.clone()]);
+        sent.push(vec!["SADD".into(), key("set"), "a".into(), k.clone()]);
+        sent.push(vec![
+            "ZADD".into(),
+            key("z"),
+            "1".into(),
+            "a".into(),
+            k.clone(),
+            "b".into(),
+        ]);
+        sent.push(vec![
+            "SET".into(),
+            key("ttl"),
+            k.clone(),
+            "EX".into(),
+            "900".into(),
+        ]);
     }
     for w in 0..4 {
         let stream = format!("stream:{w}");
-        server.cmd(&["XADD", &stream, "1-1", "old", "entry"]);
-        server.cmd(&["XGROUP", "CREATE", &stream, "g", "0"]);
-        server.cmd(&["SET", &format!("counter:{w}"), "0"]);
+        sent.push(vec![
+            "XADD".into(),
+            stream.clone(),
+            "1-1".into(),
+            "old".into(),
+            "entry".into(),
+        ]);
+        sent.push(vec![
+            "XGROUP".into(),
+            "CREATE".into(),
+            stream,
+            "g".into(),
+            "0".into(),
+        ]);
+        sent.push(vec!["SET".into(), format!("counter:{w}"), "0".into()]);
+    }
+    for args in sent {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let reply = c.command(&args).await;
+        assert!(!reply.starts_with(b"-"), "{args:?}: {}", text(&reply));
     }
 }
 
-fn moving_config(redis: &str, to: &str, extra: &str) -> String {
+/// A namespace on `from`, mirrored to `to` (each a backend's TOML lines).
+fn moving_config(from: &str, to: &str, extra: &str) -> String {
     format!(
         r#"
 [defaults]
 reply_mode = "fast"
 [backends.main]
-kind = "redis"
-url = "{redis}"
+{from}
 [backends.next]
 {to}
 [[namespaces]]
@@ -460,6 +501,14 @@ backend = "main"
 mirror = {{ backend = "next"{extra} }}
 "#
     )
+}
+
+fn redis_backend(redis: &RedisServer) -> String {
+    format!("kind = \"redis\"\nurl = \"{}\"", redis.url())
+}
+
+fn pg_backend(pg: &PgServer) -> String {
+    format!("kind = \"postgres\"\nurl = \"{}\"", pg.url())
 }
 
 fn target(proxy: &Proxy) -> holdfast::cli::MoveTarget {
@@ -471,17 +520,12 @@ fn target(proxy: &Proxy) -> holdfast::cli::MoveTarget {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_namespace_moves_from_redis_to_postgres_under_load() {
-    let redis = RedisServer::start();
-    let pg = PgServer::start();
-    seed(&redis, 300);
-    let toml = moving_config(
-        &redis.url(),
-        &format!("kind = \"postgres\"\nurl = \"{}\"", pg.url()),
-        "",
-    );
-    let proxy = Proxy::start(&toml).await;
+/// Moves the namespace of `toml` (seeded with 300 keys of each kind before mirroring) to
+/// its mirror under 4 writers: copy, verify with zero differences, cut over, and every
+/// acknowledged write found on the new backend. The writers' rounds, for the caller's checks
+/// of the old backend.
+async fn moves_under_load(toml: &str, what: &str) -> Vec<(u64, Duration)> {
+    let proxy = Proxy::start(toml).await;
     let load = Load::start(&proxy.addr, 4);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let dir = tempfile::tempdir().unwrap();
@@ -495,7 +539,7 @@ async fn a_namespace_moves_from_redis_to_postgres_under_load() {
     assert!(copied >= 300 * 6, "copied {copied}");
     assert!(!state.exists(), "a finished copy leaves no state");
     eprintln!(
-        "copied {copied} keys in {took:?}: {:.0} keys/s",
+        "{what}: copied {copied} keys in {took:?}: {:.0} keys/s",
         copied as f64 / took.as_secs_f64()
     );
     // Checked under the same load: nothing differs.
@@ -527,20 +571,52 @@ async fn a_namespace_moves_from_redis_to_postgres_under_load() {
         .parse()
         .unwrap();
     assert!((800..=900).contains(&ttl), "{ttl}");
-    // Redis no longer gets writes.
+    proxy.stop().await;
+    rounds
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_moves_from_redis_to_postgres_under_load() {
+    let redis = RedisServer::start();
+    let pg = PgServer::start();
+    seed(&redis.addr(), 300).await;
+    let toml = moving_config(&redis_backend(&redis), &pg_backend(&pg), "");
+    let rounds = moves_under_load(&toml, "Redis to PostgreSQL").await;
+    // Redis stopped getting writes at the cut-over.
     let on_redis: u64 = body(&redis.cmd(&["GET", "counter:0"])).parse().unwrap();
     assert!(on_redis < rounds[0].0, "{on_redis} of {}", rounds[0].0);
-    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_moves_from_sqlite_to_postgres_under_load() {
+    let pg = PgServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("outgrown.db");
+    let sqlite = format!("kind = \"sqlite\"\npath = \"{}\"", file.display());
+    // The keys from before: written by a holdfast on the file alone, stopped before the
+    // mirroring one starts.
+    let alone = Proxy::start(&sql_namespace(&sqlite)).await;
+    seed(&alone.addr, 300).await;
+    alone.stop().await;
+    let toml = moving_config(&sqlite, &pg_backend(&pg), "");
+    let rounds = moves_under_load(&toml, "SQLite to PostgreSQL").await;
+    // The file stopped getting writes at the cut-over.
+    let alone = Proxy::start(&sql_namespace(&sqlite)).await;
+    let mut c = alone.connect().await;
+    let on_file = text(&c.command(&["GET", "counter:0"]).await);
+    let on_file: u64 = body(&on_file).parse().unwrap();
+    assert!(on_file < rounds[0].0, "{on_file} of {}", rounds[0].0);
+    alone.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mirror_stopped_during_a_copy_holds_no_client_and_the_copy_completes() {
     let redis = RedisServer::start();
     let next = RedisServer::start();
-    seed(&redis, 300);
+    seed(&redis.addr(), 300).await;
     let toml = moving_config(
-        &redis.url(),
-        &format!("kind = \"redis\"\nurl = \"{}\"", next.url()),
+        &redis_backend(&redis),
+        &redis_backend(&next),
         ", queue = 200",
     );
     let proxy = Proxy::start(&toml).await;
