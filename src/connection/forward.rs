@@ -217,14 +217,18 @@ impl ClientConn {
         };
         // Until the mirror has what this request does, it is not settled (a cut-over waits),
         // and a copy of its keys waits for it.
+        // A command that may block takes its keys once answered (`Mirror::hold`).
+        let bound = command.class == Idempotence::ConnectionBound;
+        let held: &[&Command] = if bound { &[] } else { &[command] };
         let hold = match &mirror {
-            Some(mirror) => Some(mirror.hold(&[command]).await),
+            Some(mirror) => Some(mirror.hold(held).await),
             None => None,
         };
-        if command.class == Idempotence::ConnectionBound {
+        if bound {
             let (frame, ended) = self.bound(&namespace, command, started).await;
             let reply = Reply::from(frame);
             if let Some(mirror) = &mirror {
+                let _keys = mirror.answered(command).await;
                 mirror.after(command, &reply, ended, self.exec.proto);
             }
             drop(hold);

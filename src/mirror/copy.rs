@@ -6,9 +6,9 @@
 //! are.
 //!
 //! A key written while it is copied ends with the newer value because the copy goes through
-//! the mirror queue, in one order with the writes: the copy holds the key's shard alone
-//! while it reads the key and queues its `RESTORE`, and a write holds its keys' shards,
-//! shared, from before its dispatch until it is queued (`Mirror::writing`). A write the
+//! the mirror queue, in one order with the writes: the copy holds the key's shard while it
+//! reads the key and queues its `RESTORE`, as a write holds its keys' shards from before its
+//! dispatch until it is queued (`Mirror::writing`). A write the
 //! snapshot includes is queued before the `RESTORE`, which then carries it again; one it does
 //! not is queued after. A check queues the primary's snapshot the same way and compares it
 //! with the mirror's once the writes before it are applied, so a check under load sees
@@ -282,7 +282,7 @@ impl Mirror {
         Ok((keys, next))
     }
 
-    /// Reads `key` on the primary with its shard held alone, and queues `job(snapshot)`
+    /// Reads `key` on the primary with its shard held, and queues `job(snapshot)`
     /// for the mirror before letting its writers go on.
     async fn in_order(
         &self,
@@ -292,7 +292,7 @@ impl Mirror {
     ) -> Result<(), CopyError> {
         // Room in the queue first: a full queue must not hold the key's writers.
         let permit = self.tx.reserve().await.map_err(|_| CopyError::Gone)?;
-        let _alone = self.shards[Self::shard_of(key)].clone().write_owned().await;
+        let _held = self.shards[Self::shard_of(key)].clone().lock_owned().await;
         let snapshot = snapshot(&self.sides, session, &self.sides.primary, key).await?;
         self.progress.pending.fetch_add(1, Ordering::AcqRel);
         let at = self.progress.seq.fetch_add(1, Ordering::AcqRel);
@@ -321,6 +321,7 @@ impl Mirror {
             MirrorJob::Apply {
                 commands: vec![command],
                 keys: vec![key.clone()],
+                alone: false,
                 heals: Some(at),
                 at,
             }

@@ -36,7 +36,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot, watch, Notify, OwnedRwLockReadGuard, RwLock};
+use tokio::sync::{mpsc, oneshot, watch, Notify, OwnedMutexGuard};
 
 /// Keys remembered to be copied again; past this many, every key of the namespace is.
 const RECOPY_KEYS_MAX: usize = 1 << 20;
@@ -77,6 +77,8 @@ enum MirrorJob {
     Apply {
         commands: Vec<Vec<Bytes>>,
         keys: Vec<Bytes>,
+        /// It touches keys it does not name (a script): it runs alone.
+        alone: bool,
         heals: Option<u64>,
         /// When it was queued (`MirrorProgress::seq`): a failure marks its keys as of then.
         at: u64,
@@ -165,7 +167,7 @@ pub enum NotReady {
 /// what dropping it lets go.
 pub struct MirrorHold {
     _ticket: MirrorTicket,
-    _shards: Vec<OwnedRwLockReadGuard<()>>,
+    _shards: Vec<OwnedMutexGuard<()>>,
 }
 
 /// A request on its way through the primary: until dropped, the mirror is not settled.
@@ -193,10 +195,11 @@ pub struct Mirror {
     tx: mpsc::Sender<MirrorJob>,
     progress: Arc<MirrorProgress>,
     sides: Arc<Sides>,
-    /// A write holds its keys' shards shared, from before its dispatch until it is queued;
-    /// a copy or a check of a key holds the key's shard alone, so a key's snapshot and the
-    /// writes queued around it are in one order (`copy.rs`).
-    shards: Vec<Arc<RwLock<()>>>,
+    /// A write holds its keys' shards from before its dispatch until it is queued, and so
+    /// does a copy or a check of a key: a key's writes reach the primary one at a time and
+    /// are queued in the order it applied them, and a key's snapshot is in one order with
+    /// them (`copy.rs`).
+    shards: Vec<Arc<tokio::sync::Mutex<()>>>,
 }
 
 /// Lets a replayed script call what it called on the primary, where it was checked.
@@ -256,7 +259,9 @@ impl Mirror {
             tx,
             progress: progress.clone(),
             sides: sides.clone(),
-            shards: (0..SHARDS).map(|_| Arc::new(RwLock::new(()))).collect(),
+            shards: (0..SHARDS)
+                .map(|_| Arc::new(tokio::sync::Mutex::new(())))
+                .collect(),
         });
         m::mirror_queued(&mirror.namespace, 0);
         let worker = MirrorWorker {
@@ -291,20 +296,25 @@ impl Mirror {
     }
 
     /// Held by writes from before their dispatch until they are queued for the mirror: the
-    /// shards of the keys of those of `commands` that write, shared, taken in one order (a
-    /// copy of one of their keys waits for them, and they for the copy).
-    pub async fn writing(&self, commands: &[&Command]) -> Vec<OwnedRwLockReadGuard<()>> {
-        let mut shards: Vec<usize> = commands
-            .iter()
-            .filter(|c| c.writes())
-            .flat_map(|c| c.keys())
-            .map(|k| Self::shard_of(k))
-            .collect();
+    /// shards of the keys of those of `commands` that write, taken in one order; every shard
+    /// for a write that may touch keys it does not name (`beyond_its_keys`). Two concurrent
+    /// writes of one key would otherwise be queued in the order their replies came back,
+    /// which need not be the order the primary applied them (two pooled connections).
+    pub async fn writing(&self, commands: &[&Command]) -> Vec<OwnedMutexGuard<()>> {
+        let writes = commands.iter().filter(|c| c.writes());
+        let mut shards: Vec<usize> = if writes.clone().any(|c| beyond_its_keys(c)) {
+            (0..SHARDS).collect()
+        } else {
+            writes
+                .flat_map(|c| c.keys())
+                .map(|k| Self::shard_of(k))
+                .collect()
+        };
         shards.sort_unstable();
         shards.dedup();
         let mut held = Vec::with_capacity(shards.len());
         for shard in shards {
-            held.push(self.shards[shard].clone().read_owned().await);
+            held.push(self.shards[shard].clone().lock_owned().await);
         }
         held
     }
@@ -317,12 +327,25 @@ impl Mirror {
     }
 
     /// What a request holds from before its dispatch until it is handed to the mirror
-    /// ([`Mirror::after`]): its ticket, and its writes' keys (`writing`).
+    /// ([`Mirror::after`]): its ticket, and its writes' keys (`writing`). A command that may
+    /// block (`BLPOP`, `XREADGROUP … BLOCK`: connection-bound) is held without its keys
+    /// and takes them once answered ([`Mirror::answered`]): held while it waits, they would
+    /// hold the write it waits for. (Inside a transaction nothing blocks.)
     pub async fn hold(&self, commands: &[&Command]) -> MirrorHold {
-        let ticket = self.ticket();
         MirrorHold {
-            _ticket: ticket,
+            _ticket: self.ticket(),
             _shards: self.writing(commands).await,
+        }
+    }
+
+    /// For a command that may block, answered: its keys' shards, held until it is handed to
+    /// the mirror. The write that woke it held them until it was queued, so the pop it ended
+    /// in is queued after the push it took.
+    pub async fn answered(&self, command: &Command) -> Vec<OwnedMutexGuard<()>> {
+        if command.class == crate::command::table::Idempotence::ConnectionBound {
+            self.writing(&[command]).await
+        } else {
+            Vec::new()
         }
     }
 
@@ -351,10 +374,17 @@ impl Mirror {
             Mirrored::Send(commands) => self.push(MirrorJob::Apply {
                 commands,
                 keys: command.keys().cloned().collect(),
+                alone: beyond_its_keys(command),
                 heals: None,
                 at: 0,
             }),
             Mirrored::Recopy => {
+                tracing::debug!(
+                    namespace = self.namespace.as_str(),
+                    command = command.spec.name,
+                    reply = ?reply.clone().into_frame(),
+                    "a write's effect on the primary is not known; its keys are marked to be copied again"
+                );
                 let keys: Vec<Bytes> = command.keys().cloned().collect();
                 mark(&self.progress, &self.namespace, &keys);
             }
@@ -530,17 +560,29 @@ struct MirrorWorker {
 
 impl MirrorJob {
     /// The shards of the keys it touches; None: it touches keys it does not name (a
-    /// keyless write), and runs alone.
+    /// keyless write, a script), and runs alone.
     fn shards(&self) -> Option<Vec<usize>> {
         let keys: Vec<Bytes> = match self {
+            MirrorJob::Apply { alone: true, .. } => return None,
             MirrorJob::Apply { keys, .. } => keys.clone(),
-            MirrorJob::Compare { args, .. } => Command::parse(args.clone())
-                .map(|c| c.keys().cloned().collect())
-                .unwrap_or_default(),
+            MirrorJob::Compare { args, .. } => match Command::parse(args.clone()) {
+                Ok(c) if beyond_its_keys(&c) => return None,
+                Ok(c) => c.keys().cloned().collect(),
+                Err(_) => Vec::new(),
+            },
             MirrorJob::Check { key, .. } => vec![key.clone()],
         };
         (!keys.is_empty()).then(|| keys.iter().map(|k| Mirror::shard_of(k)).collect())
     }
+}
+
+/// Whether `command` may touch keys it does not name: a script or a function calls
+/// commands on keys built from its arguments (BullMQ's job hashes), `SORT … BY` reads keys
+/// its pattern names. Ordered by its named keys alone, it could pass or be passed by a write
+/// of one of the others on the mirror, so it runs alone there, and a copy of any key waits
+/// for it.
+fn beyond_its_keys(command: &Command) -> bool {
+    command.spec.reach != crate::command::table::Reach::Keys
 }
 
 impl MirrorWorker {
@@ -633,6 +675,7 @@ impl MirrorWorker {
                 keys,
                 heals,
                 at,
+                ..
             } => {
                 let mut all = true;
                 for args in commands {
@@ -760,8 +803,14 @@ mod tests {
     use super::*;
 
     fn job(key: &str) -> MirrorJob {
+        // "!a": a script naming "a", which may touch keys it does not name.
+        let (alone, key) = match key.strip_prefix('!') {
+            Some(named) => (true, named),
+            None => (false, key),
+        };
         MirrorJob::Apply {
             commands: Vec::new(),
+            alone,
             heals: None,
             at: 0,
             // "a,b": a job on two keys; "": one without keys.
@@ -777,6 +826,9 @@ mod tests {
         jobs.iter()
             .map(|j| match j {
                 MirrorJob::Apply { keys, .. } if keys.is_empty() => "-".into(),
+                MirrorJob::Apply {
+                    keys, alone: true, ..
+                } => format!("!{}", String::from_utf8_lossy(&keys[0])),
                 MirrorJob::Apply { keys, .. } => keys
                     .iter()
                     .map(|k| String::from_utf8_lossy(k).into_owned())
@@ -825,6 +877,19 @@ mod tests {
             vec![
                 lanes(&[&["a"], &["b"], &["c"]]),
                 lanes(&[&["a,b", "a", "b"]]),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_script_runs_alone_between_the_jobs_before_and_after_it() {
+        // A script may write "b" or "c" without naming them: nothing passes it either way.
+        assert_eq!(
+            rounds(&["a", "b", "!a", "c", "b"]),
+            vec![
+                lanes(&[&["a"], &["b"]]),
+                lanes(&[&["!a"]]),
+                lanes(&[&["c"], &["b"]]),
             ]
         );
     }

@@ -13,7 +13,8 @@
 //! - `XREADGROUP … BLOCK` is sent without `BLOCK`: the mirror delivers what the primary did.
 //!
 //! A write whose effect cannot be known — its reply lost (`INDOUBT`), or a script's error
-//! after it may have written — is not replayed: its keys are copied again (`Recopy`).
+//! after it may have written — is not replayed: its keys are copied again (`Recopy`). A
+//! script refused before it began (`NOSCRIPT`, `BUSY`) changed nothing.
 //!
 //! Pure: the clock is a parameter, and the table test below pins each rule.
 
@@ -65,6 +66,19 @@ fn items(frame: &Frame) -> Option<&[Frame]> {
     }
 }
 
+/// Whether a script's error reply says it never began: `NOSCRIPT` (not loaded: a client's
+/// EVALSHA before its SCRIPT LOAD) or `BUSY` (another script was running), by Redis's error
+/// prefixes. Any other error may come after the script wrote.
+fn never_ran(reply: &Frame) -> bool {
+    let said: &[u8] = match reply {
+        Frame::SimpleError { data, .. } => data.as_bytes(),
+        Frame::BlobError { data, .. } => data,
+        _ => return false,
+    };
+    let prefix = said.split(|b| *b == b' ').next().unwrap_or_default();
+    matches!(prefix, b"NOSCRIPT" | b"BUSY")
+}
+
 /// The commands for a request the primary answered `reply` to, ending as `ended`, at
 /// `now_ms` (Unix milliseconds) on holdfast's clock.
 pub fn mirrored(command: &Command, reply: &Reply, ended: Ended, now_ms: i64) -> Mirrored {
@@ -74,7 +88,9 @@ pub fn mirrored(command: &Command, reply: &Reply, ended: Ended, now_ms: i64) -> 
     match ended {
         Ended::Unavailable => Mirrored::Skip,
         Ended::InDoubt => Mirrored::Recopy,
-        Ended::Answer if command.error_may_write() => Mirrored::Recopy,
+        Ended::Answer if command.error_may_write() && !never_ran(&reply.clone().into_frame()) => {
+            Mirrored::Recopy
+        }
         Ended::Answer => Mirrored::Skip,
         Ended::Ok => {
             let args = &command.args;

@@ -30,6 +30,13 @@ fn ok() -> Frame {
     }
 }
 
+fn error(s: &str) -> Frame {
+    Frame::SimpleError {
+        data: s.into(),
+        attributes: None,
+    }
+}
+
 fn int(n: i64) -> Frame {
     Frame::Number {
         data: n,
@@ -62,6 +69,25 @@ fn each_command_is_mirrored_as_its_rule_says() {
         ("INCR k", int(0), Ended::Answer, Mirrored::Skip),
         ("INCR k", int(0), Ended::InDoubt, Mirrored::Recopy),
         ("EVAL x 1 k", int(0), Ended::Answer, Mirrored::Recopy),
+        (
+            "EVALSHA x 1 k",
+            error("ERR user_script:1: Script attempted to access nonexistent global variable"),
+            Ended::Answer,
+            Mirrored::Recopy,
+        ),
+        // Refused before the script began: nothing to replay, nothing to copy.
+        (
+            "EVALSHA x 1 k",
+            error("NOSCRIPT No matching script. Please use EVAL."),
+            Ended::Answer,
+            Mirrored::Skip,
+        ),
+        (
+            "FCALL f 1 k",
+            error("BUSY Redis is busy running a script."),
+            Ended::Answer,
+            Mirrored::Skip,
+        ),
         // As they are.
         ("INCR k", int(3), Ended::Ok, sends(&["INCR k"])),
         ("SET k v NX", Frame::Null, Ended::Ok, sends(&["SET k v NX"])),

@@ -205,6 +205,102 @@ async fn a_compared_read_finds_a_planted_difference() {
     proxy.stop().await;
 }
 
+/// Two clients' scripts, each naming a key of its own and both appending to a key neither
+/// names (as BullMQ's scripts write job hashes built from their arguments), and the two
+/// clients' plain appends to one key: the mirror's lists are the primary's, entry for entry,
+/// in the primary's order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_writing_keys_they_do_not_name_reach_the_mirror_in_the_primary_s_order() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("mirror.db");
+    let toml = config(&redis.url(), &file, "").replace("name = \"all\"", "name = \"scripts\"");
+    let proxy = Proxy::start(&toml).await;
+    let script = "redis.call('RPUSH', 'log', ARGV[1]) return redis.call('INCR', KEYS[1])";
+    let clients: Vec<_> = ["a", "b"]
+        .into_iter()
+        .map(|own| {
+            let addr = proxy.addr.clone();
+            tokio::spawn(async move {
+                let mut c = RawConn::connect(&addr).await;
+                for i in 0..200 {
+                    let entry = format!("{own}{i}");
+                    let reply = c.command(&["EVAL", script, "1", own, &entry]).await;
+                    assert!(reply.starts_with(b":"), "{}", text(&reply));
+                    // And a plain write of one key the two clients share.
+                    let reply = c.command(&["RPUSH", "plain", &entry]).await;
+                    assert!(reply.starts_with(b":"), "{}", text(&reply));
+                }
+            })
+        })
+        .collect();
+    for client in clients {
+        client.await.unwrap();
+    }
+    let mirror = proxy.holdfast.mirror("scripts").expect("mirrored");
+    assert!(mirror.settled(Duration::from_secs(20)).await);
+    assert_eq!(mirror.status().1, 0, "nothing missed");
+    let mut primary = RawConn::connect(&redis.addr()).await;
+    let direct = on_mirror(&file).await;
+    let mut mirrored = direct.connect().await;
+    for list in ["log", "plain"] {
+        let on_primary = primary.command(&["LRANGE", list, "0", "-1"]).await;
+        let on_mirror = mirrored.command(&["LRANGE", list, "0", "-1"]).await;
+        assert!(on_primary.starts_with(b"*400\r\n"), "{}", text(&on_primary));
+        assert!(
+            on_primary == on_mirror,
+            "the mirror's {list} is in another order"
+        );
+    }
+    direct.stop().await;
+    proxy.stop().await;
+}
+
+/// Reads of a key racing writes to it: the mirror, a write ahead of the read the primary
+/// answered, says something else, but the primary says something else too when read again.
+/// Not one difference is counted, and the confirmation is seen doing its work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_racing_writes_are_never_counted_as_differences() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("mirror.db");
+    // Its own namespace name: the metrics of this test binary are one process's.
+    let toml = config(&redis.url(), &file, ", reads = \"compare\"")
+        .replace("name = \"all\"", "name = \"racing\"");
+    let proxy = Proxy::start(&toml).await;
+    let writer = {
+        let addr = proxy.addr.clone();
+        tokio::spawn(async move {
+            let mut c = RawConn::connect(&addr).await;
+            for _ in 0..400 {
+                assert!(c.command(&["INCR", "hot"]).await.starts_with(b":"));
+            }
+        })
+    };
+    let mut c = proxy.connect().await;
+    while !writer.is_finished() {
+        c.command(&["GET", "hot"]).await;
+    }
+    writer.await.unwrap();
+    let mirror = proxy.holdfast.mirror("racing").expect("mirrored");
+    assert!(mirror.settled(Duration::from_secs(20)).await);
+    let series = |result: &str| {
+        format!(
+            "holdfast_mirror_compared_total{{holdfast_namespace=\"racing\",result=\"{result}\"}}"
+        )
+    };
+    let changing = proxy.metric(&series("changing")).await;
+    let same = proxy.metric(&series("same")).await;
+    let different = proxy.metric(&series("different")).await;
+    eprintln!("compared: {same} same, {changing} changing, {different} different");
+    assert!(
+        changing > 0.0,
+        "no read raced a write: the test proves nothing"
+    );
+    assert_eq!(different, 0.0);
+    proxy.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_mirror_never_holds_a_client_and_its_missed_keys_are_marked() {
     let redis = RedisServer::start();
@@ -651,5 +747,59 @@ async fn a_mirror_stopped_during_a_copy_holds_no_client_and_the_copy_completes()
             "writer {w}: {n} rounds, slowest {slowest:?}"
         );
     }
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_over_to_a_stopped_mirror_answers_unavailable_within_the_schedule_then_serves() {
+    let redis = RedisServer::start();
+    let next = RedisServer::start();
+    // A retry schedule of 3 s before jitter (1 + 2), far under the mirror's response timeout:
+    // the mirror's stuck write is still on its way, not given up, when a request gives up.
+    let schedule = "\nacquire_timeout = \"1s\"\n[defaults.retry]\nmax_attempts = 3\nmin_delay = \"1s\"\nmultiplier = 2.0\n";
+    let toml = moving_config(&redis_backend(&redis), &redis_backend(&next), "").replace(
+        "reply_mode = \"fast\"",
+        &format!("reply_mode = \"fast\"{schedule}"),
+    );
+    let proxy = Proxy::start(&toml).await;
+    let mut c = proxy.connect().await;
+    for _ in 0..10 {
+        assert!(c.command(&["INCR", "counter"]).await.starts_with(b":"));
+    }
+    settled(&proxy).await;
+    next.pause();
+    // Acknowledged by Redis, queued behind a write the stopped mirror holds.
+    for _ in 0..5 {
+        assert!(c.command(&["INCR", "counter"]).await.starts_with(b":"));
+    }
+    let cut = toml
+        .replace("mirror = { backend = \"next\" }", "")
+        .replace("backend = \"main\"", "backend = \"next\"");
+    proxy
+        .reload(&cut)
+        .expect("nothing was missed: the cut-over applies");
+    let asked = std::time::Instant::now();
+    let reply = text(&c.command(&["GET", "counter"]).await);
+    let took = asked.elapsed();
+    assert!(
+        reply.starts_with("-UNAVAILABLE not applied") && reply.contains("still applying"),
+        "{reply}"
+    );
+    assert!(
+        (Duration::from_millis(2900)..Duration::from_secs(6)).contains(&took),
+        "answered after {took:?}"
+    );
+    // Once the mirror goes on, the namespace answers from it with all 15.
+    next.resume();
+    let mut reply = String::new();
+    for _ in 0..3 {
+        reply = text(&c.command(&["GET", "counter"]).await);
+        if !reply.starts_with('-') {
+            break;
+        }
+    }
+    assert_eq!(reply, "$2\r\n15\r\n");
+    assert!(c.command(&["INCR", "counter"]).await.starts_with(b":16"));
+    assert_eq!(body(&redis.cmd(&["GET", "counter"])), "15");
     proxy.stop().await;
 }

@@ -1154,3 +1154,82 @@ script_time_limit = "1s"
     )
     .await;
 }
+
+/// BullMQ moved while it runs: its namespace on Redis, mirrored to PostgreSQL; 200 jobs
+/// in, with the rest waiting, delayed and active, the namespace is cut over by a reload, and the
+/// same producer and workers go on against PostgreSQL without knowing. Every job completes
+/// exactly once, as on one backend: what BullMQ's scripts wrote on Redis reached the mirror
+/// before the namespace answered from it.
+#[tokio::test(flavor = "multi_thread")]
+async fn bullmq_completes_every_job_once_through_a_cut_over_from_redis_to_postgres() {
+    let redis = RedisServer::start();
+    let pg = PgServer::start();
+    let toml = format!(
+        r#"
+[defaults]
+reply_mode = "fast"
+acquire_timeout = "2s"
+[defaults.retry]
+max_attempts = 20
+min_delay = "50ms"
+max_delay = "500ms"
+[backends.main]
+kind = "redis"
+url = "{}"
+[backends.next]
+kind = "postgres"
+url = "{}"
+[[namespaces]]
+name = "all"
+backend = "main"
+script_time_limit = "5s"
+mirror = {{ backend = "next" }}
+"#,
+        redis.url(),
+        pg.url()
+    );
+    let proxy = Proxy::start(&toml).await;
+    let addr = proxy.addr.clone();
+    let run = tokio::spawn(async move { bullmq(&addr, &[&addr, &addr]).await });
+    // Cut over with a fifth of the jobs done, the rest waiting, delayed or active.
+    let completed = || {
+        let said = redis.cmd(&["ZCARD", "bull:jobs:completed"]);
+        said.trim()
+            .trim_start_matches(':')
+            .parse::<u64>()
+            .unwrap_or(0)
+    };
+    while completed() < 200 {
+        assert!(!run.is_finished(), "BullMQ's run ended before the cut-over");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let mirror = proxy.holdfast.mirror("all").expect("mirrored");
+    let (queued, marked) = mirror.status();
+    if marked != 0 {
+        let recopy = mirror.take_recopy();
+        panic!(
+            "the mirror missed writes ({queued} queued): {:?}",
+            recopy.keys.keys().collect::<Vec<_>>()
+        );
+    }
+    let cut = toml
+        .replace("mirror = { backend = \"next\" }", "")
+        .replace("backend = \"main\"", "backend = \"next\"");
+    proxy.reload(&cut).expect("the cut-over applies");
+    run.await.expect("BullMQ's run ends as on one backend");
+    // The run ended on PostgreSQL: all 1,000 completed there, fewer on Redis.
+    let on_pg = Proxy::start(&sql_namespace(&format!(
+        "kind = \"postgres\"\nurl = \"{}\"",
+        pg.url()
+    )))
+    .await;
+    let mut c = on_pg.connect().await;
+    assert_eq!(
+        c.command(&["ZCARD", "bull:jobs:completed"]).await,
+        b":1000\r\n"
+    );
+    let on_redis = completed();
+    assert!(on_redis < 1000, "{on_redis} completed on Redis");
+    on_pg.stop().await;
+    proxy.stop().await;
+}
