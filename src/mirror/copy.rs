@@ -24,9 +24,14 @@ use crate::exec::{Ended, Session};
 use crate::metrics as m;
 use crate::namespace::Namespace;
 use bytes::Bytes;
+use futures_util::future::BoxFuture;
 use redis_protocol::resp3::types::BytesFrame as Frame;
 use std::sync::atomic::Ordering;
+use std::sync::Mutex;
 use tokio::sync::oneshot;
+
+/// Keys of a batch copied or checked at once.
+const AT_ONCE: usize = 16;
 
 /// Where a walk of a namespace's keys is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -300,6 +305,33 @@ impl Mirror {
         Ok(())
     }
 
+    /// Runs `each` on every one of `keys`, [`AT_ONCE`] at a time, each with a session of
+    /// its own: a key's snapshot is two round trips to the primary, and one key after
+    /// another left a database primary mostly waiting. The first error stops the batch.
+    async fn each_key<'k, F>(&self, keys: &'k [Bytes], each: F) -> Result<(), CopyError>
+    where
+        // Boxed: a future named by a closure's lifetimes is not shown Send to the runtime.
+        F: Fn(Session, &'k Bytes) -> BoxFuture<'k, Result<(), CopyError>>,
+    {
+        use futures_util::StreamExt;
+        // Each session's give-up sender, kept: it is never given up.
+        let mut keep = Vec::with_capacity(keys.len());
+        let mut running = futures_util::stream::FuturesUnordered::new();
+        let mut next = keys.iter();
+        loop {
+            while running.len() < AT_ONCE {
+                let Some(key) = next.next() else { break };
+                let (session, sender) = self.sides.session();
+                keep.push(sender);
+                running.push(each(session, key));
+            }
+            match running.next().await {
+                Some(done) => done?,
+                None => return Ok(()),
+            }
+        }
+    }
+
     /// Copies `key` as the primary holds it now.
     async fn copy_key(&self, session: &mut Session, key: &Bytes) -> Result<(), CopyError> {
         self.in_order(session, key, |snapshot, at| {
@@ -343,9 +375,10 @@ impl Mirror {
     ) -> Result<Copied, CopyError> {
         let (mut session, _keep) = self.sides.session();
         let (keys, next) = self.step(&mut session, walk, count, false, owns).await?;
-        for key in &keys {
-            self.copy_key(&mut session, key).await?;
-        }
+        self.each_key(&keys, |mut session, key| {
+            Box::pin(async move { self.copy_key(&mut session, key).await })
+        })
+        .await?;
         Ok(Copied {
             next,
             keys: keys.len(),
@@ -394,17 +427,26 @@ impl Mirror {
         };
         // Every check of the batch queued first, then their answers awaited: each waits for
         // the writes queued before it, not for the checks before it.
-        let mut asked = Vec::with_capacity(keys.len());
-        for key in keys {
-            let (done, found) = oneshot::channel();
-            self.in_order(&mut session, &key, |primary, _| MirrorJob::Check {
-                key: key.clone(),
-                primary,
-                done,
+        let asked = Mutex::new(Vec::with_capacity(keys.len()));
+        self.each_key(&keys, |mut session, key| {
+            let asked = &asked;
+            Box::pin(async move {
+                let (done, found) = oneshot::channel();
+                self.in_order(&mut session, key, |primary, _| MirrorJob::Check {
+                    key: key.clone(),
+                    primary,
+                    done,
+                })
+                .await?;
+                asked
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((key.clone(), found));
+                Ok(())
             })
-            .await?;
-            asked.push((key, found));
-        }
+        })
+        .await?;
+        let asked = asked.into_inner().unwrap_or_else(|p| p.into_inner());
         for (key, found) in asked {
             let difference = found.await.map_err(|_| CopyError::Gone)?;
             let counted = match (&difference, walk.side) {
