@@ -248,6 +248,7 @@ impl ClientConn {
             .await;
         drop(in_flight);
         if let Some(mirror) = &mirror {
+            let _keys = mirror.answered(command).await;
             mirror.after(command, &reply, outcome.ended, self.exec.proto);
         }
         drop(hold);

@@ -304,7 +304,7 @@ impl Mirror {
     /// which need not be the order the primary applied them (two pooled connections).
     pub async fn writing(&self, commands: &[&Command]) -> Vec<OwnedMutexGuard<()>> {
         let writes = commands.iter().filter(|c| c.writes());
-        let mut shards: Vec<usize> = if writes.clone().any(|c| beyond_its_keys(c)) {
+        let shards: Vec<usize> = if writes.clone().any(|c| beyond_its_keys(c)) {
             (0..SHARDS).collect()
         } else {
             writes
@@ -312,6 +312,12 @@ impl Mirror {
                 .map(|k| Self::shard_of(k))
                 .collect()
         };
+        self.lock_shards(shards).await
+    }
+
+    /// Locks `shards` in ascending order, as every holder takes them: no two requests wait
+    /// for each other in a circle.
+    async fn lock_shards(&self, mut shards: Vec<usize>) -> Vec<OwnedMutexGuard<()>> {
         shards.sort_unstable();
         shards.dedup();
         let mut held = Vec::with_capacity(shards.len());
@@ -340,24 +346,41 @@ impl Mirror {
         }
     }
 
-    /// For a command that may block, answered: its keys' shards, held until it is handed to
-    /// the mirror. The write that woke it held them until it was queued, so the pop it ended
-    /// in is queued after the push it took.
+    /// For a request answered, before it is handed to the mirror: the shards it must hold
+    /// meanwhile that it did not take before its dispatch.
+    /// - A command that may block: its keys. The write that woke it held them until it was
+    ///   queued, so the pop it ended in is queued after the push it took.
+    /// - A read to be compared: its keys (every key, for a script). A write the primary
+    ///   applied before this read holds them until it is queued, so the comparison is queued
+    ///   after it: without this, a write applied but not yet queued made the mirror look
+    ///   behind, the primary said the same when read again, and a difference was counted
+    ///   that was none.
     pub async fn answered(&self, command: &Command) -> Vec<OwnedMutexGuard<()>> {
         if command.class == crate::command::table::Idempotence::ConnectionBound {
             self.writing(&[command]).await
+        } else if !command.writes() && self.compares(command) {
+            let shards = if beyond_its_keys(command) {
+                (0..SHARDS).collect()
+            } else {
+                command.keys().map(|k| Self::shard_of(k)).collect()
+            };
+            self.lock_shards(shards).await
         } else {
             Vec::new()
         }
+    }
+
+    /// Whether reads like `command` are compared on the mirror.
+    fn compares(&self, command: &Command) -> bool {
+        self.config.reads == MirrorReads::Compare
+            && compare::compared(command.spec.name) != compare::Compared::Never
     }
 
     /// Hands the mirror what `command`, answered `reply` by the primary and ending as
     /// `ended`, needs there.
     pub fn after(&self, command: &Command, reply: &Reply, ended: Ended, proto: Proto) {
         if !command.writes() {
-            let compare = self.config.reads == MirrorReads::Compare
-                && ended == Ended::Ok
-                && compare::compared(command.spec.name) != compare::Compared::Never;
+            let compare = ended == Ended::Ok && self.compares(command);
             // Comparisons give way to writes: none is queued past half the queue.
             if compare && self.tx.capacity() > self.config.queue / 2 {
                 self.push(MirrorJob::Compare {

@@ -257,7 +257,8 @@ async fn scripts_writing_keys_they_do_not_name_reach_the_mirror_in_the_primary_s
 }
 
 /// Reads of a key racing writes to it: the mirror, a write ahead of the read the primary
-/// answered, says something else, but the primary says something else too when read again.
+/// answered, says something else, but the primary says something else too when read again;
+/// and a write the primary applied before a read is queued before the read's comparison.
 /// Not one difference is counted, and the confirmation is seen doing its work.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_racing_writes_are_never_counted_as_differences() {
@@ -268,20 +269,35 @@ async fn reads_racing_writes_are_never_counted_as_differences() {
     let toml = config(&redis.url(), &file, ", reads = \"compare\"")
         .replace("name = \"all\"", "name = \"racing\"");
     let proxy = Proxy::start(&toml).await;
-    let writer = {
-        let addr = proxy.addr.clone();
-        tokio::spawn(async move {
-            let mut c = RawConn::connect(&addr).await;
-            for _ in 0..400 {
-                assert!(c.command(&["INCR", "hot"]).await.starts_with(b":"));
-            }
+    // Writers pausing between writes (a read then often sees a write applied and not yet
+    // queued), and readers reading all the while.
+    let writers: Vec<_> = (0..2)
+        .map(|_| {
+            let addr = proxy.addr.clone();
+            tokio::spawn(async move {
+                let mut c = RawConn::connect(&addr).await;
+                for _ in 0..300 {
+                    assert!(c.command(&["INCR", "hot"]).await.starts_with(b":"));
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            })
         })
-    };
-    let mut c = proxy.connect().await;
-    while !writer.is_finished() {
-        c.command(&["GET", "hot"]).await;
+        .collect();
+    let readers: Vec<_> = (0..3)
+        .map(|_| {
+            let addr = proxy.addr.clone();
+            let done = writers.iter().map(|w| w.abort_handle()).collect::<Vec<_>>();
+            tokio::spawn(async move {
+                let mut c = RawConn::connect(&addr).await;
+                while !done.iter().all(|w| w.is_finished()) {
+                    c.command(&["GET", "hot"]).await;
+                }
+            })
+        })
+        .collect();
+    for task in writers.into_iter().chain(readers) {
+        task.await.unwrap();
     }
-    writer.await.unwrap();
     let mirror = proxy.holdfast.mirror("racing").expect("mirrored");
     assert!(mirror.settled(Duration::from_secs(20)).await);
     let series = |result: &str| {
