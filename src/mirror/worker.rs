@@ -13,6 +13,7 @@ use crate::metrics as m;
 use crate::namespace::Namespace;
 use crate::resp::Proto;
 use bytes::Bytes;
+use redis_protocol::resp3::types::BytesFrame as Frame;
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, watch};
@@ -199,6 +200,25 @@ impl MirrorWorker {
         (outcome.ended == Ended::Ok).then_some(reply)
     }
 
+    /// Whether the mirror answers `command` otherwise than `first`; an answer that agrees,
+    /// or none, is counted here.
+    async fn mirror_differs(
+        &self,
+        session: &mut Session,
+        command: &Command,
+        first: &Frame,
+    ) -> bool {
+        let Some(mirrored) = self.read(session, &self.sides.target, command).await else {
+            m::mirror_compared(&self.sides.primary.name, "unanswered");
+            return false;
+        };
+        if compare::agree(command.spec.name, first, &mirrored.into_frame()) {
+            m::mirror_compared(&self.sides.primary.name, "same");
+            return false;
+        }
+        true
+    }
+
     /// Compares the mirror's reply to a read with the primary's, confirming a difference.
     async fn compare(&self, session: &mut Session, args: Vec<Bytes>, primary: Reply) {
         let Ok(command) = Command::parse(args) else {
@@ -206,12 +226,7 @@ impl MirrorWorker {
         };
         let name = command.spec.name;
         let first = primary.into_frame();
-        let Some(mirrored) = self.read(session, &self.sides.target, &command).await else {
-            m::mirror_compared(&self.sides.primary.name, "unanswered");
-            return;
-        };
-        if compare::agree(name, &first, &mirrored.into_frame()) {
-            m::mirror_compared(&self.sides.primary.name, "same");
+        if !self.mirror_differs(session, &command, &first).await {
             return;
         }
         // Confirmed only if the primary still says the same and the mirror still differs.
@@ -220,12 +235,7 @@ impl MirrorWorker {
             m::mirror_compared(&self.sides.primary.name, "changing");
             return;
         }
-        let Some(mirrored) = self.read(session, &self.sides.target, &command).await else {
-            m::mirror_compared(&self.sides.primary.name, "unanswered");
-            return;
-        };
-        if compare::agree(name, &first, &mirrored.into_frame()) {
-            m::mirror_compared(&self.sides.primary.name, "same");
+        if !self.mirror_differs(session, &command, &first).await {
             return;
         }
         m::mirror_compared(&self.sides.primary.name, "different");

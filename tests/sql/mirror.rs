@@ -30,6 +30,21 @@ mirror = {{ backend = "db"{mirror_extra} }}
     )
 }
 
+/// A Redis, and a holdfast whose namespace `name` is on it, mirrored (`mirror_extra` added
+/// to the mirror's table) to a SQLite file in the returned temp dir.
+async fn on_redis_mirrored_to_sqlite(
+    name: &str,
+    mirror_extra: &str,
+) -> (RedisServer, tempfile::TempDir, std::path::PathBuf, Proxy) {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("mirror.db");
+    let toml = config(&redis.url(), &file, mirror_extra)
+        .replace("name = \"all\"", &format!("name = \"{name}\""));
+    let proxy = Proxy::start(&toml).await;
+    (redis, dir, file, proxy)
+}
+
 /// holdfast straight on the SQLite file: what the mirror holds.
 async fn on_mirror(sqlite: &std::path::Path) -> Proxy {
     Proxy::start(&sql_namespace(&format!(
@@ -211,11 +226,7 @@ async fn a_compared_read_finds_a_planted_difference() {
 /// in the primary's order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scripts_writing_keys_they_do_not_name_reach_the_mirror_in_the_primary_s_order() {
-    let redis = RedisServer::start();
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("mirror.db");
-    let toml = config(&redis.url(), &file, "").replace("name = \"all\"", "name = \"scripts\"");
-    let proxy = Proxy::start(&toml).await;
+    let (redis, _dir, file, proxy) = on_redis_mirrored_to_sqlite("scripts", "").await;
     let script = "redis.call('RPUSH', 'log', ARGV[1]) return redis.call('INCR', KEYS[1])";
     let clients: Vec<_> = ["a", "b"]
         .into_iter()
@@ -262,13 +273,9 @@ async fn scripts_writing_keys_they_do_not_name_reach_the_mirror_in_the_primary_s
 /// Not one difference is counted, and the confirmation is seen doing its work.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_racing_writes_are_never_counted_as_differences() {
-    let redis = RedisServer::start();
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("mirror.db");
     // Its own namespace name: the metrics of this test binary are one process's.
-    let toml = config(&redis.url(), &file, ", reads = \"compare\"")
-        .replace("name = \"all\"", "name = \"racing\"");
-    let proxy = Proxy::start(&toml).await;
+    let (_redis, _dir, _file, proxy) =
+        on_redis_mirrored_to_sqlite("racing", ", reads = \"compare\"").await;
     // Writers pausing between writes (a read then often sees a write applied and not yet
     // queued), and readers reading all the while.
     let writers: Vec<_> = (0..2)
