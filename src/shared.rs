@@ -388,3 +388,53 @@ impl Drop for Leave {
         self.clients.lock().remove(&self.id);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// A request that took its generation before a reload cut its namespace over: while it
+    /// holds its ticket the cut-over waits for it; once the namespace is answered from the
+    /// mirror, such a request takes no ticket on the old primary (it runs under the current
+    /// generation instead: `connection/forward.rs`, `mirror_hold`).
+    #[tokio::test]
+    async fn once_cut_over_the_old_mirror_takes_no_request() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let toml = format!(
+            "[backends.a]\nkind = \"sqlite\"\npath = \"{}\"\n\
+             [backends.b]\nkind = \"sqlite\"\npath = \"{}\"\n\
+             [[namespaces]]\nname = \"all\"\nbackend = \"a\"\nmirror = {{ backend = \"b\" }}\n",
+            dir.path().join("a.db").display(),
+            dir.path().join("b.db").display()
+        );
+        let shared = Shared::build(Config::from_toml(&toml).expect("config")).expect("built");
+        let first = shared.current();
+        let ends = first.mirrors.of(&first.router.namespaces()[0]);
+        let mirror = ends.mirror.clone().expect("mirrored");
+        let early = mirror.ticket().expect("a request before the cut-over");
+        let cut = toml
+            .replace("mirror = { backend = \"b\" }\n", "")
+            .replace("backend = \"a\"", "backend = \"b\"");
+        shared
+            .reload(Config::from_toml(&cut).expect("config"))
+            .expect("cut over");
+        let second = shared.current();
+        let from = second
+            .mirrors
+            .of(&second.router.namespaces()[0])
+            .cut_over_from
+            .clone()
+            .expect("cut over from the mirror");
+        assert!(Arc::ptr_eq(&from, &mirror));
+        let waiting = tokio::spawn(async move { from.ready(Duration::from_secs(10)).await });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!waiting.is_finished(), "the cut-over did not wait");
+        drop(early);
+        assert_eq!(waiting.await.expect("joined"), Ok(()));
+        assert!(
+            mirror.ticket().is_none(),
+            "a request of the old generation would run on the old primary"
+        );
+    }
+}

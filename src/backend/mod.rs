@@ -225,10 +225,12 @@ impl Backend {
             BackendConfig::Redis(config) => redis(redis::RedisBackend::new(name, config)?),
             BackendConfig::Sentinel(config) => redis(redis::RedisBackend::sentinel(name, config)?),
             BackendConfig::Cluster(config) => redis(redis::RedisBackend::cluster(name, config)?),
-            BackendConfig::Sqlite(sqlite) => {
-                Ok(Backend::Sql(sql::SqlBackend::sqlite(name, sqlite)?))
-            }
-            BackendConfig::Postgres(pg) => Ok(Backend::Sql(sql::SqlBackend::postgres(name, pg)?)),
+            BackendConfig::Sqlite(sqlite) => Ok(Backend::Sql(
+                sql::SqlBackend::sqlite(name, sqlite)?.with_scripts(scripts),
+            )),
+            BackendConfig::Postgres(pg) => Ok(Backend::Sql(
+                sql::SqlBackend::postgres(name, pg)?.with_scripts(scripts),
+            )),
         }
     }
 

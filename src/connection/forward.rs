@@ -194,6 +194,46 @@ impl ClientConn {
         Ok(ends.mirror.clone())
     }
 
+    /// `namespace`'s mirror once it may run (`mirror_gate`), and what `commands` hold of it
+    /// until handed to it. A request that took its generation before a reload cut the
+    /// namespace over, and finds the old mirror closed, runs as the current generation's
+    /// request of the namespace of that name (`Mirror::ticket`). Err: the namespace and the
+    /// refusal's text.
+    pub(super) async fn mirror_hold(
+        &mut self,
+        mut namespace: Arc<Namespace>,
+        commands: &[&Command],
+    ) -> Result<MirrorHeld, (Arc<Namespace>, String)> {
+        // Each pass is a later generation; a namespace is cut over once per reload.
+        for _ in 0..4 {
+            let mirror = match self.mirror_gate(&namespace).await {
+                Ok(Some(mirror)) => mirror,
+                Ok(None) => return Ok((namespace, None, None)),
+                Err(refused) => return Err((namespace, refused)),
+            };
+            if let Some(hold) = mirror.hold(commands).await {
+                return Ok((namespace, Some(mirror), Some(hold)));
+            }
+            self.state = self.shared.current();
+            let name = namespace.name.clone();
+            match self
+                .state
+                .router
+                .namespaces()
+                .iter()
+                .find(|n| n.name == name)
+            {
+                Some(current) => namespace = current.clone(),
+                None => break,
+            }
+        }
+        let text = format!(
+            "UNAVAILABLE not applied: namespace '{}' was reconfigured while this request was on its way; send it again",
+            namespace.name
+        );
+        Err((namespace, text))
+    }
+
     /// Sends a command to `namespace`'s backend: a connection-bound one on this client's own
     /// connection, any other through the executor.
     pub(super) async fn forward_to(
@@ -202,28 +242,24 @@ impl ClientConn {
         command: &Command,
         started: Instant,
     ) -> (Reply, DoubleStyle) {
-        let doubles = namespace.backend.double_style();
-        let mirror = match self.mirror_gate(&namespace).await {
-            Ok(mirror) => mirror,
-            Err(refused) => {
+        // Until the mirror has what this request does, it is not settled (a cut-over waits),
+        // and a copy of its keys waits for it.
+        // A command that may block takes its keys once answered (`Mirror::hold`).
+        let bound = command.class == Idempotence::ConnectionBound;
+        let held: &[&Command] = if bound { &[] } else { &[command] };
+        let (namespace, mirror, hold) = match self.mirror_hold(namespace, held).await {
+            Ok(held) => held,
+            Err((namespace, refused)) => {
                 m::request(
                     &namespace.name,
                     command.label(),
                     "unavailable",
                     started.elapsed(),
                 );
-                return (error(refused).into(), doubles);
+                return (error(refused).into(), namespace.backend.double_style());
             }
         };
-        // Until the mirror has what this request does, it is not settled (a cut-over waits),
-        // and a copy of its keys waits for it.
-        // A command that may block takes its keys once answered (`Mirror::hold`).
-        let bound = command.class == Idempotence::ConnectionBound;
-        let held: &[&Command] = if bound { &[] } else { &[command] };
-        let hold = match &mirror {
-            Some(mirror) => Some(mirror.hold(held).await),
-            None => None,
-        };
+        let doubles = namespace.backend.double_style();
         if bound {
             let (frame, ended) = self.bound(&namespace, command, started).await;
             let reply = Reply::from(frame);
@@ -261,6 +297,14 @@ impl ClientConn {
         (reply, doubles)
     }
 }
+
+/// A request's namespace (of the generation it runs under), its mirror, and what it holds
+/// of that mirror.
+pub(super) type MirrorHeld = (
+    Arc<Namespace>,
+    Option<Arc<crate::mirror::Mirror>>,
+    Option<crate::mirror::MirrorHold>,
+);
 
 /// Why a request of a namespace just cut over is not run on its new backend.
 pub(super) fn not_ready(namespace: &Namespace, why: crate::mirror::NotReady) -> String {

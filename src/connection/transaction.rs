@@ -97,18 +97,7 @@ impl ClientConn {
             // The WATCH went with its connection: whether a watched key changed cannot be
             // known, so the transaction is aborted as if one had (nothing is sent), the answer
             // an optimistic-locking client already handles by trying again.
-            self.unwatch().await;
-            encode_reply(
-                out,
-                &Frame::Null,
-                self.exec.proto,
-                Nils {
-                    top: true,
-                    nested: None,
-                },
-                DoubleStyle::default(),
-            );
-            return Flow::Continue;
+            return self.aborted(out).await;
         }
         let (keys, routed) = route(&self.state.router, &multi.queue);
         let namespace = match routed {
@@ -144,22 +133,24 @@ impl ClientConn {
         // On a Cluster the whole transaction goes to the node of its first key (keys in
         // other slots are refused there, as Redis Cluster refuses them).
         let route = multi.queue.iter().find_map(super::first_key);
-        let replicas = namespace
-            .replicas
-            .filter(|_| namespace.backend.replicates());
-        let mirror = match self.mirror_gate(&namespace).await {
-            Ok(mirror) => mirror,
-            Err(refused) => {
+        let commands: Vec<&Command> = multi.queue.iter().collect();
+        let routed = namespace.backend.clone();
+        let (namespace, mirror, hold) = match self.mirror_hold(namespace, &commands).await {
+            Ok(held) => held,
+            Err((_, refused)) => {
                 self.unwatch().await;
                 self.reply(out, &error(refused));
                 return Flow::Continue;
             }
         };
-        let commands: Vec<&Command> = multi.queue.iter().collect();
-        let hold = match &mirror {
-            Some(mirror) => Some(mirror.hold(&commands).await),
-            None => None,
-        };
+        if self.own.watching() && !Arc::ptr_eq(&routed, &namespace.backend) {
+            // Cut over meanwhile (`mirror_hold`): the WATCH is on the old backend, so, as for
+            // a WATCH lost, the transaction is aborted and nothing is sent.
+            return self.aborted(out).await;
+        }
+        let replicas = namespace
+            .replicas
+            .filter(|_| namespace.backend.replicates());
         self.leave_other_backend(&namespace).await;
         let mut own = std::mem::take(&mut self.own);
         let mut link = OwnConn::to(self, Some(&namespace), route);
@@ -194,6 +185,22 @@ impl ClientConn {
         m::request(&namespace.name, "EXEC", "ok", started.elapsed());
         let doubles = namespace.backend.double_style();
         self.write_exec_reply(out, &frame, &multi.queue, doubles);
+        Flow::Continue
+    }
+
+    /// A transaction aborted as if a watched key had changed: nil, nothing sent.
+    async fn aborted(&mut self, out: &mut Output) -> Flow {
+        self.unwatch().await;
+        encode_reply(
+            out,
+            &Frame::Null,
+            self.exec.proto,
+            Nils {
+                top: true,
+                nested: None,
+            },
+            DoubleStyle::default(),
+        );
         Flow::Continue
     }
 

@@ -146,6 +146,9 @@ struct MirrorProgress {
     /// A request of a namespace cut over to this mirror found it ready: later ones need
     /// not wait.
     ready: AtomicBool,
+    /// A namespace cut over to this mirror is about to be answered from it: no request
+    /// may take a ticket any more (it would run on the old primary after the cut-over).
+    closed: AtomicBool,
     recopy: Mutex<Recopy>,
 }
 
@@ -240,6 +243,7 @@ impl Mirror {
             dropping: AtomicBool::new(false),
             seq: std::sync::atomic::AtomicU64::new(0),
             ready: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
             recopy: Mutex::new(Recopy::default()),
         });
         let sides = Arc::new(Sides {
@@ -303,16 +307,7 @@ impl Mirror {
     /// writes of one key would otherwise be queued in the order their replies came back,
     /// which need not be the order the primary applied them (two pooled connections).
     pub async fn writing(&self, commands: &[&Command]) -> Vec<OwnedMutexGuard<()>> {
-        let writes = commands.iter().filter(|c| c.writes());
-        let shards: Vec<usize> = if writes.clone().any(|c| beyond_its_keys(c)) {
-            (0..SHARDS).collect()
-        } else {
-            writes
-                .flat_map(|c| c.keys())
-                .map(|k| Self::shard_of(k))
-                .collect()
-        };
-        self.lock_shards(shards).await
+        self.lock_shards(held_shards(commands)).await
     }
 
     /// Locks `shards` in ascending order, as every holder takes them: no two requests wait
@@ -328,22 +323,29 @@ impl Mirror {
     }
 
     /// Held by a request of the namespace from before its dispatch until [`Mirror::after`]:
-    /// the mirror is settled only when no request may still queue a write.
-    pub fn ticket(&self) -> MirrorTicket {
-        self.progress.pending.fetch_add(1, Ordering::AcqRel);
-        MirrorTicket(self.progress.clone())
+    /// the mirror is settled only when no request may still queue a write. None once a
+    /// namespace cut over to this mirror is to be answered from it ([`Mirror::ready`]): a
+    /// request that took its configuration generation before that reload runs under the
+    /// current one instead. (Taken, then checked, against `ready`'s close, then check:
+    /// one of the two sees the other.)
+    pub fn ticket(&self) -> Option<MirrorTicket> {
+        self.progress.pending.fetch_add(1, Ordering::SeqCst);
+        let ticket = MirrorTicket(self.progress.clone());
+        (!self.progress.closed.load(Ordering::SeqCst)).then_some(ticket)
     }
 
     /// What a request holds from before its dispatch until it is handed to the mirror
     /// ([`Mirror::after`]): its ticket, and its writes' keys (`writing`). A command that may
     /// block (`BLPOP`, `XREADGROUP … BLOCK`: connection-bound) is held without its keys
     /// and takes them once answered ([`Mirror::answered`]): held while it waits, they would
-    /// hold the write it waits for. (Inside a transaction nothing blocks.)
-    pub async fn hold(&self, commands: &[&Command]) -> MirrorHold {
-        MirrorHold {
-            _ticket: self.ticket(),
+    /// hold the write it waits for. (Inside a transaction nothing blocks.) None: the
+    /// namespace was cut over to this mirror (`ticket`).
+    pub async fn hold(&self, commands: &[&Command]) -> Option<MirrorHold> {
+        let ticket = self.ticket()?;
+        Some(MirrorHold {
+            _ticket: ticket,
             _shards: self.writing(commands).await,
-        }
+        })
     }
 
     /// For a request answered, before it is handed to the mirror: the shards it must hold
@@ -513,6 +515,12 @@ impl Mirror {
         if !self.settled(limit).await {
             return Err(NotReady::Waiting);
         }
+        // No request of an earlier generation may start on the old primary from now on;
+        // one that took its ticket before this is waited for.
+        self.progress.closed.store(true, Ordering::SeqCst);
+        if !self.settled(limit).await {
+            return Err(NotReady::Waiting);
+        }
         if self.behind() {
             return Err(NotReady::Behind);
         }
@@ -579,7 +587,82 @@ fn heal(progress: &MirrorProgress, namespace: &str, keys: &[Bytes], at: u64) {
 /// commands on keys built from its arguments (BullMQ's job hashes), `SORT … BY` reads keys
 /// its pattern names. Ordered by its named keys alone, it could pass or be passed by a write
 /// of one of the others on the mirror, so it runs alone there, and a copy of any key waits
-/// for it.
+/// for it. So does a write that names no key (`SCRIPT LOAD`, `FUNCTION LOAD`, `FLUSHDB`):
+/// what it changes, every later write of any key may depend on.
 fn beyond_its_keys(command: &Command) -> bool {
-    command.spec.reach != crate::command::table::Reach::Keys
+    command.spec.reach != crate::command::table::Reach::Keys || command.keys().next().is_none()
+}
+
+/// The shards `commands` (one request, or a transaction's) hold from before their dispatch
+/// until they are queued for the mirror: the keys' shards of those that write, every shard
+/// if one of them goes `beyond_its_keys`. Without every shard for a `SCRIPT LOAD`, a second
+/// client's `EVALSHA`, answered by the primary once the load was applied there, could be
+/// queued before the load and meet `NOSCRIPT` on the mirror. What the mirror is never sent
+/// (`rewrite::never_sent`: a `SCRIPT KILL`, a `PUBLISH`) holds nothing: a kill must reach the
+/// script that holds every shard, and a message is not the namespace's data.
+fn held_shards(commands: &[&Command]) -> Vec<usize> {
+    let writes = commands
+        .iter()
+        .filter(|c| c.writes() && !rewrite::never_sent(c));
+    if writes.clone().any(|c| beyond_its_keys(c)) {
+        return (0..SHARDS).collect();
+    }
+    writes
+        .flat_map(|c| c.keys())
+        .map(|k| Mirror::shard_of(k))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(lines: &[&str]) -> Vec<usize> {
+        let commands: Vec<Command> = lines
+            .iter()
+            .map(|l| {
+                let args = l.split(' ').map(|w| Bytes::copy_from_slice(w.as_bytes()));
+                Command::parse(args.collect()).expect("a command in the table")
+            })
+            .collect();
+        let refs: Vec<&Command> = commands.iter().collect();
+        let mut shards = held_shards(&refs);
+        shards.sort_unstable();
+        shards.dedup();
+        shards
+    }
+
+    #[test]
+    fn a_write_holds_its_keys_a_keyless_write_or_a_script_every_key_a_kill_none() {
+        let every: Vec<usize> = (0..SHARDS).collect();
+        let of = |keys: &[&str]| {
+            let mut shards: Vec<usize> = keys
+                .iter()
+                .map(|k| Mirror::shard_of(k.as_bytes()))
+                .collect();
+            shards.sort_unstable();
+            shards.dedup();
+            shards
+        };
+        let rows: Vec<(&[&str], Vec<usize>)> = vec![
+            (&["GET a"], vec![]),
+            (&["SET a 1"], of(&["a"])),
+            (&["MSET a 1 b 2"], of(&["a", "b"])),
+            (&["SET a 1", "GET b", "DEL c"], of(&["a", "c"])),
+            (&["EVALSHA x 1 a"], every.clone()),
+            (&["SORT a BY w_* STORE d"], every.clone()),
+            // What every later write may depend on.
+            (&["SCRIPT LOAD return"], every.clone()),
+            (&["FUNCTION LOAD code"], every.clone()),
+            (&["FLUSHDB"], every.clone()),
+            (&["SET a 1", "SCRIPT FLUSH"], every.clone()),
+            // Never sent to the mirror: a kill must reach the script holding every shard.
+            (&["SCRIPT KILL"], vec![]),
+            (&["FUNCTION KILL"], vec![]),
+            (&["PUBLISH c m"], vec![]),
+        ];
+        for (lines, want) in rows {
+            assert_eq!(held(lines), want, "{lines:?}");
+        }
+    }
 }

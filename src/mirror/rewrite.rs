@@ -79,10 +79,19 @@ fn never_ran(reply: &Frame) -> bool {
     matches!(prefix, b"NOSCRIPT" | b"BUSY")
 }
 
+/// Whether the mirror is never sent `command`, a write that changes none of the namespace's
+/// data: a message (`PUBLISH`: the mirror's subscribers are not the namespace's until it is
+/// cut over) or a kill of a running script (the mirror runs none of the client's; sent there,
+/// its `NOTBUSY` would mark every key as missed).
+pub fn never_sent(command: &Command) -> bool {
+    command.spec.reach == crate::command::table::Reach::Channel
+        || matches!(command.spec.name, "SCRIPT|KILL" | "FUNCTION|KILL")
+}
+
 /// The commands for a request the primary answered `reply` to, ending as `ended`, at
 /// `now_ms` (Unix milliseconds) on holdfast's clock.
 pub fn mirrored(command: &Command, reply: &Reply, ended: Ended, now_ms: i64) -> Mirrored {
-    if !command.writes() {
+    if !command.writes() || never_sent(command) {
         return Mirrored::Skip;
     }
     match ended {

@@ -88,8 +88,19 @@ fn each_command_is_mirrored_as_its_rule_says() {
             Ended::Answer,
             Mirrored::Skip,
         ),
+        // Writes that change no data: a message, a kill of the primary's own script.
+        ("PUBLISH c m", int(1), Ended::Ok, Mirrored::Skip),
+        ("SPUBLISH c m", int(1), Ended::Ok, Mirrored::Skip),
+        ("SCRIPT KILL", ok(), Ended::Ok, Mirrored::Skip),
+        ("FUNCTION KILL", ok(), Ended::Ok, Mirrored::Skip),
         // As they are.
         ("INCR k", int(3), Ended::Ok, sends(&["INCR k"])),
+        (
+            "SCRIPT LOAD x",
+            bulk("sha"),
+            Ended::Ok,
+            sends(&["SCRIPT LOAD x"]),
+        ),
         ("SET k v NX", Frame::Null, Ended::Ok, sends(&["SET k v NX"])),
         (
             "XADD s 5-1 f v",

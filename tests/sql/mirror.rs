@@ -267,6 +267,54 @@ async fn scripts_writing_keys_they_do_not_name_reach_the_mirror_in_the_primary_s
     proxy.stop().await;
 }
 
+/// A script a client loaded before its namespace was mirrored: the mirror, a database that
+/// never saw the load, still runs the client's EVALSHA of it (holdfast knows the text), so
+/// the mirror misses nothing, and after the cut-over the client's EVALSHA keeps working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_script_loaded_before_the_mirror_was_added_is_replayed_there() {
+    let (redis, _dir, file, proxy) = on_redis_mirrored_to_sqlite("late", "").await;
+    let mirrored = config(&redis.url(), &file, "").replace("name = \"all\"", "name = \"late\"");
+    let unmirrored = mirrored.replace("mirror = { backend = \"db\" }", "");
+    proxy.reload(&unmirrored).expect("the mirror is taken away");
+    assert!(proxy.holdfast.mirror("late").is_none());
+    let mut c = proxy.connect().await;
+    let script = "return redis.call('SET', KEYS[1], ARGV[1])";
+    let sha = body(&text(&c.command(&["SCRIPT", "LOAD", script]).await));
+    assert_eq!(sha.len(), 40, "{sha}");
+    let reply = c.command(&["EVALSHA", &sha, "1", "before", "1"]).await;
+    assert_eq!(reply, b"+OK\r\n");
+    proxy.reload(&mirrored).expect("the mirror is added");
+    for i in 0..20 {
+        let reply = c
+            .command(&["EVALSHA", &sha, "1", &format!("k{i}"), "v"])
+            .await;
+        assert_eq!(reply, b"+OK\r\n");
+    }
+    let mirror = proxy.holdfast.mirror("late").expect("mirrored");
+    assert!(mirror.settled(Duration::from_secs(20)).await);
+    assert_eq!(
+        mirror.status().1,
+        0,
+        "the mirror missed the script's writes"
+    );
+    // Cut over: the client's EVALSHA is answered by the database, as by Redis before.
+    let cut = mirrored
+        .replace("mirror = { backend = \"db\" }", "")
+        .replace("backend = \"main\"", "backend = \"db\"");
+    proxy.reload(&cut).expect("the cut-over applies");
+    let reply = c.command(&["EVALSHA", &sha, "1", "after", "v"]).await;
+    assert_eq!(reply, b"+OK\r\n");
+    let direct = on_mirror(&file).await;
+    let mut on_db = direct.connect().await;
+    for key in ["k0", "k19", "after"] {
+        assert_eq!(on_db.command(&["GET", key]).await, b"$1\r\nv\r\n", "{key}");
+    }
+    // Nothing ran the script on Redis after the cut-over.
+    assert_eq!(redis.cmd(&["EXISTS", "after"]).trim(), ":0");
+    direct.stop().await;
+    proxy.stop().await;
+}
+
 /// Reads of a key racing writes to it: the mirror, a write ahead of the read the primary
 /// answered, says something else, but the primary says something else too when read again;
 /// and a write the primary applied before a read is queued before the read's comparison.

@@ -31,6 +31,7 @@ impl Inner {
         let script = script.map(|gate| model::store::ScriptEnv {
             runtime: &self.lua,
             gate,
+            known: self.scripts.get().map(|s| &**s),
         });
         let mut replies = Vec::with_capacity(commands.len());
         let now = now_ms();

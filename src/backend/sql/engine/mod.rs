@@ -122,6 +122,9 @@ struct Inner {
     broker: Arc<broker::Broker>,
     /// The Lua interpreters scripts run on.
     lua: crate::backend::lua::Runtime,
+    /// The scripts clients loaded through this holdfast (any backend), for an `EVALSHA` of
+    /// a script the database does not hold yet (`model/scripting.rs`).
+    scripts: std::sync::OnceLock<Arc<crate::backend::scripts::Scripts>>,
 }
 
 fn now_ms() -> i64 {
@@ -135,6 +138,13 @@ fn connect_error(e: impl Into<Fail>) -> BackendError {
 }
 
 impl SqlBackend {
+    /// Shares holdfast's scripts: an `EVALSHA` of a script loaded through holdfast but not
+    /// into this database (a namespace moved here, a mirror added after the load) runs it.
+    pub fn with_scripts(self, scripts: &Arc<crate::backend::scripts::Scripts>) -> SqlBackend {
+        let _ = self.inner.scripts.set(scripts.clone());
+        self
+    }
+
     /// The `[backends]` key.
     pub fn name(&self) -> &str {
         &self.inner.name

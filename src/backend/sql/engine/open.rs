@@ -230,6 +230,7 @@ impl SqlBackend {
             wakers: Arc::new(waiters::Wakers::new(blocking_poll)),
             broker: broker::Broker::new(name, Some(carrier)),
             lua: crate::backend::lua::Runtime::default(),
+            scripts: std::sync::OnceLock::new(),
         });
         // Migrate at start, and reap expired keys, for as long as the backend is in use.
         let weak = Arc::downgrade(&inner);

@@ -107,7 +107,18 @@ pub async fn eval(ctx: &mut Ctx<'_>, a: &[Bytes], how: Eval, allow_flush: bool) 
         let sha = String::from_utf8_lossy(&named).to_ascii_lowercase();
         match stored(ctx, &sha).await? {
             Some(body) => (body, sha),
-            None => return fail(NOSCRIPT),
+            // Loaded through holdfast, not into this database: Redis behind holdfast answers
+            // such an EVALSHA too (`backend/scripts.rs`), and so does this, keeping the
+            // script as `SCRIPT LOAD` would have.
+            None => match env.known.and_then(|known| known.text(sha.as_bytes())) {
+                Some(body) => {
+                    if ctx.write {
+                        keep(ctx, &sha, &body).await?;
+                    }
+                    (body, sha)
+                }
+                None => return fail(NOSCRIPT),
+            },
         }
     } else {
         let sha = crate::backend::scripts::digest(&named);

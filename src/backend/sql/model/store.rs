@@ -124,6 +124,8 @@ pub struct ScriptEnv<'c> {
     pub runtime: &'c crate::backend::lua::Runtime,
     /// What the script may call.
     pub gate: &'c dyn crate::backend::lua::Gate,
+    /// The scripts clients loaded through this holdfast, on any backend.
+    pub known: Option<&'c crate::backend::scripts::Scripts>,
 }
 
 /// One command's view of the database.
