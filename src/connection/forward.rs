@@ -314,7 +314,7 @@ pub(super) fn not_ready(namespace: &Namespace, why: crate::mirror::NotReady) -> 
             "UNAVAILABLE not applied: namespace '{name}' was cut over to backend '{backend}', which is still applying the writes queued for it"
         ),
         crate::mirror::NotReady::Behind => format!(
-            "UNAVAILABLE not applied: namespace '{name}' was cut over to backend '{backend}', which missed writes; run `holdfast copy --namespace {name}`"
+            "UNAVAILABLE not applied: namespace '{name}' was cut over to backend '{backend}', which missed writes it cannot copy from the old backend; reload the configuration before the cut-over, then run `holdfast copy --namespace {name}`"
         ),
     }
 }

@@ -149,6 +149,9 @@ struct MirrorProgress {
     /// A namespace cut over to this mirror is about to be answered from it: no request
     /// may take a ticket any more (it would run on the old primary after the cut-over).
     closed: AtomicBool,
+    /// Held by the request that checks, for all, whether a namespace cut over to this
+    /// mirror may be answered from it (`Mirror::ready`).
+    readying: tokio::sync::Mutex<()>,
     recopy: Mutex<Recopy>,
 }
 
@@ -244,6 +247,7 @@ impl Mirror {
             seq: std::sync::atomic::AtomicU64::new(0),
             ready: AtomicBool::new(false),
             closed: AtomicBool::new(false),
+            readying: tokio::sync::Mutex::new(()),
             recopy: Mutex::new(Recopy::default()),
         });
         let sides = Arc::new(Sides {
@@ -505,6 +509,10 @@ impl Mirror {
 
     /// For a request of the namespace cut over to this mirror: Ok once every write queued
     /// for it, or on its way, is applied (waiting at most `limit`), and none was missed.
+    /// Keys the mirror missed meanwhile (a write it refused while catching up) are copied
+    /// from the old primary first, which still holds them and is no longer written; only
+    /// a mirror that missed every key (`Recopy::all`), or a copy that fails, leaves it behind.
+    /// One request at a time does this; the others wait for it, all within `limit`.
     ///
     /// # Errors
     /// [`NotReady`]: the request is not to run on the mirror's backend.
@@ -512,20 +520,37 @@ impl Mirror {
         if self.is_ready() {
             return Ok(());
         }
-        if !self.settled(limit).await {
-            return Err(NotReady::Waiting);
-        }
-        // No request of an earlier generation may start on the old primary from now on;
-        // one that took its ticket before this is waited for.
+        let checked = async {
+            let _one = self.progress.readying.lock().await;
+            if self.is_ready() {
+                return Ok(());
+            }
+            self.settle_closed().await;
+            if self.behind() {
+                // The copies are queued as writes are: settled once they are applied.
+                let copied = self.recopy().await;
+                if !matches!(copied, Ok(Some(_))) {
+                    return Err(NotReady::Behind);
+                }
+                self.settle_closed().await;
+                if self.behind() {
+                    return Err(NotReady::Behind);
+                }
+            }
+            self.progress.ready.store(true, Ordering::Release);
+            Ok(())
+        };
+        tokio::time::timeout(limit, checked)
+            .await
+            .unwrap_or(Err(NotReady::Waiting))
+    }
+
+    /// Waits until the mirror is settled with no request of an earlier generation able to
+    /// start on the old primary any more (one that took its ticket before is waited for).
+    async fn settle_closed(&self) {
+        self.settle().await;
         self.progress.closed.store(true, Ordering::SeqCst);
-        if !self.settled(limit).await {
-            return Err(NotReady::Waiting);
-        }
-        if self.behind() {
-            return Err(NotReady::Behind);
-        }
-        self.progress.ready.store(true, Ordering::Release);
-        Ok(())
+        self.settle().await;
     }
 
     /// Whether a namespace cut over to this mirror found it ready once.
@@ -536,16 +561,18 @@ impl Mirror {
     /// Waits until no write is queued, running or on its way (true), or `limit` passes
     /// (false).
     pub async fn settled(&self, limit: Duration) -> bool {
-        let wait = async {
-            loop {
-                let notified = self.progress.settled.notified();
-                if self.progress.pending.load(Ordering::Acquire) == 0 {
-                    return;
-                }
-                notified.await;
+        tokio::time::timeout(limit, self.settle()).await.is_ok()
+    }
+
+    /// Waits until no write is queued, running or on its way.
+    async fn settle(&self) {
+        loop {
+            let notified = self.progress.settled.notified();
+            if self.progress.pending.load(Ordering::Acquire) == 0 {
+                return;
             }
-        };
-        tokio::time::timeout(limit, wait).await.is_ok()
+            notified.await;
+        }
     }
 }
 

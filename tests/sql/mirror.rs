@@ -879,3 +879,42 @@ async fn a_cut_over_to_a_stopped_mirror_answers_unavailable_within_the_schedule_
     assert_eq!(body(&redis.cmd(&["GET", "counter"])), "15");
     proxy.stop().await;
 }
+
+/// A write the mirror refused while catching up after a cut-over (its key held another type
+/// there): before the namespace is answered from the new backend, the key is copied from the
+/// old one, which still holds it and is no longer written. No client hears UNAVAILABLE.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_the_mirror_missed_after_the_cut_over_is_copied_from_the_old_backend() {
+    let redis = RedisServer::start();
+    let next = RedisServer::start();
+    let toml = moving_config(&redis_backend(&redis), &redis_backend(&next), "");
+    let proxy = Proxy::start(&toml).await;
+    let mut c = proxy.connect().await;
+    // A difference planted on the mirror: the key is a string there.
+    next.cmd(&["SET", "queue", "not a list"]);
+    next.pause();
+    for i in 0..3 {
+        let reply = c.command(&["RPUSH", "queue", &format!("job{i}")]).await;
+        assert!(reply.starts_with(b":"), "{}", text(&reply));
+    }
+    let cut = toml
+        .replace("mirror = { backend = \"next\" }", "")
+        .replace("backend = \"main\"", "backend = \"next\"");
+    proxy
+        .reload(&cut)
+        .expect("nothing was missed yet: the cut-over applies");
+    next.resume();
+    let reply = c.command(&["LRANGE", "queue", "0", "-1"]).await;
+    assert_eq!(
+        text(&reply),
+        "*3\r\n$4\r\njob0\r\n$4\r\njob1\r\n$4\r\njob2\r\n"
+    );
+    assert_eq!(c.command(&["RPUSH", "queue", "job3"]).await, b":4\r\n");
+    assert_eq!(
+        next.cmd(&["LLEN", "queue"]).trim(),
+        ":4",
+        "answered from the new backend"
+    );
+    assert_eq!(redis.cmd(&["LLEN", "queue"]).trim(), ":3");
+    proxy.stop().await;
+}
