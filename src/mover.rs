@@ -122,15 +122,47 @@ fn text(frame: &Frame) -> Result<Bytes, MoveError> {
 }
 
 /// A progress line, written over itself on a terminal.
-fn progress(what: &str, keys: u64, started: Instant) {
-    let secs = started.elapsed().as_secs_f64().max(0.001);
-    let rate = keys as f64 / secs;
+fn progress(what: &str, (keys, now): (u64, u64), of: Option<u64>, started: Instant) {
+    let secs = started.elapsed().as_secs_f64();
     let mut err = std::io::stderr();
-    let _ = write!(
-        err,
-        "\r{what}: {keys} keys, {rate:.0} keys/s, {secs:.0} s   "
-    );
+    let _ = write!(err, "\r{}   ", progress_line(what, (keys, now), of, secs));
     let _ = err.flush();
+}
+
+/// What the progress line says after `keys` keys, `now` of them in this run's `secs`
+/// seconds, of about `of` (the primary's `DBSIZE` when the copy began: other namespaces'
+/// keys count too, so the bar may end short of full; keys written meanwhile may pass it).
+fn progress_line(what: &str, (keys, now): (u64, u64), of: Option<u64>, secs: f64) -> String {
+    let rate = now as f64 / secs.max(0.001);
+    let mut line = format!("{what}: {keys} keys");
+    if let Some(total) = of.filter(|&t| t > 0) {
+        const WIDTH: u64 = 20;
+        let done = keys.min(total);
+        let filled = (done * WIDTH / total) as usize;
+        let bar = format!(
+            "{}{}",
+            "#".repeat(filled),
+            ".".repeat(WIDTH as usize - filled)
+        );
+        line.push_str(&format!(" of ~{total} [{bar}] {}%", done * 100 / total));
+        if rate > 0.0 {
+            let left = (total - done) as f64 / rate;
+            line.push_str(&format!(", ~{left:.0} s left"));
+        }
+    }
+    line.push_str(&format!(", {rate:.0} keys/s, {secs:.0} s"));
+    line
+}
+
+/// The most keys the namespace has: the primary database's (`HOLDFAST MIRROR`), if known.
+async fn at_most(client: &mut MoverConn, ns: &[u8]) -> Result<Option<u64>, MoveError> {
+    let parts = items(client.call(&[b"HOLDFAST", b"MIRROR", ns]).await?)?;
+    let size = parts
+        .chunks(2)
+        .find(|pair| matches!(&pair[0], Frame::BulkString(name) if &name[..] == b"primary_keys"))
+        .and_then(|pair| pair.get(1))
+        .and_then(|n| int(n).ok());
+    Ok(size.and_then(|n| u64::try_from(n).ok()))
 }
 
 /// The state file: the walk's position and the keys copied so far.
@@ -178,6 +210,7 @@ pub async fn copy(
         _ => ("0".to_string(), 0),
     };
     let batch = target.batch.to_string();
+    let of = at_most(&mut client, ns).await?;
     let started = Instant::now();
     let (mut copied_now, mut whole_again) = (0u64, false);
     loop {
@@ -199,7 +232,8 @@ pub async fn copy(
         keys += n;
         copied_now += n;
         let next = String::from_utf8_lossy(&text(next)?).into_owned();
-        progress("copying", copied_now, started);
+        // Resumed: the bar counts what was copied before too, the rate this run's.
+        progress("copying", (keys, copied_now), of, started);
         if next.is_empty() {
             // The walk is over: the keys marked meanwhile (writes the mirror missed).
             let again = int(&client.call(&[b"HOLDFAST", b"RECOPY", ns]).await?)?;
@@ -263,11 +297,52 @@ pub async fn verify(
                 eprintln!("\r{key}: {}", String::from_utf8_lossy(&how));
             }
         }
-        progress("verifying", keys, started);
+        // No bar: a verify walks the primary's keys, then the mirror's.
+        progress("verifying", (keys, keys), None, started);
         walk = text(&next)?;
         if walk.is_empty() {
             eprintln!();
             return Ok((keys, found));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::progress_line;
+
+    /// Keys (all, this run's), the size if known, seconds, and the line.
+    type Row = ((u64, u64), Option<u64>, f64, &'static str);
+
+    #[test]
+    fn the_progress_line_has_a_bar_and_the_time_left_when_the_size_is_known() {
+        let rows: Vec<Row> = vec![
+            ((0, 0), None, 0.0, "copying: 0 keys, 0 keys/s, 0 s"),
+            ((500, 500), None, 2.0, "copying: 500 keys, 250 keys/s, 2 s"),
+            (
+                (500, 500),
+                Some(2000),
+                2.0,
+                "copying: 500 keys of ~2000 [#####...............] 25%, ~6 s left, 250 keys/s, 2 s",
+            ),
+            // Resumed after 1,000 keys: the bar counts them, the rate is this run's.
+            (
+                (1500, 500),
+                Some(2000),
+                1.0,
+                "copying: 1500 keys of ~2000 [###############.....] 75%, ~1 s left, 500 keys/s, 1 s",
+            ),
+            // Fewer keys than DBSIZE said (other namespaces), or more (written meanwhile).
+            (
+                (2500, 2500),
+                Some(2000),
+                5.0,
+                "copying: 2500 keys of ~2000 [####################] 100%, ~0 s left, 500 keys/s, 5 s",
+            ),
+            ((10, 10), Some(0), 1.0, "copying: 10 keys, 10 keys/s, 1 s"),
+        ];
+        for (keys, of, secs, want) in rows {
+            assert_eq!(progress_line("copying", keys, of, secs), want);
         }
     }
 }

@@ -7,7 +7,8 @@
 //! - `COPY ns walk [COUNT n]` → `[next walk ("" when over), keys copied]`
 //! - `RECOPY ns` → keys copied again (-1: every key is marked; copy the namespace again)
 //! - `VERIFY ns walk [COUNT n]` → `[next walk, keys compared, [key, how it differs, …]]`
-//! - `MIRROR ns` → `[queued, n, recopy_keys, n (-1: all)]`
+//! - `MIRROR ns` → `[queued, n, recopy_keys, n (-1: all), primary_keys, n (-1: unknown)]`,
+//!   the last the primary database's `DBSIZE` (other namespaces' keys too)
 
 use super::{array, bulk, error, number, ClientConn};
 use crate::mirror::copy::Walk;
@@ -61,11 +62,14 @@ impl ClientConn {
             },
             _ => {
                 let (queued, recopy) = mirror.status();
+                let size = mirror.primary_size().await.unwrap_or(-1);
                 array(vec![
                     bulk(Bytes::from_static(b"queued")),
                     number(queued as i64),
                     bulk(Bytes::from_static(b"recopy_keys")),
                     number(recopy),
+                    bulk(Bytes::from_static(b"primary_keys")),
+                    number(size),
                 ])
             }
         }

@@ -385,6 +385,18 @@ impl Mirror {
         })
     }
 
+    /// How many keys the primary's database holds (`DBSIZE`): the most a copy of the
+    /// namespace walks (other namespaces of that database count too), for its progress.
+    /// None: not answered.
+    pub async fn primary_size(&self) -> Option<i64> {
+        let (mut session, _keep) = self.sides.session();
+        let dbsize = vec![Bytes::from_static(b"DBSIZE")];
+        match run(&self.sides, &mut session, &self.sides.primary, dbsize).await {
+            Ok(Frame::Number { data, .. }) => Some(data),
+            _ => None,
+        }
+    }
+
     /// Copies the keys marked to be copied again: how many, or None when every key is
     /// marked (a whole copy is needed; the mark stays).
     ///
