@@ -652,6 +652,13 @@ async fn seed(addr: &str, keys: usize) {
     }
 }
 
+/// `toml` (a namespace on `main` mirrored to `next`) cut over: the namespace on `next`,
+/// the mirror line gone.
+pub(crate) fn cut_over(toml: &str) -> String {
+    toml.replace("mirror = { backend = \"next\" }", "")
+        .replace("backend = \"main\"", "backend = \"next\"")
+}
+
 /// A namespace on `from`, mirrored to `to` (each a backend's TOML lines).
 fn moving_config(from: &str, to: &str, extra: &str) -> String {
     format!(
@@ -715,9 +722,7 @@ async fn moves_under_load(toml: &str, what: &str) -> Vec<(u64, Duration)> {
         .expect("the verify completes");
     assert!(keys >= copied, "compared {keys}");
     assert_eq!(differ, 0);
-    let cut = toml
-        .replace("mirror = { backend = \"next\" }", "")
-        .replace("backend = \"main\"", "backend = \"next\"");
+    let cut = cut_over(toml);
     proxy.reload(&cut).expect("the cut-over applies");
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rounds = load.stop().await;
@@ -848,9 +853,7 @@ async fn a_cut_over_to_a_stopped_mirror_answers_unavailable_within_the_schedule_
     for _ in 0..5 {
         assert!(c.command(&["INCR", "counter"]).await.starts_with(b":"));
     }
-    let cut = toml
-        .replace("mirror = { backend = \"next\" }", "")
-        .replace("backend = \"main\"", "backend = \"next\"");
+    let cut = cut_over(&toml);
     proxy
         .reload(&cut)
         .expect("nothing was missed: the cut-over applies");
@@ -897,9 +900,7 @@ async fn a_write_the_mirror_missed_after_the_cut_over_is_copied_from_the_old_bac
         let reply = c.command(&["RPUSH", "queue", &format!("job{i}")]).await;
         assert!(reply.starts_with(b":"), "{}", text(&reply));
     }
-    let cut = toml
-        .replace("mirror = { backend = \"next\" }", "")
-        .replace("backend = \"main\"", "backend = \"next\"");
+    let cut = cut_over(&toml);
     proxy
         .reload(&cut)
         .expect("nothing was missed yet: the cut-over applies");

@@ -1226,9 +1226,7 @@ mirror = {{ backend = "next" }}
             recopy.keys.keys().collect::<Vec<_>>()
         );
     }
-    let cut = toml
-        .replace("mirror = { backend = \"next\" }", "")
-        .replace("backend = \"main\"", "backend = \"next\"");
+    let cut = super::mirror::cut_over(&toml);
     proxy.reload(&cut).expect("the cut-over applies");
     run.await.expect("BullMQ's run ends as on one backend");
     // The run ended on PostgreSQL: all 1,000 completed there, fewer on the old backend.
