@@ -365,12 +365,7 @@ impl Mirror {
         if command.class == crate::command::table::Idempotence::ConnectionBound {
             self.writing(&[command]).await
         } else if !command.writes() && self.compares(command) {
-            let shards = if beyond_its_keys(command) {
-                (0..SHARDS).collect()
-            } else {
-                command.keys().map(|k| Self::shard_of(k)).collect()
-            };
-            self.lock_shards(shards).await
+            self.lock_shards(reach_shards(command)).await
         } else {
             Vec::new()
         }
@@ -628,16 +623,21 @@ fn beyond_its_keys(command: &Command) -> bool {
 /// (`rewrite::never_sent`: a `SCRIPT KILL`, a `PUBLISH`) holds nothing: a kill must reach the
 /// script that holds every shard, and a message is not the namespace's data.
 fn held_shards(commands: &[&Command]) -> Vec<usize> {
-    let writes = commands
+    commands
         .iter()
-        .filter(|c| c.writes() && !rewrite::never_sent(c));
-    if writes.clone().any(|c| beyond_its_keys(c)) {
-        return (0..SHARDS).collect();
-    }
-    writes
-        .flat_map(|c| c.keys())
-        .map(|k| Mirror::shard_of(k))
+        .filter(|c| c.writes() && !rewrite::never_sent(c))
+        .flat_map(|c| reach_shards(c))
         .collect()
+}
+
+/// The shards of the keys `command` may touch: its keys', or every shard when it goes
+/// `beyond_its_keys`. (Unsorted, repeats kept: `lock_shards` sorts and dedups.)
+fn reach_shards(command: &Command) -> Vec<usize> {
+    if beyond_its_keys(command) {
+        (0..SHARDS).collect()
+    } else {
+        command.keys().map(|k| Mirror::shard_of(k)).collect()
+    }
 }
 
 #[cfg(test)]
