@@ -297,6 +297,12 @@ async fn a_script_loaded_before_the_mirror_was_added_is_replayed_there() {
         0,
         "the mirror missed the script's writes"
     );
+    // What `holdfast copy` measures its bar against: the primary's 21 keys.
+    let status = text(&c.command(&["HOLDFAST", "MIRROR", "late"]).await);
+    assert!(
+        status.ends_with("$12\r\nprimary_keys\r\n:21\r\n"),
+        "{status}"
+    );
     // Cut over: the client's EVALSHA is answered by the database, as by Redis before.
     let cut = mirrored
         .replace("mirror = { backend = \"db\" }", "")
